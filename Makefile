@@ -1,0 +1,73 @@
+# linkguard — top-level build. `make demo` and `make test` do every set-up step themselves.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+PREFIX  ?= /usr/local
+DESTDIR ?=
+STAMPS  := .build
+
+.PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c demo bench \
+        lint clean distclean
+
+all: build
+
+$(STAMPS):
+	mkdir -p $@
+
+host-packages: $(STAMPS)/host-packages
+$(STAMPS)/host-packages: scripts/host-packages.txt scripts/install-host-packages.sh | $(STAMPS)
+	scripts/install-host-packages.sh
+	touch $@
+
+venv: $(STAMPS)/venv
+# The editable install also compiles the shm library (setup.py) that the daemon loads.
+$(STAMPS)/venv: pyproject.toml setup.py plugin/include/linkguard_shm.h $(wildcard plugin/src/shm_*.c) \
+                $(STAMPS)/host-packages | $(STAMPS)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: host-packages venv proto
+
+# gRPC stubs are generated from the .proto at build time and never edited by hand.
+PROTO_OUT := daemon/linkguard/v1/linkguard_pb2.py daemon/linkguard/v1/linkguard_pb2_grpc.py
+proto: $(PROTO_OUT)
+$(PROTO_OUT): proto/linkguard/v1/linkguard.proto $(STAMPS)/venv
+	$(PY) -m grpc_tools.protoc -I proto --python_out=daemon --pyi_out=daemon \
+	    --grpc_python_out=daemon proto/linkguard/v1/linkguard.proto
+
+plugin: $(STAMPS)/host-packages
+	$(MAKE) -C plugin
+
+build: setup plugin
+
+check-c: build
+	$(MAKE) -C plugin check
+
+test-unit: build
+	$(PY) -m pytest tests/unit
+
+test-lab: build
+	$(PY) -m pytest tests/lab
+
+# Every test: the C unit tests, then pytest (unit, contract and lab tiers).
+test: build
+	$(MAKE) -C plugin check
+	$(PY) -m pytest
+
+demo: build
+	$(VENV)/bin/linkguard-lab demo
+
+bench: build
+	$(PY) -m bench.lab_iperf
+
+lint: build
+	$(VENV)/bin/ruff check daemon cli lab tests bench
+
+clean:
+	$(MAKE) -C plugin clean
+	rm -rf $(STAMPS) daemon/linkguardd/_lgshm*.so $(PROTO_OUT)
+
+distclean: clean
+	rm -rf $(VENV)

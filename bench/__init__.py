@@ -1,0 +1,1 @@
+"""Benchmarks: each module runs one measurement and can be imported by the others."""

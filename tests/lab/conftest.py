@@ -1,0 +1,3 @@
+"""Lab tier: tests that build network namespaces (root only; CI runs as root)."""
+
+from linkguard_lab.pytest_fixture import lab, lab_factory  # noqa: F401
