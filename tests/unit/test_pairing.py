@@ -1,0 +1,136 @@
+"""Backup selection from fake sysfs trees laid out as the kernel does.
+
+/sys/class/net/<if> -> ../../devices/<pci path>/net/<if>, and .../net/<if>/device -> the PCI
+function (Documentation/ABI/testing/sysfs-class-net); numa_node sits on the PCI function.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from linkguardd.pairing import (
+    NO_BACKUP,
+    NicTopology,
+    PairingError,
+    backups_by_name,
+    choose_backups,
+    list_pci_netdevs,
+    read_topology,
+)
+
+ROOT_PORT_A = "pci0000:00/0000:00:01.0"
+ROOT_PORT_B = "pci0000:00/0000:00:03.0"
+SWITCH_1 = ROOT_PORT_A + "/0000:01:00.0"  # switch upstream port below root port A
+SWITCH_2 = ROOT_PORT_B + "/0000:05:00.0"
+
+
+def add_nic(root: Path, ifname: str, device: str | None, numa: int | None = None,
+            child: str | None = None) -> None:
+    """A netdev under devices/<device> (a PCI function path), or a virtual one if None.
+    `child` puts the netdev under a non-PCI child of the function (virtio0)."""
+    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
+    if device is None:
+        netdir = root / "devices" / "virtual" / "net" / ifname
+        netdir.mkdir(parents=True)
+    else:
+        func = root / "devices" / device
+        func.mkdir(parents=True, exist_ok=True)
+        if numa is not None:
+            (func / "numa_node").write_text(f"{numa}\n")
+        parent = func / child if child else func
+        netdir = parent / "net" / ifname
+        netdir.mkdir(parents=True)
+        (netdir / "device").symlink_to(os.path.relpath(parent, netdir))
+    (root / "class" / "net" / ifname).symlink_to(os.path.relpath(netdir, root / "class" / "net"))
+
+
+def names(root: Path, ifnames: list[str]) -> dict[str, str | None]:
+    return backups_by_name(read_topology(ifnames, root))
+
+
+def test_same_card_first(tmp_path: Path) -> None:
+    # two dual-port cards on two root ports, listed card A, card B, card A, card B
+    add_nic(tmp_path, "rail0", ROOT_PORT_A + "/0000:02:00.0", 0)
+    add_nic(tmp_path, "rail1", ROOT_PORT_B + "/0000:06:00.0", 0)
+    add_nic(tmp_path, "rail2", ROOT_PORT_A + "/0000:02:00.1", 0)
+    add_nic(tmp_path, "rail3", ROOT_PORT_B + "/0000:06:00.1", 0)
+    assert names(tmp_path, ["rail0", "rail1", "rail2", "rail3"]) == {
+        "rail0": "rail2", "rail1": "rail3", "rail2": "rail0", "rail3": "rail1"}
+
+
+def test_same_pcie_switch_before_numa_and_order(tmp_path: Path) -> None:
+    # DGX-like: two NICs behind each switch, all on NUMA node 0
+    add_nic(tmp_path, "rail0", SWITCH_1 + "/0000:02:00.0/0000:03:00.0", 0)
+    add_nic(tmp_path, "rail1", SWITCH_2 + "/0000:06:00.0/0000:07:00.0", 0)
+    add_nic(tmp_path, "rail2", SWITCH_1 + "/0000:02:01.0/0000:04:00.0", 0)
+    add_nic(tmp_path, "rail3", SWITCH_2 + "/0000:06:01.0/0000:08:00.0", 0)
+    rows = read_topology(["rail0", "rail1", "rail2", "rail3"], tmp_path)
+    assert rows[0] == NicTopology("rail0", ("pci0000:00", "0000:00:01.0", "0000:01:00.0",
+                                            "0000:02:00.0", "0000:03:00.0"), 0)
+    assert rows[0].pci_address == "0000:03:00.0"
+    assert choose_backups(rows) == [2, 3, 0, 1]
+
+
+def test_deeper_common_bridge_wins(tmp_path: Path) -> None:
+    # x0 and x1: two ports of one card; y0: another card behind the same switch
+    add_nic(tmp_path, "x0", SWITCH_1 + "/0000:02:00.0/0000:03:00.0")
+    add_nic(tmp_path, "y0", SWITCH_1 + "/0000:02:01.0/0000:04:00.0")
+    add_nic(tmp_path, "x1", SWITCH_1 + "/0000:02:00.0/0000:03:00.1")
+    assert names(tmp_path, ["x0", "y0", "x1"]) == {"x0": "x1", "y0": "x1", "x1": "x0"}
+
+
+def test_numa_node_when_no_shared_bridge(tmp_path: Path) -> None:
+    for i, numa in enumerate([0, 1, 0, 1]):
+        add_nic(tmp_path, f"rail{i}", f"pci0000:00/0000:00:0{i + 1}.0/0000:1{i}:00.0", numa)
+    assert names(tmp_path, [f"rail{i}" for i in range(4)]) == {
+        "rail0": "rail2", "rail1": "rail3", "rail2": "rail0", "rail3": "rail1"}
+
+
+def test_one_group_forms_a_ring(tmp_path: Path) -> None:
+    # four NICs on one NUMA node, no shared bridge: each backs up the next, wrapping
+    for i in range(4):
+        add_nic(tmp_path, f"rail{i}", f"pci0000:00/0000:00:0{i + 1}.0/0000:1{i}:00.0", 1)
+    assert choose_backups(read_topology([f"rail{i}" for i in range(4)], tmp_path)) == [1, 2, 3, 0]
+
+
+def test_virtual_or_unknown_numa_falls_back_to_next_rail(tmp_path: Path) -> None:
+    add_nic(tmp_path, "veth0", None)
+    add_nic(tmp_path, "eth1", ROOT_PORT_A + "/0000:02:00.0", -1)  # -1: no NUMA affinity
+    add_nic(tmp_path, "eth2", ROOT_PORT_B + "/0000:06:00.0", -1)
+    rows = read_topology(["veth0", "eth1", "eth2", "missing0"], tmp_path)
+    assert rows[0] == NicTopology("veth0") and rows[3] == NicTopology("missing0")
+    assert rows[1].numa_node is None
+    assert choose_backups(rows) == [1, 2, 3, 0]
+
+
+def test_virtio_netdev_reads_numa_of_its_pci_function(tmp_path: Path) -> None:
+    add_nic(tmp_path, "ens3", "pci0000:00/0000:00:03.0", 1, child="virtio0")
+    [row] = read_topology(["ens3"], tmp_path)
+    assert row == NicTopology("ens3", ("pci0000:00", "0000:00:03.0"), 1)
+
+
+def test_single_nic_has_no_backup() -> None:
+    assert choose_backups([NicTopology("rail0")]) == [NO_BACKUP]
+    assert choose_backups([]) == []
+    assert backups_by_name([NicTopology("rail0")]) == {"rail0": None}
+
+
+def test_configured_pairs_win() -> None:
+    rows = [NicTopology(f"rail{i}") for i in range(3)]
+    assert choose_backups(rows, {"rail0": "rail2"}) == [2, 2, 0]  # rail1, rail2: automatic
+    with pytest.raises(PairingError, match="rail1 is paired with itself"):
+        choose_backups(rows, {"rail1": "rail1"})
+    with pytest.raises(PairingError, match="backup rail7 of rail0 is not monitored"):
+        choose_backups(rows, {"rail0": "rail7"})
+    with pytest.raises(PairingError, match="rail9 is not monitored"):
+        choose_backups(rows, {"rail9": "rail0"})
+
+
+def test_list_pci_netdevs_in_natural_order(tmp_path: Path) -> None:
+    for i in (10, 2, 1):
+        add_nic(tmp_path, f"rail{i}", f"pci0000:00/0000:00:0{i % 8}.0/0000:{i:02x}:00.0")
+    add_nic(tmp_path, "veth0", None)
+    assert list_pci_netdevs(tmp_path) == ["rail1", "rail2", "rail10"]
+    assert list_pci_netdevs(tmp_path / "nowhere") == []
