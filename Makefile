@@ -7,7 +7,7 @@ DESTDIR ?=
 STAMPS  := .build
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c demo bench \
-        lint clean distclean
+        install lint clean distclean
 
 all: build
 
@@ -61,6 +61,11 @@ demo: build
 
 bench: build
 	$(PY) -m bench.lab_iperf
+
+# Installs daemon, CLI, unit, example config and the plugin (see docs/operators.md).
+# NCCL_CONF=1 also adds NCCL_NET_PLUGIN=linkguard to $(DESTDIR)/etc/nccl.conf (opt-in).
+install: build
+	PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) scripts/install.sh $(if $(NCCL_CONF),--nccl-conf)
 
 lint: build
 	$(VENV)/bin/ruff check daemon cli lab tests bench

@@ -1,0 +1,299 @@
+"""What linkguard-cli prints: the status table, module diagnostics, event lines, and their JSON.
+
+Functions return text; colour is added with click.style and removed by click.echo when the
+output is not a terminal. Pad first, colour second: escape codes have no width.
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import click
+
+from linkguard.v1 import linkguard_pb2 as pb
+
+STATE_NAMES = {v.number: v.name.removeprefix("NIC_STATE_") for v in pb.NicState.DESCRIPTOR.values}
+STATE_COLOURS = {"UP": "green", "DEGRADED": "yellow", "DOWN": "red", "DRAINED": "magenta",
+                 "RECOVERING": "cyan", "UNKNOWN": "white"}
+# A heartbeat is written every 50 ms (settings.heartbeat_interval_ms); a second without one
+# means the daemon's loop is stuck, and plugins will soon stop trusting the shm table.
+STALE_HEARTBEAT_S = 1.0
+LEVELS = ("low_alarm", "low_warning", "high_warning", "high_alarm")  # left to right: low -> high
+
+
+def state_name(value: int) -> str:
+    return STATE_NAMES.get(value, f"STATE_{value}")
+
+
+def styled_state(name: str, width: int = 0) -> str:
+    return click.style(name.ljust(width), fg=STATE_COLOURS.get(name), bold=name != "UP")
+
+
+def duration(seconds: float) -> str:
+    """9.5s, 12m34s, 1h59m, 3d04h: the two leading units, like `ps` and `systemctl`."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def speed(mbps: int | None) -> str:
+    if mbps is None:
+        return "-"
+    if mbps >= 1000 and mbps % 1000 == 0:
+        return f"{mbps // 1000}G"
+    return f"{mbps / 1000:g}G" if mbps >= 1000 else f"{mbps}M"
+
+
+def dbm(watts: float) -> str:
+    return f"{10 * math.log10(watts * 1000):.2f} dBm" if watts > 0 else "-inf dBm"
+
+
+def mw_dbm(watts: float) -> str:
+    """The way `ethtool -m` prints optical power: 0.5012 mW / -3.00 dBm."""
+    return f"{watts * 1000:.4f} mW / {dbm(watts)}"
+
+
+def _finite(values: Iterable[float]) -> list[float]:
+    return [v for v in values if not math.isinf(v) and not math.isnan(v)]
+
+
+def dom_summary(dom: pb.DomSummary) -> str:
+    if dom.status == "no_module":
+        return "no module"
+    if dom.status != "ok":
+        return dom.status
+    parts = []
+    if dom.HasField("temperature_celsius"):
+        parts.append(f"{dom.temperature_celsius:.1f}°C")
+    if dom.rx_power_dbm:
+        finite = _finite(dom.rx_power_dbm)
+        worst = min(finite) if len(finite) == len(dom.rx_power_dbm) else -math.inf
+        parts.append(f"rx min {worst:.1f} dBm")
+    text = " ".join(parts) or "ok"
+    if dom.alarms:
+        text += " " + click.style("ALARM " + ",".join(dom.alarms), fg="red", bold=True)
+    elif dom.warnings:
+        text += " " + click.style("warn " + ",".join(dom.warnings), fg="yellow")
+    return text
+
+
+# ---- status ----------------------------------------------------------------------------------
+STATUS_COLUMNS = ("NIC", "STATE", "REASON", "BACKUP", "CARRIER", "SPEED", "IN STATE FOR", "DOM")
+
+
+def status_table(resp: pb.GetStatusResponse) -> str:
+    d = resp.daemon
+    lines = [(f"linkguardd {d.version} on {d.hostname}, pid {d.pid}, "
+              f"heartbeat {d.heartbeat_age_seconds * 1000:.0f} ms ago")]
+    if d.heartbeat_age_seconds > STALE_HEARTBEAT_S:
+        lines[0] += " " + click.style("STALE: NCCL plugins treat the daemon as gone", fg="red",
+                                      bold=True)
+    if not resp.nics:
+        return "\n".join(lines + ["no NIC is monitored (set `interfaces` in the daemon's config)"])
+    rows = []
+    for nic in resp.nics:
+        rows.append([
+            nic.name, state_name(nic.state), nic.reason.lower(), nic.backup or "-",
+            "yes" if nic.carrier else ("no" if nic.present else "absent"),
+            speed(nic.speed_mbps if nic.HasField("speed_mbps") else None),
+            duration(nic.seconds_in_state), dom_summary(nic.dom),
+        ])
+    widths = [max(len(STATUS_COLUMNS[i]), *(len(r[i]) for r in rows)) for i in range(7)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(STATUS_COLUMNS, widths)) + "  DOM")
+    for row in rows:
+        cells = [row[0].ljust(widths[0]), styled_state(row[1], widths[1])]
+        cells += [row[i].ljust(widths[i]) for i in range(2, 7)]
+        lines.append("  ".join(cells) + "  " + row[7])
+    for nic in resp.nics:
+        if nic.drain_reason:
+            lines.append(f"{nic.name} drained: {nic.drain_reason}")
+    not_up = [n.name for n in resp.nics if n.state != pb.NIC_STATE_UP]
+    if not_up:
+        lines.append(f"{len(not_up)} of {len(resp.nics)} NICs not UP: {', '.join(not_up)}")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _json_number(value: float) -> float | None:
+    return None if math.isinf(value) or math.isnan(value) else value  # JSON has no -inf
+
+
+def nic_json(nic: pb.Nic) -> dict[str, Any]:
+    return {
+        "name": nic.name, "state": state_name(nic.state), "state_text": nic.state_text,
+        "reason": nic.reason, "reason_text": nic.reason_text, "backup": nic.backup or None,
+        "carrier": nic.carrier, "present": nic.present, "operstate": nic.operstate,
+        "speed_mbps": nic.speed_mbps if nic.HasField("speed_mbps") else None,
+        "epoch": nic.epoch, "seconds_in_state": round(nic.seconds_in_state, 3),
+        "since_unix": nic.since_unix, "counters": dict(sorted(nic.counters.items())),
+        "dom": {
+            "status": nic.dom.status,
+            "temperature_celsius": nic.dom.temperature_celsius
+            if nic.dom.HasField("temperature_celsius") else None,
+            "rx_power_dbm": [_json_number(round(v, 2)) for v in nic.dom.rx_power_dbm],
+            "warnings": list(nic.dom.warnings), "alarms": list(nic.dom.alarms),
+        },
+        "rdma_device": nic.rdma_device or None, "flap_penalty": nic.flap_penalty,
+        "drain_reason": nic.drain_reason or None,
+    }
+
+
+def status_json(resp: pb.GetStatusResponse) -> dict[str, Any]:
+    d = resp.daemon
+    return {
+        "daemon": {"version": d.version, "pid": d.pid, "hostname": d.hostname,
+                   "start_unix": d.start_unix,
+                   "heartbeat_age_seconds": round(d.heartbeat_age_seconds, 6)},
+        "all_up": all(n.state == pb.NIC_STATE_UP for n in resp.nics),
+        "nics": [nic_json(n) for n in resp.nics],
+    }
+
+
+# ---- events ----------------------------------------------------------------------------------
+def timestamp(unix: float) -> str:
+    return datetime.datetime.fromtimestamp(unix).astimezone().isoformat(timespec="milliseconds")
+
+
+def latency(seconds: float) -> str:
+    if seconds <= 0:
+        return ""
+    if seconds < 1e-3:
+        return f"detected in {seconds * 1e6:.0f} µs"
+    return f"detected in {seconds * 1e3:.1f} ms" if seconds < 1 else f"detected in {seconds:.2f} s"
+
+
+def event_line(ev: pb.Event) -> str:
+    old, new = state_name(ev.old_state), state_name(ev.new_state)
+    parts = [timestamp(ev.time_unix), f"#{ev.seq}", ev.nic,
+             f"{old} -> {styled_state(new)}", ev.reason.lower()]
+    if ev.detection_seconds > 0:
+        parts.append(latency(ev.detection_seconds))
+    if ev.detail:
+        parts.append(f"({ev.detail})")
+    return "  ".join(parts)
+
+
+def event_json(ev: pb.Event) -> dict[str, Any]:
+    return {"seq": ev.seq, "time_unix": ev.time_unix, "nic": ev.nic,
+            "old_state": state_name(ev.old_state), "new_state": state_name(ev.new_state),
+            "reason": ev.reason, "reason_text": ev.reason_text, "detail": ev.detail,
+            "epoch": ev.epoch, "detection_seconds": ev.detection_seconds}
+
+
+# ---- dom -------------------------------------------------------------------------------------
+_MARK = re.compile(r"^(?P<quantity>[a-z_]+?)_(?P<side>high|low)(\[(?P<lane>\d+)\])?$")
+_UNITS = {  # quantity -> (label, formatter of a base-unit value)
+    "temperature": ("temperature", lambda v: f"{v:.2f} °C"),
+    "supply_voltage": ("voltage", lambda v: f"{v:.4f} V"),
+    "tx_bias": ("tx bias", lambda v: f"{v * 1000:.3f} mA"),
+    "tx_power": ("tx power", mw_dbm),
+    "rx_power": ("rx power", mw_dbm),
+}
+
+
+def _marks(names: Sequence[str], kind: str) -> dict[tuple[str, int], str]:
+    """"rx_power_low[2]" -> {("rx_power", 2): "low warning"}; lane 0 = module-wide."""
+    out = {}
+    for name in names:
+        m = _MARK.match(name)
+        if m:
+            out[(m["quantity"], int(m["lane"] or 0))] = f"{m['side']} {kind}"
+    return out
+
+
+def _marked(text: str, mark: str | None) -> str:
+    if not mark:
+        return text
+    return text + " " + click.style(f"! {mark}", fg="red" if "alarm" in mark else "yellow",
+                                    bold=True)
+
+
+def module_text(mod: pb.ModuleDiagnostics) -> str:
+    if mod.status != "ok":
+        what = "no module" if mod.status == "no_module" else mod.status
+        return f"{mod.nic}: {what}" + (f" ({mod.detail})" if mod.detail else "")
+    ident = f"{mod.identifier} ({mod.spec})"
+    head = [f"{mod.nic}: {ident}, {mod.vendor} {mod.part_number}, serial {mod.serial}"]
+    if mod.rx_power_type:
+        head.append(f"rx power {mod.rx_power_type}")
+    if mod.calibration:
+        head.append(f"{mod.calibration} calibration")
+    lines = [", ".join(head)]
+    marks = {**_marks(mod.warnings, "warning"), **_marks(mod.alarms, "alarm")}
+    label = 26
+    if mod.HasField("temperature_celsius"):
+        lines.append("  " + "Module temperature".ljust(label) + _marked(
+            _UNITS["temperature"][1](mod.temperature_celsius), marks.get(("temperature", 0))))
+    if mod.HasField("supply_voltage_volts"):
+        lines.append("  " + "Module voltage".ljust(label) + _marked(
+            _UNITS["supply_voltage"][1](mod.supply_voltage_volts),
+            marks.get(("supply_voltage", 0))))
+    if mod.lanes:
+        lines.append(_lane_table(mod.lanes, marks))
+    if mod.thresholds:
+        lines.append(_threshold_table(mod.thresholds))
+    lines.append("  Flags: " + (", ".join(mod.flags) or "none"))
+    lines.append("  Warnings: " + (", ".join(mod.warnings) or "none"))
+    lines.append("  Alarms: " + (", ".join(mod.alarms) or "none"))
+    return "\n".join(lines)
+
+
+def _lane_table(lanes: Sequence[pb.Lane], marks: dict[tuple[str, int], str]) -> str:
+    fields = (("tx_bias", "tx_bias_amperes", "Tx bias"), ("tx_power", "tx_power_watts",
+              "Tx power"), ("rx_power", "rx_power_watts", "Rx power"))
+    rows = []
+    for lane in lanes:
+        row = [str(lane.lane)]
+        for quantity, attr, _ in fields:
+            row.append(_UNITS[quantity][1](getattr(lane, attr)) if lane.HasField(attr) else "-")
+        rows.append(row)
+    heads = ["Lane"] + [f[2] for f in fields]
+    widths = [max(len(heads[i]), *(len(r[i]) for r in rows)) for i in range(len(heads))]
+    out = ["  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip()]
+    for lane, row in zip(lanes, rows):
+        cells = [row[0].rjust(widths[0])]
+        for i, (quantity, _, _) in enumerate(fields, 1):
+            mark = marks.get((quantity, lane.lane))
+            cells.append(_marked(row[i], mark) if mark else row[i].ljust(widths[i]))
+        out.append("  " + "  ".join(cells).rstrip())
+    return "\n".join(out)
+
+
+def _threshold_table(thresholds: Any) -> str:
+    heads = ["Thresholds", "low alarm", "low warning", "high warning", "high alarm"]
+    rows = []
+    for quantity, (label, fmt) in _UNITS.items():
+        if quantity not in thresholds:
+            continue
+        t = thresholds[quantity]
+        rows.append([label] + [fmt(getattr(t, lv)) if t.HasField(lv) else "-" for lv in LEVELS])
+    widths = [max(len(heads[i]), *(len(r[i]) for r in rows)) for i in range(len(heads))]
+    return "\n".join("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in [heads, *rows])
+
+
+def module_json(mod: pb.ModuleDiagnostics) -> dict[str, Any]:
+    def opt(msg: Any, name: str) -> float | None:
+        return getattr(msg, name) if msg.HasField(name) else None
+
+    return {
+        "nic": mod.nic, "status": mod.status, "detail": mod.detail or None,
+        "identifier": mod.identifier or None, "spec": mod.spec or None,
+        "vendor": mod.vendor or None, "part_number": mod.part_number or None,
+        "serial": mod.serial or None, "rx_power_type": mod.rx_power_type or None,
+        "temperature_celsius": opt(mod, "temperature_celsius"),
+        "supply_voltage_volts": opt(mod, "supply_voltage_volts"),
+        "lanes": [{"lane": ln.lane, "tx_bias_amperes": opt(ln, "tx_bias_amperes"),
+                   "tx_power_watts": opt(ln, "tx_power_watts"),
+                   "rx_power_watts": opt(ln, "rx_power_watts")} for ln in mod.lanes],
+        "thresholds": {q: {lv: opt(t, lv) for lv in LEVELS}
+                       for q, t in sorted(mod.thresholds.items())},
+        "flags": list(mod.flags), "warnings": list(mod.warnings), "alarms": list(mod.alarms),
+    }

@@ -1,0 +1,146 @@
+"""linkguardd: the per-host NIC health daemon (entry point).
+
+Loads and validates the configuration (exit 2 with one clear message before anything starts),
+runs the engine with its monitors, the gRPC API and /metrics, and handles SIGTERM (clean
+shutdown, shm file removed), SIGINT and SIGHUP (reload without resetting unchanged NICs).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+import click
+
+from linkguardd import settings as settings_mod
+from linkguardd.api import ApiError, ApiServer
+from linkguardd.engine import Engine
+from linkguardd.metrics import Metrics, MetricsError, MetricsServer
+from linkguardd.monitors import build_monitors
+from linkguardd.pairing import PairingError, backups_by_name, list_pci_netdevs, read_topology
+from linkguardd.sdnotify import SdNotifier
+from linkguardd.settings import ConfigError, Settings
+
+log = logging.getLogger("linkguardd")
+
+
+def resolve_nics(s: Settings) -> tuple[list[str], dict[str, str]]:
+    """The monitored NICs in rail order and each one's backup (raises PairingError)."""
+    ifnames = list(s.interfaces) or list_pci_netdevs(s.sysfs_root)
+    backups = backups_by_name(read_topology(ifnames, s.sysfs_root), s.pairs)
+    return ifnames, {k: v for k, v in backups.items() if v}
+
+
+async def run(s: Settings, params: dict[str, Any]) -> int:
+    """Runs until SIGTERM/SIGINT; `params` (flags and --config) are re-read on SIGHUP."""
+    ifnames, backups = resolve_nics(s)
+    if not ifnames:
+        log.warning("no NIC to monitor: set `interfaces` (no PCI netdev found under %s)",
+                    s.sysfs_root)
+    metrics = Metrics()
+    engine = Engine(s, ifnames, backups, build_monitors(s, ifnames),
+                    on_transition=metrics.on_transition)
+    metrics.attach(engine)
+    surfaces = _operator_surfaces(engine, metrics, s)
+    notifier = SdNotifier()  # a no-op outside systemd
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    reload_requested = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload_requested.set)
+    await engine.start()
+    started = []
+    try:
+        for start, stop_surface in surfaces:
+            await start()
+            started.append(stop_surface)
+    except (ApiError, OSError) as exc:
+        log.error("cannot serve the API: %s", exc)
+        for stop_surface in reversed(started):
+            await stop_surface()
+        await engine.stop()
+        return 1
+    notifier.ready(f"watching {len(ifnames)} NICs")
+    watchdog = loop.create_task(notifier.run_watchdog(lambda: engine.heartbeat_age_s() < 1.0))
+    log.info("started: nics=%s backups=%s shm=%s", ",".join(ifnames), backups, s.shm_path)
+    try:
+        while not stop.is_set():
+            waiter = asyncio.ensure_future(reload_requested.wait())
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            stopper.cancel()
+            if reload_requested.is_set():
+                reload_requested.clear()
+                notifier.reloading()
+                await _reload(engine, params)
+                notifier.ready(f"watching {len(engine.ifnames)} NICs")
+    finally:
+        notifier.stopping()
+        watchdog.cancel()
+        for stop_surface in reversed(started):
+            await stop_surface()
+        await engine.stop()
+        log.info("stopped")
+    return 0
+
+
+async def _reload(engine: Engine, params: dict[str, Any]) -> None:
+    try:
+        fresh = settings_mod.settings_from_click(params)
+        ifnames, backups = resolve_nics(fresh)
+    except (ConfigError, PairingError) as exc:
+        log.error("reload refused, keeping the running config: %s", exc)
+        return
+    await engine.reload(fresh, ifnames, backups, build_monitors(fresh, ifnames))
+    log.info("reloaded: nics=%s", ",".join(ifnames))
+
+
+def _operator_surfaces(engine: Engine, metrics: Metrics, s: Settings) -> list[tuple[Any, Any]]:
+    """(start, stop) coroutine pairs of the gRPC API and /metrics, when configured."""
+    out: list[tuple[Any, Any]] = []
+    if s.grpc_socket:
+        api = ApiServer(engine, s.grpc_socket, socket_group=s.admin_group or None,
+                        admin_group=s.admin_group or None)
+        out.append((api.start, api.stop))
+    if s.metrics_address:
+        server = MetricsServer(metrics, s.metrics_address)
+        out.append((_tolerant(server.start), server.stop))
+    return out
+
+
+def _tolerant(start: Any) -> Any:
+    """Failover must never depend on the metrics port: log a bind failure and go on."""
+    async def run() -> None:
+        try:
+            await start()
+        except MetricsError as exc:
+            log.error("metrics disabled: %s", exc)
+    return run
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@settings_mod.click_options()
+@click.option("--check-config", is_flag=True, help="Validate the configuration and exit.")
+def main(check_config: bool, **params: Any) -> None:
+    """Watch NIC links, RDMA ports and optics; publish each NIC's health for NCCL."""
+    try:
+        s = settings_mod.settings_from_click(params)
+        ifnames, backups = resolve_nics(s)
+    except (ConfigError, PairingError) as exc:
+        click.echo(f"linkguardd: {exc}", err=True)
+        sys.exit(2)
+    if check_config:
+        click.echo(f"configuration ok: nics={','.join(ifnames) or '(none)'} "
+                   f"backups={','.join(f'{k}:{v}' for k, v in backups.items()) or '(none)'}")
+        return
+    logging.basicConfig(level=s.log_level.upper(), stream=sys.stderr,
+                        format="level=%(levelname)s msg=%(message)s")
+    sys.exit(asyncio.run(run(s, params)))
+
+
+if __name__ == "__main__":
+    main()

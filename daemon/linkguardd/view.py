@@ -1,0 +1,81 @@
+"""What the operator surfaces (gRPC API, /metrics, logs) see of the daemon.
+
+The engine implements DaemonView; the gRPC servicer and the metrics collector read only this,
+so they can be tested against a small fake and never reach into the engine's internals.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class NicView:
+    name: str
+    state: int  # states.NicState value
+    reason: int  # states.Reason value of the last transition
+    backup: str  # "" if none
+    present: bool
+    carrier: bool
+    operstate: str
+    speed_mbps: int | None
+    epoch: int
+    since_monotonic_ns: int  # when the current state began (CLOCK_MONOTONIC)
+    since_unix: float  # the same instant on the wall clock
+    counters: Mapping[str, int] = field(default_factory=dict)
+    dom_status: str = "no_module"
+    dom_warnings: tuple[str, ...] = ()
+    dom_alarms: tuple[str, ...] = ()
+    dom: Any | None = None  # dom.common.ModuleDiagnostics when a module was read
+    rdma_device: str = ""
+    flap_penalty: float = 0.0
+    drain_reason: str = ""
+
+
+@dataclass(frozen=True)
+class EventView:
+    seq: int  # the event's sequence number in the shm ring (resumable)
+    nic: str
+    old_state: int
+    new_state: int
+    reason: int
+    detail: str
+    epoch: int
+    time_unix: float  # wall clock of the decision
+    detection_ns: int  # fact observed by a monitor -> state published
+
+
+class UnknownNic(KeyError):
+    """The request named a NIC the daemon does not monitor."""
+
+
+class DaemonView(Protocol):
+    def nics(self) -> list[NicView]:
+        """Every monitored NIC, in table order."""
+
+    def nic(self, name: str) -> NicView:
+        """One NIC; raises UnknownNic."""
+
+    def events_since(self, seq: int) -> list[EventView]:
+        """Events with seq > `seq` still in the daemon's history (oldest first)."""
+
+    def subscribe(self) -> asyncio.Queue[EventView]:
+        """A queue that receives every new event until unsubscribe()."""
+
+    def unsubscribe(self, queue: asyncio.Queue[EventView]) -> None: ...
+
+    def drain(self, name: str, reason: str) -> NicView:
+        """Operator drain; raises UnknownNic."""
+
+    def undrain(self, name: str) -> NicView: ...
+
+    def dump(self) -> dict[str, Any]:
+        """The whole state and effective config, JSON-serialisable."""
+
+    def monitor_health(self) -> Mapping[str, Any]:
+        """monitor name -> monitors.base.MonitorHealth"""
+
+    def heartbeat_age_s(self) -> float:
+        """Seconds since the shm heartbeat was last written."""

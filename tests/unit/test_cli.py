@@ -1,0 +1,257 @@
+"""linkguard-cli against the real gRPC API over a FakeDaemon: a table of (argv -> exit status,
+output fragment), the flows that need more than one call, and golden outputs."""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+from fake_daemon import FakeDaemon, ServedFake, all_up_nics, short_socket_dir
+
+from linkguard_cli.main import DEFAULT_SOCKET, cli
+from linkguardd.settings import Settings
+from linkguardd.states import NicState
+
+WAIT_S = 30
+Golden = Callable[[str, str], None]  # the `golden` fixture of tests/conftest.py
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Event times print in local time; pin it so fragments and goldens are stable."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.fixture
+def fake() -> FakeDaemon:
+    return FakeDaemon()
+
+
+@pytest.fixture
+def served(fake: FakeDaemon) -> Iterator[ServedFake]:
+    # the test process's own group is the admin group: drains work when not run as root too
+    with ServedFake(fake, admin_group=str(os.getgid())) as s:
+        yield s
+
+
+def run(served: ServedFake | None, *argv: str, color: bool = False,
+        env: dict[str, str] | None = None) -> Result:
+    args = ["--socket", served.socket_path, *argv] if served else list(argv)
+    return CliRunner().invoke(cli, args, color=color, env=env)
+
+
+ROWS = [  # argv, exit status, fragment of the output (stdout and stderr)
+    (["status"], 1, "rail2  DOWN"),
+    (["status"], 1, "2 of 3 NICs not UP: rail1, rail2"),
+    (["status", "--json"], 1, '"all_up": false'),
+    (["dom"], 0, "rail1: QSFP28 (SFF-8636), FS QSFP28-SR4-100G, serial FS2231A0043"),
+    (["dom", "rail1"], 0, "0.0800 mW / -10.97 dBm ! low warning"),
+    (["dom", "rail2"], 0, "rail2: no module"),
+    (["dom", "--json", "rail2"], 0, '"status": "no_module"'),
+    (["dom", "eth9"], 2, "no NIC named 'eth9'; monitored NICs: rail0, rail1, rail2"),
+    (["drain", "rail0"], 2, "Missing option '--reason'"),
+    (["drain", "eth9", "--reason", "x"], 2, "no NIC named 'eth9'"),
+    (["drain", "rail0", "--reason", " "], 2, "a drain needs a reason"),
+    (["drain", "rail0", "--reason", "a\x07b"], 2, "printable"),
+    (["drain", "", "--reason", "x"], 2, "the NIC name is empty"),
+    (["undrain"], 2, "Missing argument 'NIC'"),
+    (["undrain", "eth9"], 2, "no NIC named 'eth9'"),
+    (["events"], 0, "no events"),
+    (["events", "--since", "-1"], 2, "Invalid value for '--since'"),
+    (["watch", "--count", "0"], 2, "Invalid value for '--count'"),
+    (["dump"], 0, '"grpc_socket": "/run/linkguard/linkguard.sock"'),
+    (["frobnicate"], 2, "No such command 'frobnicate'"),
+    (["--timeout", "0", "status"], 2, "Invalid value for '--timeout'"),
+    (["--help"], 0, "drain"),
+    (["drain", "rail0", "--reason", "swap optic"], 0, "rail0: DRAINED; traffic moves to rail1"),
+    (["undrain", "rail1"], 0, "rail1: RECOVERING; UP again once the link has been healthy"),
+]
+
+
+@pytest.mark.parametrize("argv, status, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])
+def test_cli_table(served: ServedFake, argv: list[str], status: int, fragment: str) -> None:
+    result = run(served, *argv)
+    assert fragment in result.output, result.output
+    assert result.exit_code == status, result.output
+
+
+UNREACHABLE_ROWS = [
+    (["status"], "no such socket"),
+    (["dom", "rail0"], "no such socket"),
+    (["drain", "rail0", "--reason", "x"], "no such socket"),
+    (["watch"], "no such socket"),
+]
+
+
+@pytest.mark.parametrize("argv, why", UNREACHABLE_ROWS, ids=[r[0][0] for r in UNREACHABLE_ROWS])
+def test_unreachable_daemon_is_exit_3_with_what_to_try(argv: list[str], why: str) -> None:
+    path = os.path.join(short_socket_dir(), "absent.sock")
+    result = run(None, "--socket", path, *argv)
+    assert result.exit_code == 3
+    assert f"cannot reach linkguardd at {path}: {why}" in result.output
+    assert "systemctl status linkguardd" in result.output and "ls -l" in result.output
+
+
+def test_a_socket_nobody_serves_is_exit_3() -> None:
+    path = os.path.join(short_socket_dir(), "stale.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stale:
+        stale.bind(path)  # a file left by a killed daemon: connect() is refused
+    result = run(None, "--socket", path, "--timeout", "2", "status")
+    assert result.exit_code == 3 and f"cannot reach linkguardd at {path}" in result.output
+
+
+def test_socket_from_the_environment(served: ServedFake) -> None:
+    result = CliRunner().invoke(cli, ["status"], env={"LINKGUARD_SOCKET": served.socket_path})
+    assert result.exit_code == 1 and "rail0" in result.output
+
+
+def test_default_socket_is_the_daemons() -> None:
+    assert Settings().grpc_socket == DEFAULT_SOCKET
+
+
+def test_a_stale_heartbeat_is_called_out(fake: FakeDaemon, served: ServedFake) -> None:
+    fake.heartbeat_age = 5.0
+    assert "heartbeat 5000 ms ago STALE" in run(served, "status").output
+
+
+def test_status_is_0_when_every_nic_is_up() -> None:
+    with ServedFake(FakeDaemon(all_up_nics())) as served:
+        result = run(served, "status")
+    assert result.exit_code == 0, result.output
+    assert "not UP" not in result.output
+
+
+def test_status_turns_1_when_a_nic_goes_down() -> None:
+    fake = FakeDaemon(all_up_nics())
+    with ServedFake(fake) as served:
+        assert run(served, "status").exit_code == 0
+        fake.inject_down("rail1")
+        result = run(served, "status")
+    assert result.exit_code == 1 and "1 of 3 NICs not UP: rail1" in result.output
+
+
+def test_drain_then_status_shows_drained_and_undrain_recovers(fake: FakeDaemon,
+                                                             served: ServedFake) -> None:
+    result = run(served, "drain", "rail0", "--reason", "swap optic, ticket 1234")
+    assert result.exit_code == 0 and "undo with: linkguard-cli undrain rail0" in result.output
+    assert fake.nic("rail0").state == NicState.DRAINED
+    status = run(served, "status")
+    assert "rail0  DRAINED" in status.output
+    assert "rail0 drained: swap optic, ticket 1234" in status.output
+    result = run(served, "undrain", "rail0")
+    assert result.exit_code == 0 and "rail0: RECOVERING" in result.output
+    events = run(served, "events")
+    assert "#1  rail0  UP -> DRAINED  operator_drain  (swap optic, ticket 1234)" in events.output
+    assert "#2  rail0  DRAINED -> RECOVERING  operator_undrain" in events.output
+
+
+def test_drain_denied_is_exit_4(fake: FakeDaemon) -> None:
+    if os.getuid() == 0:
+        pytest.skip("root may always drain; test_api runs a non-root caller")
+    with ServedFake(fake, admin_group=None) as served:
+        result = run(served, "drain", "rail0", "--reason", "x")
+    assert result.exit_code == 4 and "permission denied" in result.output
+
+
+def test_events_since_and_json(fake: FakeDaemon, served: ServedFake) -> None:
+    fake.inject_down("rail0")
+    fake.inject_up("rail0")
+    result = run(served, "events", "--since", "1")
+    assert result.exit_code == 0
+    assert result.output == ("2023-11-15T00:13:22.000+00:00  #2  rail0  DOWN -> UP  "
+                             "holddown_expired\n")
+    result = run(served, "events", "--json", "--limit", "1")
+    assert '"seq": 2' in result.output and '"new_state": "UP"' in result.output
+
+
+def test_events_reports_history_lost(fake: FakeDaemon, served: ServedFake) -> None:
+    for _ in range(3):
+        fake.inject_down("rail0")
+    fake.forget_history_through(2)
+    result = run(served, "events", "--since", "1")
+    assert "1 events after #1 are no longer in the daemon's history" in result.output
+    assert "#3  rail0" in result.output
+
+
+class CliThread:
+    """`linkguard-cli watch` runs until events or the daemon end it: run it on a thread."""
+
+    def __init__(self, served: ServedFake, *argv: str) -> None:
+        self.result: Result | None = None
+        self.thread = threading.Thread(target=self._run, args=(served, argv), daemon=True)
+        self.thread.start()
+
+    def _run(self, served: ServedFake, argv: tuple[str, ...]) -> None:
+        self.result = run(served, *argv)
+
+    def join(self) -> Result:
+        self.thread.join(WAIT_S)
+        assert self.result is not None, "the command did not end"
+        return self.result
+
+
+def wait_for_subscriber(fake: FakeDaemon) -> None:
+    ready = threading.Event()
+    for _ in range(WAIT_S * 100):
+        if fake.subscriber_count():
+            return
+        ready.wait(0.01)
+    pytest.fail("watch never subscribed")
+
+
+def test_watch_replays_history_then_prints_live_events(fake: FakeDaemon,
+                                                       served: ServedFake) -> None:
+    fake.inject_down("rail0", detection_ns=412_000)
+    fake.inject_up("rail0")
+    watch = CliThread(served, "watch", "--since", "0", "--count", "3")
+    wait_for_subscriber(fake)
+    fake.inject_down("rail1", detection_ns=95_000)
+    result = watch.join()
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split("  ")[1] for line in lines] == ["#1", "#2", "#3"]
+    assert lines[0].endswith("rail0  UP -> DOWN  carrier_lost  detected in 412 µs")
+    assert lines[2].endswith("rail1  DEGRADED -> DOWN  carrier_lost  detected in 95 µs")
+
+
+def test_watch_says_how_to_resume_when_the_daemon_stops(fake: FakeDaemon) -> None:
+    served = ServedFake(fake).__enter__()
+    try:
+        fake.inject_down("rail0")
+        watch = CliThread(served, "watch", "--since", "0", "--json")
+        wait_for_subscriber(fake)
+        served.stop_server(grace=0.1)
+        result = watch.join()
+    finally:
+        served.__exit__(None, None, None)
+    assert result.exit_code == 3
+    assert "linkguardd closed the stream; resume with `linkguard-cli watch --since" in \
+        result.output
+
+
+def test_colour_only_on_a_terminal(served: ServedFake) -> None:
+    assert "\x1b[" not in run(served, "status").output
+    assert "\x1b[32m" in run(served, "status", color=True).output  # UP in green
+    no_color = run(served, "status", color=True, env={"NO_COLOR": "1"})
+    assert "\x1b[" not in no_color.output
+
+
+# --- golden outputs (pytest --update-golden rewrites them) ---------------------------------------
+def test_golden_status_table(served: ServedFake, golden: Golden) -> None:
+    golden("status.txt", run(served, "status").output)
+
+
+def test_golden_status_json(served: ServedFake, golden: Golden) -> None:
+    golden("status.json", run(served, "status", "--json").output)
+
+
+def test_golden_dom(served: ServedFake, golden: Golden) -> None:
+    golden("dom.txt", run(served, "dom").output)
