@@ -38,7 +38,9 @@ log = logging.getLogger("linkguardd")
 SHM_NIC_CAPACITY = 64  # LG_SHM_MAX_NICS: more NICs than any GPU server has
 SHM_RING_SLOTS = 1024  # ~ hours of transitions at realistic rates; readers re-sync on a lap
 HISTORY = 1024  # events kept for the API's Watch/ListEvents resume
-INVENTORY_REFRESH_S = 5.0  # addresses change rarely; this is not on the detection path
+# Addresses change rarely and a link that appears triggers a refresh of its own; each refresh
+# costs ~8 ms of CPU (a netlink dump), so the periodic one is slow. Not on the detection path.
+INVENTORY_REFRESH_S = 30.0
 
 
 class Engine:
@@ -98,12 +100,14 @@ class Engine:
         for name in self.ifnames:
             self.counters.setdefault(name, {})
         now = self.clock()
-        transitions = self.policy.reconfigure(self.ifnames, settings.policy_config(), now)
+        # Published before the monitors restart, so their facts land after it in epoch order.
+        self._publish(self.policy.reconfigure(self.ifnames, settings.policy_config(), now),
+                      fact_ns=None, force=True)
         await self.refresh_inventory()
         self.monitors = list(monitors)
         for monitor in self.monitors:
             await monitor.start(self.on_fact)
-        self._publish(transitions + self.policy.settle(self.clock()), fact_ns=None, force=True)
+        self._publish(self.policy.settle(self.clock()), fact_ns=None, force=True)
         # New hold-down/damping settings move a RECOVERING NIC's deadline even when no state
         # changed (and _publish re-arms the timer only on a transition).
         self._schedule_deadline()
@@ -128,6 +132,7 @@ class Engine:
     def _on_deadline(self) -> None:
         self._deadline = None
         self._publish(self.policy.tick(self.clock()), fact_ns=None)
+        self._schedule_deadline()  # also when the tick changed nothing (e.g. damping still on)
 
     def _schedule_deadline(self) -> None:
         when = self.policy.next_deadline_ns()

@@ -1,3 +1,5 @@
 """Lab tier: tests that build network namespaces (root only; CI runs as root)."""
 
+from daemon_fixture import daemons  # noqa: F401
+
 from linkguard_lab.pytest_fixture import lab, lab_factory  # noqa: F401
