@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import linkguard_lab
 import pytest
 from click.testing import CliRunner
+
+import linkguard_lab
 from linkguard_lab import netns
 from linkguard_lab.cli import cli
 from linkguard_lab.errors import LabError

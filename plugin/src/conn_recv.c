@@ -1,0 +1,305 @@
+/* Receive side of a connection: irecv, the data stream readers that place chunks straight
+ * into posted buffers, and the acks. */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "conn.h"
+#include "log.h"
+#include "params.h"
+#include "sock.h"
+#include "util.h"
+
+#define LG_TOTAL_UNKNOWN UINT64_MAX
+
+static uint32_t waiter_bit(const struct lg_stream *s)
+{
+    return 1u << (s->path->index * LG_MAX_STREAMS + s->index - 1);
+}
+
+ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
+                           void **request)
+{
+    if (n != 1) {
+        LG_WARN("irecv with %d buffers, but maxRecvs is 1", n);
+        return ncclInternalError;
+    }
+    int err = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
+    if (err)
+        return (ncclResult_t)err;
+    /* NCCL presets *request to this marker for receives it can complete by itself (LL);
+     * completing them normally is always allowed. */
+    int optional = *request == (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION;
+    pthread_mutex_lock(&c->mu);
+    uint64_t seq = c->next_seq;
+    struct lg_req *r = &c->reqs[seq % LG_WINDOW];
+    if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != 0) {
+        pthread_mutex_unlock(&c->mu);
+        *request = NULL;
+        return ncclSuccess;
+    }
+    r->seq = seq;
+    r->buf = data[0];
+    r->cap = sizes[0];
+    r->tag = tags ? tags[0] : 0;
+    r->optional = optional;
+    r->placed = 0;
+    r->total = LG_TOTAL_UNKNOWN;
+    __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
+    c->next_seq = seq + 1;
+    __atomic_store_n(&c->posted, seq + 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&c->mu);
+    *request = r;
+    /* Streams that hold a chunk header for a receive not posted yet sleep until now. */
+    uint32_t waiting = __atomic_exchange_n(&c->rx_waiting, 0, __ATOMIC_SEQ_CST);
+    for (int pi = 0; waiting && pi < LG_NPATHS; pi++) {
+        struct lg_path *p = c->paths[pi];
+        for (int i = 0; p && i < p->nstreams; i++)
+            if (waiting & waiter_bit(&p->data[i]))
+                lg_task_kick(&p->data[i].task);
+    }
+    return ncclSuccess;
+}
+
+/* Acks are cumulative, so a stream that places several messages in one run sends one ack
+ * when it is about to sleep; big messages (or a long run) are acked at once so that the
+ * sender's window keeps moving. */
+#define LG_ACK_NOW_BYTES (256u << 10)
+#define LG_ACK_NOW_MSGS 4
+
+static void flush_ack(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    uint64_t placed = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+    uint64_t sent = __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE);
+    while (placed > sent) {
+        if (__atomic_compare_exchange_n(&c->ack_sent, &sent, placed, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            struct lg_ctrl ack = {.type = LG_CTRL_ACK, .value = placed};
+            lg_path_ctrl_send(p, &ack);
+            return;
+        }
+    }
+}
+
+static void recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
+{
+    struct lg_conn *c = p->conn;
+    uint64_t seq = r->seq; /* read before DONE: the slot may be reused right after */
+    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&c->mu);
+    int adv = lg_seqwin_mark(&c->win, seq);
+    uint64_t placed = c->win.base;
+    if (adv > 0)
+        __atomic_store_n(&c->placed, placed, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->mu);
+    if (adv < 0) {
+        lg_conn_path_failed(p, 0, "message completed twice");
+        return;
+    }
+    if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
+                    placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >= LG_ACK_NOW_MSGS))
+        flush_ack(p);
+}
+
+/* Matches the chunk in s->rx.h with its posted receive. 1: matched, 0: not posted yet (the
+ * stream sleeps until irecv kicks it), -1: failed. */
+static int match_chunk(struct lg_stream *s)
+{
+    struct lg_conn *c = s->path->conn;
+    const struct lg_chunk_hdr *h = &s->rx.h;
+    if (__atomic_load_n(&c->posted, __ATOMIC_SEQ_CST) <= h->seq) {
+        __atomic_fetch_or(&c->rx_waiting, waiter_bit(s), __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&c->posted, __ATOMIC_SEQ_CST) <= h->seq)
+            return 0;
+    }
+    struct lg_req *r = &c->reqs[h->seq % LG_WINDOW];
+    if (r->seq != h->seq || !(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_POSTED) ||
+        (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_DONE)) {
+        lg_conn_path_failed(s->path, 0, "chunk for a message outside the window");
+        return -1;
+    }
+    if (h->total > r->cap) {
+        lg_conn_fail(c, ncclInternalError,
+                     "message %llu is %llu bytes, larger than its posted receive (%zu bytes)",
+                     (unsigned long long)h->seq, (unsigned long long)h->total, r->cap);
+        LG_WARN("recv conn %016llx: message %llu is %llu bytes, larger than its posted "
+                "receive (%zu bytes)",
+                (unsigned long long)c->nonce, (unsigned long long)h->seq,
+                (unsigned long long)h->total, r->cap);
+        __atomic_store_n(&s->path->state, LG_PATH_FAILED, __ATOMIC_RELEASE);
+        return -1;
+    }
+    uint64_t unknown = LG_TOTAL_UNKNOWN;
+    if (!__atomic_compare_exchange_n(&r->total, &unknown, h->total, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE) &&
+        unknown != h->total) {
+        lg_conn_path_failed(s->path, 0, "chunks disagree on the message size");
+        return -1;
+    }
+    return 1;
+}
+
+static int read_failed(struct lg_stream *s, ssize_t n)
+{
+    if (n == 0) {
+        lg_conn_path_failed(s->path, 0, "data stream closed by peer");
+        return 1;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return 0;
+    lg_conn_path_failed(s->path, errno, "data stream read");
+    return 1;
+}
+
+static void recv_stream_run(struct lg_task *t)
+{
+    struct lg_stream *s = lg_stream_of(t);
+    struct lg_path *p = s->path;
+    struct lg_conn *c = p->conn;
+    /* On NCCL's thread (test() polling) place at most inline_send bytes, then hand over. */
+    int on_app = !lg_progress_on_worker();
+    size_t budget = on_app ? (size_t)lg_params.inline_send : SIZE_MAX;
+    while (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == LG_PATH_UP) {
+        if (!s->rx.have_hdr) {
+            if (s->rx.hgot < LG_CHUNK_HDR_SIZE) {
+                struct iovec iov = {s->rx.hdr + s->rx.hgot, LG_CHUNK_HDR_SIZE - s->rx.hgot};
+                ssize_t n = lg_sock_readv(t->fd, &iov, 1);
+                if (n <= 0) {
+                    read_failed(s, n);
+                    return;
+                }
+                s->rx.hgot += (size_t)n;
+                continue;
+            }
+            if (lg_chunk_decode(s->rx.hdr, c->chunk_size, &s->rx.h) != 0) {
+                lg_conn_path_failed(p, 0, "bad chunk header");
+                return;
+            }
+            s->rx.have_hdr = 1;
+            s->rx.checked = 0;
+            s->rx.done = 0;
+            s->rx.hgot = 0;
+            /* Small chunks are placed by test() on NCCL's thread; a big one is worth a worker
+             * that wakes on every arrival (and reads in parallel with the other streams). */
+            if (lg_params.poll_inline) {
+                int big = s->rx.h.len > lg_params.inline_send;
+                __atomic_store_n(&s->rx.big, big, __ATOMIC_RELEASE);
+                lg_task_set_events(t, EPOLLOUT | (big ? EPOLLIN : 0));
+            }
+        }
+        if (!s->rx.checked) {
+            int m = match_chunk(s);
+            if (m <= 0)
+                return;
+            s->rx.checked = 1;
+        }
+        const struct lg_chunk_hdr *h = &s->rx.h;
+        struct lg_req *r = &c->reqs[h->seq % LG_WINDOW];
+        if (s->rx.done < h->len) {
+            /* A big chunk belongs to the worker its header armed (see above). */
+            if (on_app && h->len > lg_params.inline_send) {
+                lg_task_kick(t); /* this run may have absorbed the worker's wake-up */
+                return;
+            }
+            if (budget == 0) {
+                lg_task_kick(t);
+                return;
+            }
+            /* Payload straight into the posted buffer, plus whatever of the next chunk's
+             * header is already there: one syscall per chunk in steady state. */
+            size_t rem = h->len - s->rx.done;
+            struct iovec iov[2] = {{r->buf + h->offset + s->rx.done, rem},
+                                   {s->rx.hdr, LG_CHUNK_HDR_SIZE}};
+            ssize_t n = lg_sock_readv(t->fd, iov, 2);
+            if (n <= 0) {
+                read_failed(s, n);
+                return;
+            }
+            budget -= LG_MIN(budget, (size_t)n);
+            if ((size_t)n < rem) {
+                s->rx.done += (size_t)n;
+                continue;
+            }
+            s->rx.done = h->len;
+            s->rx.hgot = (size_t)n - rem;
+        }
+        s->rx.have_hdr = 0;
+        __atomic_store_n(&s->rx.big, 0, __ATOMIC_RELEASE);
+        uint64_t placed = __atomic_add_fetch(&r->placed, h->len, __ATOMIC_ACQ_REL);
+        if (placed == h->total)
+            recv_complete(p, r, h->total);
+    }
+}
+
+void lg_recv_stream_handler(struct lg_task *t, uint32_t events)
+{
+    (void)events; /* errors and EOF surface through the reads */
+    recv_stream_run(t);
+    flush_ack(lg_stream_of(t)->path);
+}
+
+static void on_recv_ctrl(struct lg_path *p, const struct lg_ctrl *f)
+{
+    (void)f; /* the sender sends nothing but BYE (handled by the reader) today */
+    lg_conn_path_failed(p, 0, "unexpected control frame");
+}
+
+void lg_recv_ctrl_handler(struct lg_task *t, uint32_t events)
+{
+    struct lg_stream *s = lg_stream_of(t);
+    if (events & EPOLLOUT)
+        lg_path_ctrl_flush(s->path);
+    if (__atomic_load_n(&s->path->state, __ATOMIC_ACQUIRE) != LG_PATH_UP)
+        return;
+    lg_path_ctrl_read(s, on_recv_ctrl);
+}
+
+static int req_complete(struct lg_req *r)
+{
+    if (r->conn->kind == LG_CONN_SEND) {
+        /* Placed at the receiver (acked), and every writer of its chunks is done with the
+         * buffer (so NCCL may reuse it as soon as we say done). */
+        return __atomic_load_n(&r->conn->acked, __ATOMIC_ACQUIRE) > r->seq &&
+               __atomic_load_n(&r->written, __ATOMIC_ACQUIRE) == r->nchunks;
+    }
+    return (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_DONE) != 0;
+}
+
+/* NCCL's thread polls test() while requests are outstanding: let it do the socket work of
+ * this connection instead of waking a worker (bounded; see the handlers). */
+static void poll_inline(struct lg_conn *c)
+{
+    struct lg_path *p = c->paths[c->active];
+    if (!p || __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != LG_PATH_UP)
+        return;
+    if (c->kind == LG_CONN_SEND) {
+        lg_task_run(&p->ctrl.task, EPOLLIN);
+        return;
+    }
+    for (int i = 0; i < p->nstreams; i++)
+        if (!__atomic_load_n(&p->data[i].rx.big, __ATOMIC_ACQUIRE))
+            lg_task_run(&p->data[i].task, 0);
+}
+
+ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
+{
+    struct lg_conn *c = r->conn;
+    int complete = req_complete(r);
+    if (!complete && lg_params.poll_inline) {
+        poll_inline(c);
+        complete = req_complete(r);
+    }
+    if (complete) {
+        size_t size = c->kind == LG_CONN_SEND ? r->size
+                                              : __atomic_load_n(&r->total, __ATOMIC_RELAXED);
+        *done = 1;
+        if (sizes)
+            sizes[0] = (int)size;
+        __atomic_store_n(&r->state, 0, __ATOMIC_RELEASE);
+        return ncclSuccess;
+    }
+    *done = 0;
+    return (ncclResult_t)__atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
+}

@@ -1,0 +1,206 @@
+/* Send side of a connection: isend, the data stream writers and ack handling. */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "conn.h"
+#include "log.h"
+#include "params.h"
+#include "sock.h"
+#include "util.h"
+
+ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, void **request)
+{
+    int err = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
+    if (err)
+        return (ncclResult_t)err;
+    pthread_mutex_lock(&c->mu);
+    uint64_t seq = c->next_seq;
+    struct lg_req *r = &c->reqs[seq % LG_WINDOW];
+    if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != 0) {
+        pthread_mutex_unlock(&c->mu);
+        *request = NULL; /* window full: NCCL retries */
+        return ncclSuccess;
+    }
+    r->seq = seq;
+    r->data = data;
+    r->size = size;
+    r->tag = tag;
+    r->nchunks = lg_chunk_count(size, c->chunk_size);
+    r->written = 0;
+    __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
+    c->next_seq = seq + 1;
+    __atomic_store_n(&c->posted, seq + 1, __ATOMIC_RELEASE);
+    /* Wake as many parked streams as the message has chunks; busy streams take more
+     * chunks by themselves when they finish their current one. */
+    uint64_t want = LG_MIN(lg_chunk_count(size, c->chunk_size), (uint64_t)c->nstreams);
+    uint32_t wake = 0;
+    for (int i = 0; i < c->nstreams && want; i++) {
+        int k = (int)((seq + (uint64_t)i) % (uint64_t)c->nstreams);
+        if (c->parked & (1u << k)) {
+            wake |= 1u << k;
+            want--;
+        }
+    }
+    c->parked &= ~wake;
+    pthread_mutex_unlock(&c->mu);
+    *request = r;
+
+    struct lg_path *p = c->paths[c->active];
+    int inline_ok = size <= (size_t)lg_params.inline_send && !lg_progress_on_worker();
+    for (int k = 0; k < c->nstreams; k++) {
+        if (!(wake & (1u << k)))
+            continue;
+        if (inline_ok) {
+            /* Small message: write it from NCCL's thread, saving a thread hand-off. */
+            lg_task_run(&p->data[k].task, 0);
+            inline_ok = 0;
+        } else {
+            lg_task_kick(&p->data[k].task);
+        }
+    }
+    return ncclSuccess;
+}
+
+/* Takes the next chunk for stream s, or parks the stream. Returns 1 if s has a chunk. */
+static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->cursor_seq >= __atomic_load_n(&c->posted, __ATOMIC_RELAXED)) {
+        c->parked |= 1u << (s->index - 1);
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    struct lg_req *r = &c->reqs[c->cursor_seq % LG_WINDOW];
+    uint64_t off = c->cursor_chunk * c->chunk_size;
+    uint64_t len = r->size - off < c->chunk_size ? r->size - off : c->chunk_size;
+    struct lg_chunk_hdr h = {.epoch = 0, .len = (uint32_t)len, .seq = c->cursor_seq,
+                             .offset = off, .total = r->size, .tag = (uint32_t)r->tag};
+    s->tx.payload = r->data + off;
+    s->tx.req = r;
+    if (++c->cursor_chunk == lg_chunk_count(r->size, c->chunk_size)) {
+        c->cursor_seq++;
+        c->cursor_chunk = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    lg_chunk_encode(s->tx.hdr, &h);
+    s->tx.len = (uint32_t)len;
+    s->tx.done = 0;
+    s->tx.active = 1;
+    return 1;
+}
+
+/* An inline run (NCCL's thread) has written its chunk: a worker takes over if more chunks
+ * wait, else the stream parks (same lock as isend's look at `parked`: no lost wake-up). */
+static void hand_over(struct lg_conn *c, struct lg_stream *s)
+{
+    pthread_mutex_lock(&c->mu);
+    int more = c->cursor_seq < __atomic_load_n(&c->posted, __ATOMIC_RELAXED);
+    if (!more)
+        c->parked |= 1u << (s->index - 1);
+    pthread_mutex_unlock(&c->mu);
+    if (more)
+        lg_task_kick(&s->task);
+}
+
+/* Anything readable on a send-side data stream is EOF or an error: the peer never writes. */
+static int check_peer(struct lg_stream *s, uint32_t events)
+{
+    if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+        return 0;
+    char b[64];
+    struct iovec iov = {b, sizeof(b)};
+    ssize_t n = lg_sock_readv(s->task.fd, &iov, 1);
+    if (n == 0) {
+        lg_conn_path_failed(s->path, 0, "data stream closed by peer");
+        return -1;
+    }
+    if (n > 0) {
+        lg_conn_path_failed(s->path, 0, "unexpected bytes on a send stream");
+        return -1;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        lg_conn_path_failed(s->path, errno, "data stream");
+        return -1;
+    }
+    return 0;
+}
+
+void lg_send_stream_handler(struct lg_task *t, uint32_t events)
+{
+    struct lg_stream *s = lg_stream_of(t);
+    struct lg_path *p = s->path;
+    struct lg_conn *c = p->conn;
+    if (check_peer(s, events) != 0)
+        return;
+    if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != LG_PATH_UP || p->index != c->active)
+        return;
+    /* From NCCL's thread (inline send) write one chunk at most, then hand over. */
+    int chunks_left = lg_progress_on_worker() ? -1 : 1;
+    for (;;) {
+        if (!s->tx.active) {
+            if (chunks_left == 0) {
+                hand_over(c, s);
+                return;
+            }
+            if (!grab_chunk(c, s))
+                return;
+            if (chunks_left > 0)
+                chunks_left--;
+        }
+        struct iovec iov[2];
+        int n = 0;
+        if (s->tx.done < LG_CHUNK_HDR_SIZE)
+            iov[n++] = (struct iovec){s->tx.hdr + s->tx.done, LG_CHUNK_HDR_SIZE - s->tx.done};
+        size_t pdone = s->tx.done > LG_CHUNK_HDR_SIZE ? s->tx.done - LG_CHUNK_HDR_SIZE : 0;
+        if (s->tx.len > pdone)
+            iov[n++] = (struct iovec){(void *)(s->tx.payload + pdone), s->tx.len - pdone};
+        ssize_t w = lg_sock_writev(t->fd, iov, n);
+        if (w < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                lg_conn_path_failed(p, errno, "data stream write");
+            return; /* EAGAIN: edge-triggered EPOLLOUT brings us back */
+        }
+        s->tx.done += (size_t)w;
+        if (s->tx.done == LG_CHUNK_HDR_SIZE + (size_t)s->tx.len) {
+            s->tx.active = 0;
+            /* A send completes only once every chunk's writer is done with the buffer
+             * (test() checks this count too): the ack alone can beat the writer's return.
+             * The slot cannot be reused before this store, which completion waits for. */
+            __atomic_add_fetch(&s->tx.req->written, 1, __ATOMIC_RELEASE);
+        }
+    }
+}
+
+static void on_send_ctrl(struct lg_path *p, const struct lg_ctrl *f)
+{
+    struct lg_conn *c = p->conn;
+    if (f->type != LG_CTRL_ACK) {
+        lg_conn_path_failed(p, 0, "unexpected control frame");
+        return;
+    }
+    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+    uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE);
+    if (f->value > posted) {
+        lg_conn_path_failed(p, 0, "ack for a message never sent");
+        return;
+    }
+    /* Acks are cumulative and may be read by a worker or by test() (and, with failover, on
+     * either path): keep the maximum. */
+    while (f->value > acked &&
+           !__atomic_compare_exchange_n(&c->acked, &acked, f->value, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+        ;
+}
+
+void lg_send_ctrl_handler(struct lg_task *t, uint32_t events)
+{
+    struct lg_stream *s = lg_stream_of(t);
+    if (events & EPOLLOUT)
+        lg_path_ctrl_flush(s->path);
+    if (__atomic_load_n(&s->path->state, __ATOMIC_ACQUIRE) != LG_PATH_UP)
+        return;
+    lg_path_ctrl_read(s, on_send_ctrl);
+}

@@ -1,0 +1,262 @@
+/* Non-blocking connect: every connection opens both paths at once. Progress state lives in
+ * a heap object whose address is kept in NCCL's handle memory between calls (handle.h). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "core.h"
+#include "handle.h"
+#include "log.h"
+#include "params.h"
+#include "sock.h"
+#include "util.h"
+
+#define LG_CONNECTING_MAGIC 0x4c47434eu /* "LGCN" */
+
+struct lg_connecting {
+    uint32_t magic;
+    struct lg_connecting *next; /* registry of live attempts */
+    struct lg_conn *conn;
+    uint64_t deadline;
+    uint64_t primary_up_ns; /* when every primary socket was connected; 0 before */
+    int path_live[LG_NPATHS];
+    int connected[LG_NPATHS][LG_MAX_STREAMS + 1];
+    size_t hello_sent[LG_NPATHS][LG_MAX_STREAMS + 1];
+};
+
+/* Only pointers found here are ever dereferenced: a handle with a stale or forged stage
+ * pointer is treated as fresh. */
+static pthread_mutex_t lg_connecting_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct lg_connecting *lg_connecting_list;
+
+static int registry_has(struct lg_connecting *cg)
+{
+    pthread_mutex_lock(&lg_connecting_mu);
+    struct lg_connecting *it = lg_connecting_list;
+    while (it && it != cg)
+        it = it->next;
+    pthread_mutex_unlock(&lg_connecting_mu);
+    return it != NULL;
+}
+
+static void registry_remove(struct lg_connecting *cg)
+{
+    pthread_mutex_lock(&lg_connecting_mu);
+    for (struct lg_connecting **pp = &lg_connecting_list; *pp; pp = &(*pp)->next)
+        if (*pp == cg) {
+            *pp = cg->next;
+            break;
+        }
+    pthread_mutex_unlock(&lg_connecting_mu);
+}
+
+static int *sock_fd(struct lg_conn *c, int p, int k)
+{
+    return k == 0 ? &c->paths[p]->ctrl.task.fd : &c->paths[p]->data[k - 1].task.fd;
+}
+
+static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
+{
+    struct lg_path *p = cg->conn->paths[1];
+    LG_WARN("send conn %016llx: backup path via NIC %s to %s unavailable (%s%s%s); the "
+            "connection runs unprotected",
+            (unsigned long long)cg->conn->nonce, p->nic, p->peer, why, err ? ": " : "",
+            err ? strerror(err) : "");
+    for (int k = 0; k <= p->nstreams; k++) {
+        int *fd = sock_fd(cg->conn, 1, k);
+        if (*fd >= 0)
+            close(*fd);
+        *fd = -1;
+    }
+    cg->path_live[1] = 0;
+    cg->conn->paths[1] = NULL; /* the connection starts with its primary path only */
+    cg->conn->npaths = 1;
+    pthread_mutex_destroy(&p->ctrl_mu);
+    free(p);
+}
+
+static struct lg_connecting *connect_start(int dev, const struct lg_handle *h)
+{
+    const struct lg_device *d = lg_core_device(dev);
+    struct lg_connecting *cg = calloc(1, sizeof(*cg));
+    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, (int)lg_params.streams,
+                                    (uint32_t)lg_params.chunk_size);
+    if (!cg || !c) {
+        free(cg);
+        if (c)
+            lg_conn_free(c);
+        return NULL;
+    }
+    cg->magic = LG_CONNECTING_MAGIC;
+    cg->conn = c;
+    c->nonce = lg_random_u64();
+    c->listen_id = h->listen_id;
+    cg->deadline = lg_now_ns() + (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
+    int npaths = d->has_backup && (h->flags & LG_HANDLE_F_BACKUP) ? 2 : 1;
+    if (d->has_backup && npaths == 1)
+        LG_INFO(NCCL_INIT | NCCL_NET, "connect on %s: the peer has no backup path; this "
+                "connection runs unprotected", d->nic[0].name);
+    for (int p = 0; p < npaths; p++) {
+        struct lg_path *path = lg_path_new(c, p, d->nic[p].name,
+                                           lg_addr_format(h->ip[p], h->port[p]).s);
+        if (!path) {
+            lg_conn_free(c);
+            free(cg);
+            return NULL;
+        }
+        cg->path_live[p] = 1;
+        for (int k = 0; k <= c->nstreams; k++) {
+            int fd = lg_sock_connect_start(d->nic[p].name, d->nic[p].ip, h->ip[p], h->port[p],
+                                           k ? LG_SOCK_DATA : LG_SOCK_CTRL);
+            if (fd < 0) {
+                if (p == 0) {
+                    LG_WARN("connect from NIC %s to %s: %s", d->nic[0].name, path->peer,
+                            strerror(errno));
+                    lg_conn_free(c);
+                    free(cg);
+                    return NULL;
+                }
+                give_up_backup(cg, errno, "socket");
+                break;
+            }
+            *sock_fd(c, p, k) = fd;
+        }
+    }
+    pthread_mutex_lock(&lg_connecting_mu);
+    cg->next = lg_connecting_list;
+    lg_connecting_list = cg;
+    pthread_mutex_unlock(&lg_connecting_mu);
+    return cg;
+}
+
+static int send_hello(struct lg_connecting *cg, int p, int k)
+{
+    struct lg_conn *c = cg->conn;
+    uint8_t buf[LG_HELLO_SIZE];
+    struct lg_hello h = {.path = (uint8_t)p, .stream = (uint8_t)k, .nstreams = (uint8_t)c->nstreams,
+                         .paths_mask = (uint8_t)(1 | (cg->path_live[1] ? 2 : 0)),
+                         .chunk_size = c->chunk_size, .listen_id = c->listen_id,
+                         .conn_nonce = c->nonce};
+    lg_hello_encode(buf, &h);
+    size_t *sent = &cg->hello_sent[p][k];
+    while (*sent < LG_HELLO_SIZE) {
+        struct iovec iov = {buf + *sent, LG_HELLO_SIZE - *sent};
+        ssize_t n = lg_sock_writev(*sock_fd(c, p, k), &iov, 1);
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        *sent += (size_t)n;
+    }
+    return 1;
+}
+
+/* 1: connected, 0: in progress, -1: failed (logged). */
+static int connect_progress(struct lg_connecting *cg)
+{
+    struct lg_conn *c = cg->conn;
+    int timed_out = lg_now_ns() > cg->deadline;
+    int all = 1;
+    for (int p = 0; p < LG_NPATHS; p++) {
+        for (int k = 0; cg->path_live[p] && k <= c->nstreams; k++) {
+            int rc = 0, err = 0;
+            if (!cg->connected[p][k]) {
+                rc = lg_sock_connect_check(*sock_fd(c, p, k));
+                err = errno;
+                if (rc == 0)
+                    cg->connected[p][k] = 1;
+                else if (rc > 0 && timed_out)
+                    rc = -1, err = ETIMEDOUT;
+            }
+            /* The primary's control hello goes last: it announces which paths exist. */
+            if (rc == 0 && (p || k) && send_hello(cg, p, k) < 0)
+                rc = -1, err = errno;
+            if (rc < 0 && p == 0) {
+                LG_WARN("connect from NIC %s to %s failed: %s", c->paths[0]->nic,
+                        c->paths[0]->peer, strerror(err));
+                return -1;
+            }
+            if (rc < 0) {
+                give_up_backup(cg, err, "connect");
+                break;
+            }
+            if (rc > 0 || ((p || k) && cg->hello_sent[p][k] < LG_HELLO_SIZE))
+                all = 0;
+        }
+    }
+    if (!cg->primary_up_ns) {
+        int up = 1;
+        for (int k = 0; k <= c->nstreams; k++)
+            up &= cg->connected[0][k];
+        if (up)
+            cg->primary_up_ns = lg_now_ns();
+    }
+    if (!all && cg->path_live[1] && cg->primary_up_ns &&
+        lg_now_ns() - cg->primary_up_ns > (uint64_t)lg_params.backup_grace_ms * 1000000ull) {
+        give_up_backup(cg, ETIMEDOUT, "not connected within LINKGUARD_BACKUP_GRACE_MS");
+        return connect_progress(cg);
+    }
+    if (!all || !cg->connected[0][0])
+        return 0;
+    int rc = send_hello(cg, 0, 0);
+    if (rc < 0) {
+        LG_WARN("connect from NIC %s to %s failed: %s", c->paths[0]->nic, c->paths[0]->peer,
+                strerror(errno));
+        return -1;
+    }
+    return rc;
+}
+
+ncclResult_t lg_core_connect(int dev, void *handle, void **send_comm)
+{
+    *send_comm = NULL;
+    if (!lg_core_device(dev)) {
+        LG_WARN("connect: no device %d", dev);
+        return ncclInvalidArgument;
+    }
+    struct lg_connecting *cg = lg_handle_stage_get(handle);
+    if (cg && (!registry_has(cg) || cg->magic != LG_CONNECTING_MAGIC))
+        cg = NULL;
+    if (!cg) {
+        struct lg_handle h;
+        int st = lg_handle_decode(handle, &h);
+        if (st != LG_HANDLE_OK) {
+            LG_WARN("connect on device %d: %s", dev, lg_handle_strerror(st));
+            return ncclInvalidUsage;
+        }
+        cg = connect_start(dev, &h);
+        if (!cg)
+            return ncclSystemError;
+        lg_handle_stage_set(handle, cg);
+    }
+    int rc = connect_progress(cg);
+    if (rc == 0)
+        return ncclSuccess;
+    registry_remove(cg);
+    lg_handle_stage_set(handle, NULL);
+    struct lg_conn *c = cg->conn;
+    cg->magic = 0;
+    free(cg);
+    if (rc < 0 || lg_core_conn_ready(c) != 0) {
+        lg_conn_free(c);
+        return ncclSystemError;
+    }
+    *send_comm = c;
+    return ncclSuccess;
+}
+
+void lg_connect_abandon_all(void)
+{
+    pthread_mutex_lock(&lg_connecting_mu);
+    struct lg_connecting *cg = lg_connecting_list;
+    lg_connecting_list = NULL;
+    pthread_mutex_unlock(&lg_connecting_mu);
+    while (cg) {
+        struct lg_connecting *next = cg->next;
+        lg_conn_free(cg->conn);
+        free(cg);
+        cg = next;
+    }
+}

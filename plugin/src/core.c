@@ -1,0 +1,330 @@
+/* The version-neutral plugin core: init/finalize refcounting, devices and properties,
+ * memory registration, and argument checks in front of the transport. */
+#include "core.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "conn.h"
+#include "log.h"
+#include "params.h"
+#include "progress.h"
+
+#define LG_CTX_MAGIC 0x4c474358u /* "LGCX" */
+
+struct lg_ctx {
+    uint32_t magic;
+    uint64_t comm_id;
+    int traffic_class;
+};
+
+struct lg_mr {
+    uint32_t magic;
+    struct lg_conn *conn;
+    void *data;
+    size_t size;
+    void *path_mr[LG_NPATHS]; /* per-path registrations (an inner plugin's, in wrap mode) */
+};
+
+static pthread_mutex_t lg_core_mu = PTHREAD_MUTEX_INITIALIZER;
+static int lg_core_inits;  /* init()s not yet finalized */
+static int lg_core_live;   /* listen comms and connections */
+static int lg_core_running; /* progress threads started */
+static int lg_core_loaded = -1; /* flavor whose device table is loaded */
+static struct lg_device_table lg_devs;
+
+static int lg_core_injected; /* lg_core_test_set_devices was called */
+
+void lg_core_test_set_devices(const struct lg_device_table *t, enum lg_flavor flavor)
+{
+    pthread_mutex_lock(&lg_core_mu);
+    lg_devs = *t;
+    lg_core_loaded = (int)flavor;
+    lg_core_injected = 1;
+    pthread_mutex_unlock(&lg_core_mu);
+}
+
+static void raise_nofile(void)
+{
+    struct rlimit r;
+    if (!lg_params.raise_nofile || getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max)
+        return;
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+}
+
+static const char *getenv_wrap(const char *n) { return getenv(n); }
+
+static void log_devices(enum lg_flavor flavor)
+{
+    for (int i = 0; i < lg_devs.count; i++) {
+        const struct lg_device *d = &lg_devs.dev[i];
+        LG_INFO(NCCL_INIT | NCCL_NET, "dev %d: %s%s%s speed %d Mb/s pci %s (from %s)", i,
+                d->nic[0].name, d->has_backup ? " backup " : "",
+                d->has_backup ? d->nic[1].name : "", d->speed_mbps,
+                d->pci_path[0] ? d->pci_path : "none (virtual)", lg_devs.source);
+    }
+    LG_INFO(NCCL_INIT | NCCL_NET, "%s: %d device(s), %lld stream(s) per path, chunk %lld B, "
+            "%lld progress thread(s), backup path %s",
+            flavor == LG_FLAVOR_TCP ? "lgtcp" : "linkguard", lg_devs.count,
+            (long long)lg_params.streams, (long long)lg_params.chunk_size,
+            (long long)lg_params.threads,
+            flavor == LG_FLAVOR_TCP ? "n/a" : lg_params.backup ? "on" : "off");
+}
+
+/* Stops the threads once nothing uses them (under lg_core_mu). */
+static void maybe_stop(void)
+{
+    if (lg_core_inits == 0 && lg_core_live == 0 && lg_core_running) {
+        lg_connect_abandon_all();
+        lg_progress_stop();
+        lg_core_running = 0;
+    }
+}
+
+ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
+{
+    ncclResult_t rc = ncclSuccess;
+    lg_log_set(logger);
+    pthread_mutex_lock(&lg_core_mu);
+    if (lg_core_injected && lg_core_inits == 0)
+        lg_params_load(&lg_params, getenv_wrap);
+    if (lg_core_loaded != (int)flavor) {
+        lg_params_load(&lg_params, getenv_wrap);
+        if (lg_devices_discover(&lg_devs, flavor == LG_FLAVOR_TCP) < 0) {
+            rc = ncclInvalidUsage;
+            goto out;
+        }
+        lg_core_loaded = (int)flavor;
+        raise_nofile();
+        log_devices(flavor);
+    }
+    if (!lg_core_running) {
+        if (lg_progress_start((int)lg_params.threads) != 0) {
+            rc = ncclSystemError;
+            goto out;
+        }
+        lg_core_running = 1;
+    }
+    lg_core_inits++;
+out:
+    pthread_mutex_unlock(&lg_core_mu);
+    return rc;
+}
+
+ncclResult_t lg_core_finalize(void)
+{
+    pthread_mutex_lock(&lg_core_mu);
+    if (lg_core_inits > 0)
+        lg_core_inits--;
+    maybe_stop();
+    pthread_mutex_unlock(&lg_core_mu);
+    return ncclSuccess;
+}
+
+void lg_core_ref(int delta)
+{
+    pthread_mutex_lock(&lg_core_mu);
+    lg_core_live += delta;
+    maybe_stop();
+    pthread_mutex_unlock(&lg_core_mu);
+}
+
+ncclResult_t lg_core_ctx_new(uint64_t comm_id, int traffic_class, void **ctx)
+{
+    struct lg_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        return ncclSystemError;
+    c->magic = LG_CTX_MAGIC;
+    c->comm_id = comm_id;
+    c->traffic_class = traffic_class;
+    *ctx = c;
+    return ncclSuccess;
+}
+
+ncclResult_t lg_core_ctx_free(void *ctx)
+{
+    struct lg_ctx *c = ctx;
+    if (!c || c->magic != LG_CTX_MAGIC)
+        return ncclInternalError;
+    c->magic = 0;
+    free(c);
+    return ncclSuccess;
+}
+
+const struct lg_device *lg_core_device(int dev)
+{
+    if (lg_core_loaded < 0 || dev < 0 || dev >= lg_devs.count)
+        return NULL;
+    return &lg_devs.dev[dev];
+}
+
+ncclResult_t lg_core_devices(int *ndev)
+{
+    *ndev = lg_core_loaded < 0 ? 0 : lg_devs.count;
+    return ncclSuccess;
+}
+
+ncclResult_t lg_core_get_properties(int dev, ncclNetProperties_v12_t *props)
+{
+    const struct lg_device *d = lg_core_device(dev);
+    if (!d) {
+        LG_WARN("getProperties: no device %d", dev);
+        return ncclInvalidArgument;
+    }
+    memset(props, 0, sizeof(*props));
+    /* DESIGN.md: describe the primary; advertise what both members support (both are this
+     * TCP transport: host memory, single receives). */
+    props->name = (char *)d->nic[0].name;
+    props->pciPath = d->pci_path[0] ? (char *)d->pci_path : NULL;
+    props->guid = d->guid;
+    props->ptrSupport = NCCL_PTR_HOST;
+    props->regIsGlobal = 0;
+    props->forceFlush = 0;
+    props->speed = d->speed_mbps;
+    props->port = 0;
+    props->latency = 0;
+    props->maxComms = LG_MAX_COMMS;
+    props->maxRecvs = 1;
+    props->netDeviceType = NCCL_NET_DEVICE_HOST;
+    props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
+    props->vProps.ndevs = 1;
+    props->vProps.devs[0] = dev;
+    props->maxP2pBytes = LG_MAX_MSG_BYTES;
+    props->maxCollBytes = LG_MAX_MSG_BYTES;
+    props->maxMultiRequestSize = 1;
+    props->railId = NCCL_NET_ID_UNDEF;
+    props->planeId = NCCL_NET_ID_UNDEF;
+    return ncclSuccess;
+}
+
+int lg_core_conn_ready(struct lg_conn *c)
+{
+    if (lg_conn_start(c) != 0)
+        return -1;
+    lg_core_ref(1);
+    LG_INFO(NCCL_NET, "%s conn %016llx on dev %d: %d path(s), %d stream(s) each, chunk %u",
+            c->kind == LG_CONN_SEND ? "send" : "recv", (unsigned long long)c->nonce, c->dev,
+            c->paths[1] ? 2 : 1, c->nstreams, c->chunk_size);
+    return 0;
+}
+
+static struct lg_conn *as_conn(void *comm, enum lg_conn_kind kind, const char *call)
+{
+    struct lg_conn *c = comm;
+    if (!c || c->magic != LG_CONN_MAGIC || (kind && c->kind != kind)) {
+        LG_WARN("%s: not a linkguard %s comm", call,
+                kind == LG_CONN_SEND ? "send" : kind == LG_CONN_RECV ? "recv" : "");
+        return NULL;
+    }
+    return c;
+}
+
+ncclResult_t lg_core_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle)
+{
+    struct lg_conn *c = as_conn(comm, 0, "regMr");
+    if (!c)
+        return ncclInternalError;
+    if (type != NCCL_PTR_HOST) {
+        LG_WARN("regMr: memory type %d is not supported (host memory only)", type);
+        return ncclInternalError;
+    }
+    struct lg_mr *mr = calloc(1, sizeof(*mr));
+    if (!mr)
+        return ncclSystemError;
+    /* TCP needs no registration; the handle still covers both paths so that a transport
+     * that does (wrap mode) can register on each. */
+    mr->magic = LG_MR_MAGIC;
+    mr->conn = c;
+    mr->data = data;
+    mr->size = size;
+    __atomic_add_fetch(&c->nmr, 1, __ATOMIC_RELAXED);
+    *mhandle = mr;
+    return ncclSuccess;
+}
+
+ncclResult_t lg_core_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
+                                   uint64_t offset, int fd, void **mhandle)
+{
+    (void)comm, (void)data, (void)size, (void)type, (void)offset, (void)fd, (void)mhandle;
+    LG_WARN("regMrDmaBuf: not supported (ptrSupport is NCCL_PTR_HOST)");
+    return ncclInternalError;
+}
+
+ncclResult_t lg_core_dereg_mr(void *comm, void *mhandle)
+{
+    struct lg_mr *mr = mhandle;
+    (void)comm;
+    if (!mr || mr->magic != LG_MR_MAGIC) {
+        LG_WARN("deregMr: not a linkguard memory handle");
+        return ncclInternalError;
+    }
+    __atomic_sub_fetch(&mr->conn->nmr, 1, __ATOMIC_RELAXED);
+    mr->magic = 0;
+    free(mr);
+    return ncclSuccess;
+}
+
+ncclResult_t lg_core_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                           void **request)
+{
+    (void)mhandle;
+    struct lg_conn *c = as_conn(send_comm, LG_CONN_SEND, "isend");
+    if (!c)
+        return ncclInternalError;
+    if (size > LG_MAX_MSG_BYTES) {
+        LG_WARN("isend of %zu bytes exceeds maxP2pBytes (%llu)", size, LG_MAX_MSG_BYTES);
+        return ncclInternalError;
+    }
+    return lg_conn_isend(c, data, size, tag, request);
+}
+
+ncclResult_t lg_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                           void **mhandles, void **request)
+{
+    (void)mhandles;
+    struct lg_conn *c = as_conn(recv_comm, LG_CONN_RECV, "irecv");
+    if (!c)
+        return ncclInternalError;
+    return lg_conn_irecv(c, n, data, sizes, tags, request);
+}
+
+ncclResult_t lg_core_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
+                            void **request)
+{
+    (void)recv_comm, (void)n, (void)data, (void)sizes, (void)mhandles;
+    /* Host memory needs no flush; NULL means "already complete" to NCCL. */
+    *request = NULL;
+    return ncclSuccess;
+}
+
+ncclResult_t lg_core_test(void *request, int *done, int *sizes)
+{
+    struct lg_req *r = request;
+    if (!r || r->magic != LG_REQ_MAGIC) {
+        LG_WARN("test: not a linkguard request");
+        return ncclInternalError;
+    }
+    return lg_req_test(r, done, sizes);
+}
+
+static ncclResult_t close_conn(void *comm, enum lg_conn_kind kind, const char *call)
+{
+    struct lg_conn *c = as_conn(comm, kind, call);
+    if (!c)
+        return ncclInternalError;
+    /* Say goodbye first, so the peer logs a close, not a failure. */
+    struct lg_ctrl bye = {.type = LG_CTRL_BYE};
+    for (int p = 0; p < LG_NPATHS; p++)
+        if (c->paths[p] && __atomic_load_n(&c->paths[p]->state, __ATOMIC_ACQUIRE) == LG_PATH_UP)
+            lg_path_ctrl_send(c->paths[p], &bye);
+    lg_conn_free(c);
+    lg_core_ref(-1);
+    return ncclSuccess;
+}
+
+ncclResult_t lg_core_close_send(void *send_comm) { return close_conn(send_comm, LG_CONN_SEND, "closeSend"); }
+ncclResult_t lg_core_close_recv(void *recv_comm) { return close_conn(recv_comm, LG_CONN_RECV, "closeRecv"); }

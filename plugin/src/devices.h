@@ -1,0 +1,63 @@
+/* Devices: one NCCL device per data NIC, each the pair (primary NIC, backup NIC), and their
+ * NCCL properties. */
+#ifndef LG_DEVICES_H
+#define LG_DEVICES_H
+
+#include <net/if.h>
+#include <stdint.h>
+
+#define LG_MAX_DEVS 64
+#define LG_MAX_IFS 128
+#define LG_NIC_NONE (-1)
+
+/* One interface as the system reports it. */
+struct lg_ifinfo {
+    char name[IFNAMSIZ];
+    uint32_t ip; /* first IPv4 address, network order; 0 = none */
+    int up;
+    int loopback;
+};
+
+struct lg_nic {
+    char name[IFNAMSIZ];
+    uint32_t ip; /* network order */
+};
+
+struct lg_device {
+    struct lg_nic nic[2]; /* [0] primary, [1] backup */
+    int has_backup;
+    /* properties (filled by lg_devices_fill_props) */
+    char pci_path[4096]; /* empty: virtual NIC, reported as NULL */
+    int speed_mbps;
+    uint64_t guid;
+};
+
+struct lg_device_table {
+    int count;
+    const char *source; /* where the list came from, for the log */
+    struct lg_device dev[LG_MAX_DEVS];
+};
+
+/* The system's interfaces (getifaddrs). Returns the count or -1. */
+int lg_ifaces_scan(struct lg_ifinfo *out, int max);
+
+/* Devices from a LINKGUARD_PAIRS-style spec against the given interfaces (pure; tests feed
+ * fake interface lists). Returns the device count, or -1 with a message naming the culprit
+ * in err. `backup` = 0 drops every backup. */
+int lg_devices_from_pairs(const char *spec, const struct lg_ifinfo *ifs, int nifs, int backup,
+                          struct lg_device_table *t, char *err, size_t errlen);
+/* Every up, non-loopback IPv4 interface, paired with the next one (pure). */
+int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup,
+                           struct lg_device_table *t, char *err, size_t errlen);
+
+/* Builds the process's table from the first source that yields devices:
+ *   the daemon's shared-memory table (to come: lg_devices_from_shm slots in here),
+ *   LINKGUARD_PAIRS, then every interface. `single` (the standalone lgtcp plugin): one
+ * device per interface of LGTCP_IFS (or every interface), no backups.
+ * Returns the count, or -1 after a WARN naming the problem. */
+int lg_devices_discover(struct lg_device_table *t, int single);
+
+/* pciPath, speed and guid from sysfs (root from LINKGUARD_SYSFS_ROOT). */
+void lg_devices_fill_props(struct lg_device_table *t, const char *sysfs_root);
+
+#endif

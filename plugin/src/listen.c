@@ -1,0 +1,284 @@
+/* Listen and non-blocking accept: one listening socket per NIC of the device; accepted
+ * sockets introduce themselves with a hello and are grouped by the connector's nonce until
+ * every socket of every announced path is there. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "core.h"
+#include "handle.h"
+#include "log.h"
+#include "params.h"
+#include "sock.h"
+#include "util.h"
+
+#define LG_LISTEN_MAGIC 0x4c474c49u /* "LGLI" */
+#define LG_ACC_MAX 512               /* sockets waiting for their hello */
+#define LG_GROUP_MAX 64              /* connections being assembled */
+
+struct lg_acc_sock {
+    int fd;
+    int path;
+    size_t got;
+    uint8_t buf[LG_HELLO_SIZE];
+    uint64_t t0;
+};
+
+struct lg_group {
+    int used;
+    uint64_t nonce, t0;
+    int nstreams;
+    uint32_t chunk_size;
+    int mask; /* paths announced by the primary's control hello; 0 until then */
+    int fds[LG_NPATHS][LG_MAX_STREAMS + 1];
+};
+
+struct lg_listen {
+    uint32_t magic;
+    int dev;
+    uint64_t listen_id;
+    int npaths;
+    int lfd[LG_NPATHS];
+    struct lg_acc_sock socks[LG_ACC_MAX];
+    int nsocks;
+    struct lg_group groups[LG_GROUP_MAX];
+    int warned;
+};
+
+ncclResult_t lg_core_listen(int dev, void *handle, void **listen_comm)
+{
+    const struct lg_device *d = lg_core_device(dev);
+    *listen_comm = NULL;
+    if (!d) {
+        LG_WARN("listen: no device %d", dev);
+        return ncclInvalidArgument;
+    }
+    struct lg_listen *l = calloc(1, sizeof(*l));
+    if (!l)
+        return ncclSystemError;
+    l->magic = LG_LISTEN_MAGIC;
+    l->dev = dev;
+    l->listen_id = lg_random_u64();
+    l->npaths = d->has_backup ? 2 : 1;
+    struct lg_handle h = {.listen_id = l->listen_id,
+                          .flags = l->npaths > 1 ? LG_HANDLE_F_BACKUP : 0};
+    for (int p = 0; p < LG_NPATHS; p++)
+        l->lfd[p] = -1;
+    for (int p = 0; p < l->npaths; p++) {
+        l->lfd[p] = lg_sock_listen(d->nic[p].ip, &h.port[p]);
+        if (l->lfd[p] < 0) {
+            LG_WARN("listen on NIC %s (%s): %s", d->nic[p].name,
+                    lg_addr_format(d->nic[p].ip, 0).s, strerror(errno));
+            for (int q = 0; q < p; q++)
+                close(l->lfd[q]);
+            free(l);
+            return ncclSystemError;
+        }
+        h.ip[p] = d->nic[p].ip;
+    }
+    for (int g = 0; g < LG_GROUP_MAX; g++)
+        for (int p = 0; p < LG_NPATHS; p++)
+            for (int k = 0; k <= LG_MAX_STREAMS; k++)
+                l->groups[g].fds[p][k] = -1;
+    lg_handle_encode(handle, &h);
+    lg_core_ref(1);
+    *listen_comm = l;
+    return ncclSuccess;
+}
+
+static void group_drop(struct lg_group *g)
+{
+    for (int p = 0; p < LG_NPATHS; p++)
+        for (int k = 0; k <= LG_MAX_STREAMS; k++) {
+            if (g->fds[p][k] >= 0)
+                close(g->fds[p][k]);
+            g->fds[p][k] = -1;
+        }
+    g->used = 0;
+    g->mask = 0;
+}
+
+/* Files a socket whose hello is complete. Returns 0, or -1 to close it (stranger). */
+static int file_socket(struct lg_listen *l, struct lg_acc_sock *a, uint64_t now)
+{
+    struct lg_hello h;
+    if (lg_hello_decode(a->buf, &h) != 0 || h.listen_id != l->listen_id || h.path != a->path ||
+        h.chunk_size > (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20))
+        return -1;
+    struct lg_group *g = NULL, *free_g = NULL;
+    for (int i = 0; i < LG_GROUP_MAX; i++) {
+        if (l->groups[i].used && l->groups[i].nonce == h.conn_nonce)
+            g = &l->groups[i];
+        else if (!l->groups[i].used && !free_g)
+            free_g = &l->groups[i];
+    }
+    if (!g) {
+        if (!free_g)
+            return -1;
+        g = free_g;
+        g->used = 1;
+        g->nonce = h.conn_nonce;
+        g->t0 = now; /* the caller's clock: a later reading would make now - t0 wrap */
+        g->nstreams = h.nstreams;
+        g->chunk_size = h.chunk_size;
+        g->mask = 0;
+    }
+    if (g->nstreams != h.nstreams || g->chunk_size != h.chunk_size ||
+        g->fds[h.path][h.stream] >= 0)
+        return -1;
+    g->fds[h.path][h.stream] = a->fd;
+    if (h.path == 0 && h.stream == 0)
+        g->mask = h.paths_mask;
+    return 0;
+}
+
+static int group_complete(const struct lg_group *g)
+{
+    if (!g->used || !g->mask)
+        return 0;
+    for (int p = 0; p < LG_NPATHS; p++)
+        for (int k = 0; (g->mask & (1 << p)) && k <= g->nstreams; k++)
+            if (g->fds[p][k] < 0)
+                return 0;
+    return 1;
+}
+
+static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
+{
+    const struct lg_device *d = lg_core_device(l->dev);
+    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, l->dev, g->nstreams, g->chunk_size);
+    if (!c)
+        return NULL;
+    c->nonce = g->nonce;
+    c->listen_id = l->listen_id;
+    for (int p = 0; p < LG_NPATHS; p++) {
+        if (!(g->mask & (1 << p)))
+            continue;
+        struct sockaddr_in peer = {0};
+        socklen_t len = sizeof(peer);
+        getpeername(g->fds[p][0], (struct sockaddr *)&peer, &len);
+        struct lg_path *path = lg_path_new(c, p, d->nic[p].name,
+                                           lg_addr_format(peer.sin_addr.s_addr,
+                                                          ntohs(peer.sin_port)).s);
+        if (!path) {
+            lg_conn_free(c);
+            return NULL;
+        }
+        for (int k = 0; k <= g->nstreams; k++) {
+            int fd = g->fds[p][k];
+            g->fds[p][k] = -1;
+            lg_sock_setup_accepted(fd, k ? LG_SOCK_DATA : LG_SOCK_CTRL);
+            if (k == 0)
+                path->ctrl.task.fd = fd;
+            else
+                path->data[k - 1].task.fd = fd;
+        }
+    }
+    group_drop(g); /* sockets of paths the connector gave up on */
+    return c;
+}
+
+ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
+{
+    struct lg_listen *l = listen_comm;
+    *recv_comm = NULL;
+    if (!l || l->magic != LG_LISTEN_MAGIC) {
+        LG_WARN("accept: not a linkguard listen comm");
+        return ncclInternalError;
+    }
+    uint64_t now = lg_now_ns();
+    uint64_t timeout = (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
+    for (int p = 0; p < l->npaths; p++) {
+        for (;;) {
+            int fd = accept4(l->lfd[p], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0)
+                break;
+            if (l->nsocks == LG_ACC_MAX) {
+                close(fd);
+                continue;
+            }
+            l->socks[l->nsocks++] = (struct lg_acc_sock){.fd = fd, .path = p, .t0 = now};
+        }
+    }
+    for (int i = 0; i < l->nsocks; i++) {
+        struct lg_acc_sock *a = &l->socks[i];
+        int drop = 0;
+        while (a->got < LG_HELLO_SIZE) {
+            /* Exactly the hello: what follows belongs to the stream. */
+            ssize_t n = recv(a->fd, a->buf + a->got, LG_HELLO_SIZE - a->got, MSG_DONTWAIT);
+            if (n > 0) {
+                a->got += (size_t)n;
+                continue;
+            }
+            drop = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+            break;
+        }
+        if (a->got == LG_HELLO_SIZE && !drop) {
+            if (file_socket(l, a, now) != 0) {
+                if (!l->warned++)
+                    LG_WARN("accept on device %d: dropped a connection that is not a linkguard "
+                            "peer of this listener", l->dev);
+                drop = 1;
+            } else {
+                l->socks[i--] = l->socks[--l->nsocks];
+                continue;
+            }
+        }
+        if (drop || now - a->t0 > timeout) {
+            close(a->fd);
+            l->socks[i--] = l->socks[--l->nsocks];
+        }
+    }
+    for (int i = 0; i < LG_GROUP_MAX; i++) {
+        struct lg_group *g = &l->groups[i];
+        if (group_complete(g)) {
+            struct lg_conn *c = group_build(l, g);
+            if (!c || lg_core_conn_ready(c) != 0) {
+                if (c)
+                    lg_conn_free(c);
+                LG_WARN("accept on device %d: cannot set up the connection", l->dev);
+                return ncclSystemError;
+            }
+            *recv_comm = c;
+            return ncclSuccess;
+        }
+        if (g->used && now - g->t0 > timeout) {
+            char have[2 * (LG_MAX_STREAMS + 2) + 1];
+            int n = 0;
+            for (int p = 0; p < LG_NPATHS; p++) {
+                for (int k = 0; k <= g->nstreams; k++)
+                    have[n++] = g->fds[p][k] >= 0 ? '+' : '-';
+                have[n++] = p ? 0 : '/';
+            }
+            LG_WARN("accept on device %d: connection %016llx incomplete after %lld ms (paths "
+                    "announced %d, sockets %s), dropped",
+                    l->dev, (unsigned long long)g->nonce, (long long)lg_params.connect_timeout_ms,
+                    g->mask, have);
+            group_drop(g);
+        }
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t lg_core_close_listen(void *listen_comm)
+{
+    struct lg_listen *l = listen_comm;
+    if (!l || l->magic != LG_LISTEN_MAGIC)
+        return ncclInternalError;
+    for (int p = 0; p < l->npaths; p++)
+        close(l->lfd[p]);
+    for (int i = 0; i < l->nsocks; i++)
+        close(l->socks[i].fd);
+    for (int i = 0; i < LG_GROUP_MAX; i++)
+        if (l->groups[i].used)
+            group_drop(&l->groups[i]);
+    l->magic = 0;
+    free(l);
+    lg_core_ref(-1);
+    return ncclSuccess;
+}

@@ -1,0 +1,133 @@
+/* Device discovery: LINKGUARD_PAIRS parsing against a fake interface list (order, backups,
+ * errors naming the culprit), the automatic pairing, and properties from a fake sysfs. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "devices.h"
+#include "lg_test.h"
+
+static struct lg_ifinfo ifs[] = {
+    {"lo", 0x0100007f, 1, 1},
+    {"mgmt", 0, 1, 0}, /* no IPv4 */
+    {"rail0", 0x01001283, 1, 0},
+    {"rail1", 0x01011283, 1, 0},
+    {"rail2", 0x01021283, 0, 0}, /* down */
+    {"rail3", 0x01031283, 1, 0},
+};
+static const int nifs = sizeof(ifs) / sizeof(ifs[0]);
+static struct lg_device_table t;
+static char err[256];
+
+static int pairs(const char *spec, int backup)
+{
+    err[0] = 0;
+    return lg_devices_from_pairs(spec, ifs, nifs, backup, &t, err, sizeof(err));
+}
+
+static void test_pairs(void)
+{
+    CHECK_EQ(pairs("rail0:rail1,rail1:rail0", 1), 2);
+    CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && !strcmp(t.dev[0].nic[1].name, "rail1"));
+    CHECK(!strcmp(t.dev[1].nic[0].name, "rail1") && !strcmp(t.dev[1].nic[1].name, "rail0"));
+    CHECK(t.dev[0].has_backup && t.dev[1].has_backup);
+    CHECK(t.dev[0].nic[0].ip == ifs[2].ip && t.dev[0].nic[1].ip == ifs[3].ip);
+    CHECK_EQ(pairs(" rail1 : rail3 , rail0 ", 1), 2); /* spaces; no backup for rail0 */
+    CHECK(!strcmp(t.dev[0].nic[1].name, "rail3") && !t.dev[1].has_backup);
+    CHECK_EQ(pairs("rail0:rail1", 0), 1); /* LINKGUARD_BACKUP=0 */
+    CHECK(!t.dev[0].has_backup);
+    CHECK_EQ(pairs("rail2:rail0", 1), 1); /* an interface that is down is still a device */
+    CHECK_EQ(pairs("", 1), 0);            /* not set: next source */
+
+    CHECK_EQ(pairs("rail0:bogus9", 1), -1);
+    CHECK(strstr(err, "unknown interface 'bogus9'") != NULL);
+    CHECK_EQ(pairs("nope:rail0", 1), -1);
+    CHECK(strstr(err, "'nope'") != NULL);
+    CHECK_EQ(pairs("rail1:rail1", 1), -1);
+    CHECK(strstr(err, "'rail1' is paired with itself") != NULL);
+    CHECK_EQ(pairs("rail0:rail1,rail0:rail3", 1), -1);
+    CHECK(strstr(err, "'rail0'") != NULL);
+    CHECK_EQ(pairs("mgmt:rail0", 1), -1);
+    CHECK(strstr(err, "no IPv4") != NULL);
+    CHECK_EQ(pairs("rail0:bogus", 0), -1); /* a typo fails even with the backup disabled */
+    CHECK_EQ(pairs("rail0,,rail1", 1), -1);
+    CHECK_EQ(pairs("rail0:", 1), -1);
+    CHECK_EQ(pairs(":rail0", 1), -1);
+    CHECK_EQ(pairs("averyveryverylongname:rail0", 1), -1);
+}
+
+static void test_auto(void)
+{
+    /* Up, not loopback, with IPv4: rail0, rail1, rail3; each backed by the next. */
+    CHECK_EQ(lg_devices_from_ifaces(ifs, nifs, 1, &t, err, sizeof(err)), 3);
+    CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && !strcmp(t.dev[0].nic[1].name, "rail1"));
+    CHECK(!strcmp(t.dev[1].nic[0].name, "rail1") && !strcmp(t.dev[1].nic[1].name, "rail3"));
+    CHECK(!strcmp(t.dev[2].nic[0].name, "rail3") && !strcmp(t.dev[2].nic[1].name, "rail0"));
+    CHECK_EQ(lg_devices_from_ifaces(ifs, 3, 1, &t, err, sizeof(err)), 1); /* lo, mgmt, rail0 */
+    CHECK(!t.dev[0].has_backup); /* alone: nobody to pair with */
+    CHECK_EQ(lg_devices_from_ifaces(ifs, nifs, 0, &t, err, sizeof(err)), 3);
+    CHECK(!t.dev[0].has_backup);
+}
+
+static void put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void test_sysfs(void)
+{
+    char root[] = "/tmp/lg-sysfs-XXXXXX", p[512];
+    if (!mkdtemp(root)) {
+        CHECK(0);
+        return;
+    }
+    /* class/net/rail0 -> a PCI device; rail1 virtual with speed -1. */
+    snprintf(p, sizeof(p), "%s/class", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof(p), "%s/class/net", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof(p), "%s/devices", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof(p), "%s/devices/0000:17:00.0", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof(p), "%s/class/net/rail0", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof(p), "%s/class/net/rail1", root);
+    mkdir(p, 0755);
+    char target[512];
+    snprintf(target, sizeof(target), "%s/devices/0000:17:00.0", root);
+    snprintf(p, sizeof(p), "%s/class/net/rail0/device", root);
+    CHECK_EQ(symlink(target, p), 0);
+    snprintf(p, sizeof(p), "%s/class/net/rail0/speed", root);
+    put(p, "100000\n");
+    snprintf(p, sizeof(p), "%s/class/net/rail0/address", root);
+    put(p, "0a:0b:0c:0d:0e:0f\n");
+    snprintf(p, sizeof(p), "%s/class/net/rail1/speed", root);
+    put(p, "-1\n");
+    CHECK_EQ(pairs("rail0:rail1,rail1:rail0", 1), 2);
+    lg_devices_fill_props(&t, root);
+    CHECK(!strcmp(t.dev[0].pci_path, target));
+    CHECK_EQ(t.dev[0].speed_mbps, 100000);
+    CHECK(t.dev[0].guid == ((1ull << 48) | 0x0a0b0c0d0e0full));
+    CHECK_EQ(t.dev[1].pci_path[0], 0); /* virtual: reported as NULL */
+    CHECK_EQ(t.dev[1].speed_mbps, 10000); /* unknown speed */
+    CHECK(t.dev[0].guid != t.dev[1].guid);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    CHECK_EQ(system(cmd), 0);
+}
+
+int main(void)
+{
+    test_pairs();
+    test_auto();
+    test_sysfs();
+    LG_TEST_DONE();
+}

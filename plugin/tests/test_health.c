@@ -1,0 +1,100 @@
+/* The plugin's health view over a real control file written by the C writer: no daemon,
+ * a live one, state changes seen through the one-load poll, a stale heartbeat, a restart. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "health.h"
+#include "lg_test.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void publish(struct lg_shm_writer *w, uint32_t state0, uint32_t state1, uint64_t epoch)
+{
+    struct lg_shm_nic nics[2];
+    memset(nics, 0, sizeof(nics));
+    snprintf(nics[0].name, sizeof(nics[0].name), "rail0");
+    snprintf(nics[1].name, sizeof(nics[1].name), "rail1");
+    nics[0].state = state0;
+    nics[1].state = state1;
+    nics[0].epoch = nics[1].epoch = epoch;
+    nics[0].backup_index = 1;
+    nics[1].backup_index = 0;
+    lg_shm_writer_update(w, nics, 2);
+}
+
+int main(void)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/dev/shm/lgtest-health-%d", (int)getpid());
+    setenv(LG_SHM_PATH_ENV, path, 1);
+    unlink(path);
+
+    /* No daemon: every NIC is UNKNOWN, which the transport treats as usable. */
+    lg_health_init();
+    CHECK(!lg_health_alive());
+    CHECK_EQ(lg_health_find("rail0"), -1);
+    CHECK_EQ(lg_health_state(0, NULL), LG_NIC_UNKNOWN);
+    CHECK(lg_health_usable(lg_health_state(0, NULL)));
+
+    /* A daemon appears: picked up at the next tick. */
+    int err = 0;
+    struct lg_shm_writer *w = lg_shm_writer_create(path, 8, 16, 1, &err);
+    CHECK(w != NULL);
+    publish(w, LG_NIC_UP, LG_NIC_UP, 1);
+    lg_health_tick(now_ns() + LG_HEALTH_RECHECK_NS);
+    CHECK(lg_health_alive());
+    int i0 = lg_health_find("rail0"), i1 = lg_health_find("rail1");
+    CHECK_EQ(i0, 0);
+    CHECK_EQ(i1, 1);
+    CHECK_EQ(lg_health_state(i0, NULL), LG_NIC_UP);
+
+    /* A change is seen by the hot-path poll alone, with its epoch. */
+    uint64_t g1 = lg_health_poll();
+    publish(w, LG_NIC_DOWN, LG_NIC_UP, 2);
+    uint64_t g2 = lg_health_poll();
+    CHECK(g2 != g1);
+    uint64_t epoch = 0;
+    CHECK_EQ(lg_health_state(i0, &epoch), LG_NIC_DOWN);
+    CHECK_EQ(epoch, 2);
+    CHECK(!lg_health_usable(LG_NIC_DOWN) && !lg_health_usable(LG_NIC_DEGRADED) &&
+          !lg_health_usable(LG_NIC_DRAINED) && !lg_health_usable(LG_NIC_RECOVERING));
+    CHECK_EQ(lg_health_poll(), g2); /* nothing changed: same generation */
+
+    struct lg_shm_snapshot snap;
+    CHECK_EQ(lg_health_snapshot(&snap), LG_SHM_OK);
+    CHECK_EQ(snap.nic_count, 2);
+
+    /* Stale heartbeat: the view forgets the daemon's opinion. */
+    lg_health_tick(now_ns() + 3 * LG_HEALTH_STALE_NS);
+    CHECK(!lg_health_alive());
+    CHECK_EQ(lg_health_state(i0, NULL), LG_NIC_UNKNOWN);
+
+    /* A restarted daemon (a new file at the path) is found again. */
+    lg_shm_writer_close(w, 0);
+    w = lg_shm_writer_create(path, 8, 16, 1, &err);
+    CHECK(w != NULL);
+    publish(w, LG_NIC_RECOVERING, LG_NIC_UP, 7);
+    lg_health_tick(now_ns() + 4 * LG_HEALTH_STALE_NS); /* the old file is stale, and replaced */
+    lg_health_tick(now_ns() + 5 * LG_HEALTH_STALE_NS); /* opens the new one... */
+    uint64_t later = now_ns() + 6 * LG_HEALTH_STALE_NS; /* ticks only move forward */
+    lg_shm_writer_heartbeat(w, later);
+    lg_health_tick(later); /* ...whose heartbeat is fresh */
+    CHECK(lg_health_alive());
+    CHECK_EQ(lg_health_state(lg_health_find("rail0"), &epoch), LG_NIC_RECOVERING);
+    CHECK_EQ(epoch, 7);
+
+    /* The daemon goes away on purpose: the file is removed, the view says so. */
+    lg_shm_writer_close(w, 1);
+    lg_health_tick(later + 10 * LG_HEALTH_STALE_NS);
+    CHECK(!lg_health_alive());
+    lg_health_fini();
+    LG_TEST_DONE();
+}

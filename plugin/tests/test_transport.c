@@ -1,0 +1,304 @@
+/* The TCP transport end to end inside one process, over loopback: a device whose primary is
+ * 127.0.0.1 and whose backup is 127.0.0.2 (both on lo), so both paths are built. Covers
+ * connect/accept progress, every byte of messages of many sizes, receive larger than send,
+ * zero-byte messages, back-pressure, the 32-request window, garbage handles, many comms,
+ * and close with requests in flight or after the peer vanished. */
+#include <arpa/inet.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+#include "handle.h"
+#include "lg_test.h"
+#include "util.h"
+
+static void make_devices(void)
+{
+    struct lg_device_table t;
+    memset(&t, 0, sizeof(t));
+    t.count = 1;
+    t.source = "test";
+    strcpy(t.dev[0].nic[0].name, "lo");
+    t.dev[0].nic[0].ip = inet_addr("127.0.0.1");
+    strcpy(t.dev[0].nic[1].name, "lo");
+    t.dev[0].nic[1].ip = inet_addr("127.0.0.2");
+    t.dev[0].has_backup = 1;
+    t.dev[0].speed_mbps = 10000;
+    lg_core_test_set_devices(&t, LG_FLAVOR_LINKGUARD);
+}
+
+/* Connects one send/recv pair through the non-blocking calls, like NCCL's proxy. */
+static int pair_connect(void **s, void **r)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *l = NULL;
+    *s = *r = NULL;
+    if (lg_core_listen(0, handle, &l) != ncclSuccess)
+        return -1;
+    uint64_t t0 = lg_now_ns();
+    while ((!*s || !*r) && lg_now_ns() - t0 < 5000000000ull) {
+        if (!*s && lg_core_connect(0, handle, s) != ncclSuccess)
+            break;
+        if (!*r && lg_core_accept(l, r) != ncclSuccess)
+            break;
+    }
+    lg_core_close_listen(l);
+    return *s && *r ? 0 : -1;
+}
+
+static void fill(char *b, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = (char)((seed * 131 + i * 7 + (i >> 9)) & 0xff);
+}
+
+static int verify(const char *b, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != (char)((seed * 131 + i * 7 + (i >> 9)) & 0xff))
+            return 0;
+    return 1;
+}
+
+static int wait_done(void *req, int *size)
+{
+    int done = 0;
+    uint64_t t0 = lg_now_ns();
+    while (!done && lg_now_ns() - t0 < 10000000000ull)
+        if (lg_core_test(req, &done, size) != ncclSuccess)
+            return -1;
+    return done ? 0 : -1;
+}
+
+/* Messages of many sizes, `depth` in flight, receives posted `extra` bytes larger. */
+static void transfer(void *s, void *r, int depth, size_t extra)
+{
+    static const size_t sizes[] = {0, 1, 7, 100, 4096, 65536, 65537, 524288, 524289,
+                                   1048576 + 3, 4 << 20, 3};
+    const int nsz = (int)(sizeof(sizes) / sizeof(sizes[0]));
+    const int count = 3 * nsz;
+    char *sb[8], *rb[8];
+    void *sreq[8] = {0}, *rreq[8] = {0};
+    int posted_s = 0, posted_r = 0, done_s = 0, done_r = 0, bad = 0;
+    size_t cap = (4 << 20) + extra;
+    for (int i = 0; i < depth; i++) {
+        sb[i] = malloc(4 << 20);
+        rb[i] = malloc(cap);
+    }
+    uint64_t t0 = lg_now_ns();
+    while ((done_s < count || done_r < count) && lg_now_ns() - t0 < 20000000000ull) {
+        if (posted_r < count && posted_r - done_r < depth) {
+            int k = posted_r % depth;
+            void *d = rb[k];
+            size_t sz = cap;
+            int tag = 1;
+            void *req = NULL;
+            CHECK_EQ(lg_core_irecv(r, 1, &d, &sz, &tag, NULL, &req), ncclSuccess);
+            if (req)
+                rreq[k] = req, posted_r++;
+        }
+        if (posted_s < count && posted_s - done_s < depth) {
+            int k = posted_s % depth;
+            size_t sz = sizes[posted_s % nsz];
+            fill(sb[k], sz, (uint64_t)posted_s);
+            void *req = NULL;
+            CHECK_EQ(lg_core_isend(s, sb[k], sz, 1, NULL, &req), ncclSuccess);
+            if (req)
+                sreq[k] = req, posted_s++;
+        }
+        if (done_s < posted_s) {
+            int done = 0, size = -1;
+            CHECK_EQ(lg_core_test(sreq[done_s % depth], &done, &size), ncclSuccess);
+            if (done) {
+                CHECK_EQ(size, sizes[done_s % nsz]);
+                done_s++;
+            }
+        }
+        if (done_r < posted_r) {
+            int done = 0, size = -1;
+            CHECK_EQ(lg_core_test(rreq[done_r % depth], &done, &size), ncclSuccess);
+            if (done) {
+                size_t want = sizes[done_r % nsz];
+                CHECK_EQ(size, want);
+                if (!verify(rb[done_r % depth], want, (uint64_t)done_r))
+                    bad++;
+                done_r++;
+            }
+        }
+    }
+    CHECK_EQ(done_s, count);
+    CHECK_EQ(done_r, count);
+    CHECK_EQ(bad, 0);
+    for (int i = 0; i < depth; i++) {
+        free(sb[i]);
+        free(rb[i]);
+    }
+}
+
+static void test_garbage_handle(void)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *s = NULL;
+    memset(handle, 0x5a, sizeof(handle));
+    CHECK(lg_core_connect(0, handle, &s) != ncclSuccess);
+    CHECK(s == NULL);
+    memset(handle, 0, sizeof(handle));
+    CHECK(lg_core_connect(0, handle, &s) != ncclSuccess);
+    void *l = NULL;
+    CHECK_EQ(lg_core_listen(0, handle, &l), ncclSuccess);
+    handle[4] = 9; /* version */
+    CHECK(lg_core_connect(0, handle, &s) != ncclSuccess);
+    CHECK_EQ(lg_core_close_listen(l), ncclSuccess);
+}
+
+static void test_window(void *s, void *r)
+{
+    /* No receives posted: the sender can have at most the window outstanding. */
+    static char buf[64];
+    void *reqs[80];
+    int n = 0;
+    for (int i = 0; i < 80; i++) {
+        void *req = NULL;
+        CHECK_EQ(lg_core_isend(s, buf, sizeof(buf), 0, NULL, &req), ncclSuccess);
+        if (!req)
+            break;
+        reqs[n++] = req;
+    }
+    CHECK(n >= 32);
+    CHECK(n < 80);
+    int done = 1;
+    CHECK_EQ(lg_core_test(reqs[0], &done, NULL), ncclSuccess);
+    CHECK_EQ(done, 0); /* not acked: nothing was received */
+    /* Drain them so the comms can be reused. */
+    static char rbuf[64];
+    for (int i = 0; i < n; i++) {
+        void *d = rbuf, *req = NULL;
+        size_t sz = sizeof(rbuf);
+        while (!req)
+            CHECK_EQ(lg_core_irecv(r, 1, &d, &sz, NULL, NULL, &req), ncclSuccess);
+        int size = -1;
+        CHECK_EQ(wait_done(req, &size), 0);
+        CHECK_EQ(size, 64);
+        CHECK_EQ(wait_done(reqs[i], NULL), 0);
+    }
+}
+
+static void test_optional_marker(void *s, void *r)
+{
+    char sbuf[100], rbuf[200];
+    fill(sbuf, sizeof(sbuf), 77);
+    void *d = rbuf, *rreq = (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION, *sreq = NULL;
+    size_t sz = sizeof(rbuf);
+    CHECK_EQ(lg_core_irecv(r, 1, &d, &sz, NULL, NULL, &rreq), ncclSuccess);
+    CHECK(rreq != NULL && rreq != (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION);
+    CHECK_EQ(lg_core_isend(s, sbuf, sizeof(sbuf), 0, NULL, &sreq), ncclSuccess);
+    int size = -1;
+    CHECK_EQ(wait_done(rreq, &size), 0);
+    CHECK_EQ(size, 100);
+    CHECK(verify(rbuf, 100, 77));
+    CHECK_EQ(wait_done(sreq, NULL), 0);
+}
+
+static void test_close_inflight(void)
+{
+    void *s, *r;
+    CHECK_EQ(pair_connect(&s, &r), 0);
+    static char big[1 << 20], rbig[1 << 20];
+    void *req;
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(lg_core_isend(s, big, sizeof(big), 0, NULL, &req), ncclSuccess);
+    void *d = rbig;
+    size_t sz = sizeof(rbig);
+    CHECK_EQ(lg_core_irecv(r, 1, &d, &sz, NULL, NULL, &req), ncclSuccess);
+    CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+    CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+}
+
+static void test_peer_vanishes(void)
+{
+    void *s, *r;
+    CHECK_EQ(pair_connect(&s, &r), 0);
+    static char big[1 << 20];
+    void *req = NULL;
+    CHECK_EQ(lg_core_isend(s, big, sizeof(big), 0, NULL, &req), ncclSuccess);
+    CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+    /* The send can never be acked: test must report an error, not hang. */
+    int done = 0;
+    ncclResult_t rc = ncclSuccess;
+    uint64_t t0 = lg_now_ns();
+    while (rc == ncclSuccess && !done && lg_now_ns() - t0 < 5000000000ull)
+        rc = lg_core_test(req, &done, NULL);
+    CHECK(rc != ncclSuccess);
+    CHECK_EQ(done, 0);
+    void *req2 = NULL;
+    CHECK(lg_core_isend(s, big, 10, 0, NULL, &req2) != ncclSuccess);
+    CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+}
+
+static void test_many_comms(int n)
+{
+    void **s = calloc((size_t)n, sizeof(void *)), **r = calloc((size_t)n, sizeof(void *));
+    int ok = 0;
+    for (int i = 0; i < n; i++)
+        ok += pair_connect(&s[i], &r[i]) == 0;
+    CHECK_EQ(ok, n);
+    for (int i = 0; i < n && ok == n; i++) {
+        char sb[256], rb[256];
+        fill(sb, sizeof(sb), (uint64_t)i);
+        void *d = rb, *rr = NULL, *sr = NULL;
+        size_t sz = sizeof(rb);
+        CHECK_EQ(lg_core_irecv(r[i], 1, &d, &sz, NULL, NULL, &rr), ncclSuccess);
+        CHECK_EQ(lg_core_isend(s[i], sb, sizeof(sb), 0, NULL, &sr), ncclSuccess);
+        CHECK_EQ(wait_done(rr, NULL), 0);
+        CHECK_EQ(wait_done(sr, NULL), 0);
+        CHECK(verify(rb, sizeof(rb), (uint64_t)i));
+    }
+    for (int i = 0; i < n; i++) {
+        if (s[i])
+            lg_core_close_send(s[i]);
+        if (r[i])
+            lg_core_close_recv(r[i]);
+    }
+    free(s);
+    free(r);
+}
+
+int main(void)
+{
+    setenv("LINKGUARD_CONNECT_TIMEOUT_MS", "3000", 1);
+    make_devices();
+    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, NULL), ncclSuccess);
+    int n = 0;
+    CHECK_EQ(lg_core_devices(&n), ncclSuccess);
+    CHECK_EQ(n, 1);
+    ncclNetProperties_v12_t props;
+    CHECK_EQ(lg_core_get_properties(0, &props), ncclSuccess);
+    CHECK(!strcmp(props.name, "lo"));
+    CHECK(props.pciPath == NULL);
+    CHECK(props.maxP2pBytes > 0 && props.maxP2pBytes <= NCCL_MAX_NET_SIZE_BYTES);
+    CHECK(lg_core_get_properties(1, &props) != ncclSuccess);
+
+    test_garbage_handle();
+    void *s, *r;
+    CHECK_EQ(pair_connect(&s, &r), 0);
+    if (s && r) {
+        void *mh = NULL;
+        char reg[64];
+        CHECK_EQ(lg_core_reg_mr(s, reg, sizeof(reg), NCCL_PTR_HOST, &mh), ncclSuccess);
+        CHECK(lg_core_reg_mr(s, reg, sizeof(reg), NCCL_PTR_CUDA, &mh) != ncclSuccess);
+        transfer(s, r, 1, 0);
+        transfer(s, r, 8, 4096);
+        test_window(s, r);
+        test_optional_marker(s, r);
+        CHECK_EQ(lg_core_dereg_mr(s, mh), ncclSuccess);
+        CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+        CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+    }
+    test_close_inflight();
+    test_peer_vanishes();
+    test_many_comms(100);
+    CHECK_EQ(lg_core_finalize(), ncclSuccess);
+    LG_TEST_DONE();
+}

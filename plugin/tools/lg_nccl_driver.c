@@ -1,0 +1,505 @@
+/* lg_nccl_driver: drives an ncclNet plugin the way NCCL's proxy does, between two processes
+ * (two lab hosts), and checks every byte.
+ *
+ *   server: lg_nccl_driver --role server --mgmt 198.19.0.1:7000 [options]
+ *   client: lg_nccl_driver --role client --mgmt 198.19.0.1:7000 [same options]
+ *
+ * dlopen the plugin, take the newest ncclNetPlugin_vN (or --version N), init, devices,
+ * getProperties, listen on the receiving side, exchange the handles over the management TCP
+ * connection, non-blocking connect/accept polling, regMr, then up to --depth (NCCL_STEPS = 8)
+ * messages in flight per connection, a buffer reused only after its request completed, and
+ * every received byte checked against a per-message pattern. Data flows client -> server
+ * (--bidir: both ways). A JSON report goes to stdout; the exit status is 0 only for a clean
+ * run. --corrupt flips one byte on the sender so a test can prove the check fails. */
+#include <getopt.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "driver_net.h"
+#include "params.h" /* --list-params: the plugin's tunables (linked from liblinkguard.a) */
+#include "driver_util.h"
+
+#define DRV_MAX_CONNS 512
+#define DRV_MAX_DEPTH 32
+#define DRV_MAGIC 0x4c474456u
+#define DRV_MAX_ERRORS 16
+
+struct drv_opts {
+    const char *plugin, *mgmt;
+    int version, server, dev, conns, depth, bidir, corrupt, close_inflight, optional, props;
+    int no_verify; /* benchmark mode: no per-message fill/check (reported) */
+    int pingpong;  /* round trips through the plugin */
+    const char *tcp_pingpong; /* ADDR:PORT: round trips over plain TCP, no plugin */
+    size_t size, recv_extra;
+    uint64_t count, bytes;
+    double timeout;
+};
+
+/* The part both sides must agree on, sent by the client and checked by the server. */
+struct drv_config {
+    uint32_t magic;
+    int32_t conns, depth, bidir, close_inflight, reserved;
+    uint64_t size, recv_extra, count;
+};
+
+struct drv_error {
+    const char *call;
+    int code, conn;
+};
+
+struct drv_comm {
+    int send; /* 1: send comm, 0: recv comm */
+    int conn, dir;
+    void *comm, *mh;
+    char *buf;
+    size_t slot_bytes;
+    void *req[DRV_MAX_DEPTH];
+    int filled; /* the next slot holds a filled message that isend refused (back-pressure) */
+    uint64_t posted, completed;
+};
+
+static struct {
+    struct drv_net net;
+    struct drv_opts o;
+    struct drv_pattern pat;
+    struct drv_comm comms[2 * DRV_MAX_CONNS];
+    int ncomms;
+    struct drv_error errors[DRV_MAX_ERRORS];
+    int nerrors;
+    uint64_t corrupt, mismatched, bytes_sent, bytes_recv, completions;
+    double t_start, t_last, max_gap;
+    const char *failure; /* a driver-level failure (setup, timeout), not a plugin error */
+} D;
+
+static void record_error(const char *call, ncclResult_t rc, int conn)
+{
+    if (D.nerrors < DRV_MAX_ERRORS)
+        D.errors[D.nerrors] = (struct drv_error){call, (int)rc, conn};
+    D.nerrors++;
+    fprintf(stderr, "lg_nccl_driver: %s returned %d (conn %d)\n", call, (int)rc, conn);
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: lg_nccl_driver --role server|client --mgmt IP:PORT [--plugin PATH]\n"
+            "  [--version 8..12] [--dev N] [--conns N] [--size BYTES] [--depth N<=32]\n"
+            "  [--count N | --bytes TOTAL] [--bidir] [--recv-extra BYTES] [--optional]\n"
+            "  [--timeout SEC] [--corrupt] [--close-inflight] [--props] [--verbose]\n"
+            "  [--no-verify]   (benchmarks only: skip the per-message fill and check)\n"
+            "  [--pingpong | --tcp-pingpong ADDR:PORT]  round trips (plugin / plain TCP)\n"
+            "  [--list-params]  the plugin's environment variables (Markdown)\n");
+    exit(2);
+}
+
+/* The plugin's tunables as a Markdown table (generated from params.def). */
+static void list_params(void)
+{
+    static const char *const kinds[] = {"int", "size", "bool", "string"};
+    printf("| variable | type | default | range | meaning |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < lg_param_count; i++) {
+        const struct lg_param_info *p = &lg_param_table[i];
+        char range[64] = "";
+        if (p->kind == LG_PK_INT || p->kind == LG_PK_SIZE)
+            snprintf(range, sizeof(range), "%lld..%lld", (long long)p->lo, (long long)p->hi);
+        printf("| `%s` | %s | `%s` | %s | %s |\n", p->env, kinds[p->kind], p->def, range,
+               p->doc);
+    }
+}
+
+static uint64_t parse_size(const char *s)
+{
+    char *e;
+    double v = strtod(s, &e);
+    switch (*e) {
+    case 'k': case 'K': v *= 1024; break;
+    case 'm': case 'M': v *= 1024 * 1024; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+    }
+    return (uint64_t)v;
+}
+
+static void parse_args(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"plugin", 1, 0, 'p'}, {"version", 1, 0, 'V'}, {"role", 1, 0, 'r'},
+        {"mgmt", 1, 0, 'm'}, {"dev", 1, 0, 'd'}, {"conns", 1, 0, 'c'},
+        {"size", 1, 0, 's'}, {"depth", 1, 0, 'D'}, {"count", 1, 0, 'n'},
+        {"bytes", 1, 0, 'b'}, {"bidir", 0, 0, 'B'}, {"recv-extra", 1, 0, 'x'},
+        {"timeout", 1, 0, 't'}, {"corrupt", 0, 0, 'C'}, {"close-inflight", 0, 0, 'I'},
+        {"optional", 0, 0, 'O'}, {"props", 0, 0, 'P'}, {"verbose", 0, 0, 'v'},
+        {"no-verify", 0, 0, 'N'}, {"list-params", 0, 0, 'L'}, {"pingpong", 0, 0, 'R'}, {"tcp-pingpong", 1, 0, 'T'},
+        {0, 0, 0, 0}};
+    struct drv_opts *o = &D.o;
+    *o = (struct drv_opts){.plugin = "libnccl-net-linkguard.so", .conns = 1, .depth = 8,
+                           .size = 1 << 20, .count = 0, .timeout = 120, .server = -1};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p': o->plugin = optarg; break;
+        case 'V': o->version = atoi(optarg); break;
+        case 'r': o->server = !strcmp(optarg, "server") ? 1 : !strcmp(optarg, "client") ? 0 : -2; break;
+        case 'm': o->mgmt = optarg; break;
+        case 'd': o->dev = atoi(optarg); break;
+        case 'c': o->conns = atoi(optarg); break;
+        case 's': o->size = parse_size(optarg); break;
+        case 'D': o->depth = atoi(optarg); break;
+        case 'n': o->count = strtoull(optarg, NULL, 10); break;
+        case 'b': o->bytes = parse_size(optarg); break;
+        case 'B': o->bidir = 1; break;
+        case 'x': o->recv_extra = parse_size(optarg); break;
+        case 't': o->timeout = atof(optarg); break;
+        case 'C': o->corrupt = 1; break;
+        case 'I': o->close_inflight = 1; break;
+        case 'O': o->optional = 1; break;
+        case 'P': o->props = 1; break;
+        case 'v': drv_log_level = NCCL_LOG_INFO; break;
+        case 'N': o->no_verify = 1; break;
+        case 'L': list_params(); exit(0);
+        case 'R': o->pingpong = o->bidir = o->no_verify = 1, o->conns = o->depth = 1; break;
+        case 'T': o->tcp_pingpong = optarg, o->no_verify = 1; break;
+        default: usage();
+        }
+    }
+    if (o->version && (o->version < 8 || o->version > 12))
+        usage();
+    if (o->props)
+        return;
+    if (o->server < 0 || (!o->mgmt && !o->tcp_pingpong) || o->conns < 1 || o->conns > DRV_MAX_CONNS || o->depth < 1 ||
+        o->depth > DRV_MAX_DEPTH)
+        usage();
+    if (!o->count)
+        o->count = o->bytes ? (o->bytes / o->conns + (o->size ? o->size : 1) - 1) /
+                                  (o->size ? o->size : 1)
+                            : 64;
+}
+
+static void print_props(void)
+{
+    int n = 0;
+    ncclResult_t rc = drv_devices(&D.net, &n);
+    printf("{\"plugin\": \"%s\", \"version\": %d, \"devices_rc\": %d, \"devices\": [", D.net.name,
+           D.net.version, (int)rc);
+    for (int i = 0; i < n; i++) {
+        ncclNetProperties_v12_t p;
+        rc = drv_props(&D.net, i, &p);
+        printf("%s{\"rc\": %d, \"name\": \"%s\", \"pciPath\": %s%s%s, \"guid\": %llu, "
+               "\"ptrSupport\": %d, \"speed\": %d, \"maxComms\": %d, \"maxRecvs\": %d, "
+               "\"netDeviceType\": %d, \"maxP2pBytes\": %llu, \"vdevs\": %d}",
+               i ? ", " : "", (int)rc, p.name ? p.name : "", p.pciPath ? "\"" : "",
+               p.pciPath ? p.pciPath : "null", p.pciPath ? "\"" : "",
+               (unsigned long long)p.guid, p.ptrSupport, p.speed, p.maxComms, p.maxRecvs,
+               (int)p.netDeviceType, (unsigned long long)p.maxP2pBytes, p.vProps.ndevs);
+    }
+    printf("]}\n");
+}
+
+/* Handle exchange and non-blocking connect/accept, like NCCL's proxy setup. */
+static int setup(int mfd, double deadline)
+{
+    struct drv_opts *o = &D.o;
+    int nconn = o->conns;
+    /* Which directions this process receives: dir 0 = client->server, dir 1 = back. */
+    int recv_dir = o->server ? 0 : 1, send_dir = o->server ? 1 : 0;
+    int do_recv = o->server || o->bidir, do_send = !o->server || o->bidir;
+    static char local[DRV_MAX_CONNS][NCCL_NET_HANDLE_MAXSIZE];
+    static char remote[DRV_MAX_CONNS][NCCL_NET_HANDLE_MAXSIZE];
+    static void *lcomm[DRV_MAX_CONNS];
+    size_t hsz = (size_t)nconn * NCCL_NET_HANDLE_MAXSIZE;
+    ncclResult_t rc;
+    for (int c = 0; do_recv && c < nconn; c++)
+        if ((rc = drv_listen(&D.net, o->dev, local[c], &lcomm[c])) != ncclSuccess) {
+            record_error("listen", rc, c);
+            return -1;
+        }
+    /* The server's handles go first, then (bidir) the client's. */
+    for (int turn = 0; turn < 2; turn++) {
+        int i_send = (turn == 0) == (o->server == 1);
+        if (i_send && do_recv && drv_io(mfd, local, hsz, 1, deadline) != 0)
+            return D.failure = "handle exchange (send)", -1;
+        if (!i_send && do_send && drv_io(mfd, remote, hsz, 0, deadline) != 0)
+            return D.failure = "handle exchange (recv)", -1;
+    }
+    struct drv_comm *sc = &D.comms[0], *rcm = &D.comms[do_send ? nconn : 0];
+    D.ncomms = (do_send ? nconn : 0) + (do_recv ? nconn : 0);
+    for (int c = 0; c < nconn; c++) {
+        if (do_send)
+            sc[c] = (struct drv_comm){.send = 1, .conn = c, .dir = send_dir};
+        if (do_recv)
+            rcm[c] = (struct drv_comm){.send = 0, .conn = c, .dir = recv_dir};
+    }
+    int pending = D.ncomms;
+    while (pending) {
+        if (drv_now() > deadline)
+            return D.failure = "connect/accept timed out", -1;
+        for (int c = 0; c < nconn; c++) {
+            if (do_send && !sc[c].comm) {
+                if ((rc = drv_connect(&D.net, o->dev, remote[c], &sc[c].comm)) != ncclSuccess) {
+                    record_error("connect", rc, c);
+                    return -1;
+                }
+                pending -= sc[c].comm != NULL;
+            }
+            if (do_recv && !rcm[c].comm) {
+                if ((rc = drv_accept(&D.net, lcomm[c], &rcm[c].comm)) != ncclSuccess) {
+                    record_error("accept", rc, c);
+                    return -1;
+                }
+                pending -= rcm[c].comm != NULL;
+            }
+        }
+        if (pending)
+            usleep(200);
+    }
+    for (int c = 0; do_recv && c < nconn; c++)
+        if ((rc = drv_close_listen(&D.net, lcomm[c])) != ncclSuccess)
+            record_error("closeListen", rc, c);
+    for (int i = 0; i < D.ncomms; i++) {
+        struct drv_comm *m = &D.comms[i];
+        m->slot_bytes = o->size + (m->send ? 0 : o->recv_extra);
+        m->slot_bytes = (m->slot_bytes + 63) & ~(size_t)63;
+        size_t total = m->slot_bytes * (size_t)o->depth;
+        m->buf = aligned_alloc(4096, (total + 4095) & ~(size_t)4095);
+        if (!m->buf)
+            return D.failure = "out of memory", -1;
+        /* One registration for all of a comm's slots, like NCCL's staging buffer. */
+        if ((rc = drv_reg_mr(&D.net, m->comm, m->buf, total, &m->mh)) != ncclSuccess) {
+            record_error("regMr", rc, m->conn);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void completed(struct drv_comm *m, double now)
+{
+    m->completed++;
+    D.completions++;
+    if (D.t_last > 0 && now - D.t_last > D.max_gap)
+        D.max_gap = now - D.t_last;
+    D.t_last = now;
+}
+
+/* One pass over a comm: post what the window allows, then complete in order. */
+static int progress_comm(struct drv_comm *m)
+{
+    struct drv_opts *o = &D.o;
+    int moved = 0;
+    ncclResult_t rc;
+    while (m->posted < o->count && m->posted - m->completed < (uint64_t)o->depth) {
+        int k = (int)(m->posted % (uint64_t)o->depth);
+        char *b = m->buf + (size_t)k * m->slot_bytes;
+        void *req = NULL;
+        if (m->send) {
+            if (!m->filled && !o->no_verify) {
+                drv_fill(&D.pat, b, o->size, drv_key(m->conn, m->dir, m->posted));
+                if (o->corrupt && m->conn == 0 && m->posted == o->count / 2 && o->size)
+                    b[o->size / 2] ^= 0x5a;
+                m->filled = 1;
+            }
+            rc = drv_isend(&D.net, m->comm, b, o->size, 0, m->mh, &req);
+        } else {
+            rc = drv_irecv(&D.net, m->comm, b, m->slot_bytes, 0, m->mh, o->optional, &req);
+        }
+        if (rc != ncclSuccess) {
+            record_error(m->send ? "isend" : "irecv", rc, m->conn);
+            return -1;
+        }
+        if (!req)
+            break; /* back-pressure: retry later, same buffer */
+        m->req[k] = req;
+        m->filled = 0;
+        m->posted++;
+        moved = 1;
+    }
+    while (m->completed < m->posted) {
+        int k = (int)(m->completed % (uint64_t)o->depth);
+        int done = 0, size = -1;
+        if ((rc = drv_test(&D.net, m->req[k], &done, &size)) != ncclSuccess) {
+            record_error("test", rc, m->conn);
+            return -1;
+        }
+        if (!done)
+            break;
+        if (size != (int)o->size)
+            D.mismatched++;
+        if (m->send) {
+            D.bytes_sent += o->size;
+        } else {
+            D.bytes_recv += (uint64_t)(size > 0 ? size : 0);
+            char *b = m->buf + (size_t)k * m->slot_bytes;
+            if (o->no_verify)
+                goto next;
+            long long bad = drv_verify(&D.pat, b, o->size, drv_key(m->conn, m->dir, m->completed));
+            if (bad >= 0) {
+                if (D.corrupt < 5)
+                    fprintf(stderr, "lg_nccl_driver: conn %d message %llu: wrong byte at %lld\n",
+                            m->conn, (unsigned long long)m->completed, bad);
+                D.corrupt++;
+            }
+        }
+    next:
+        completed(m, drv_now());
+        moved = 1;
+    }
+    return moved;
+}
+
+#include "driver_pingpong.h"
+
+static void run(double deadline)
+{
+    D.t_start = drv_now();
+    uint64_t target = (uint64_t)D.ncomms * D.o.count;
+    unsigned spins = 0;
+    while (D.completions < target) {
+        int moved = 0;
+        for (int i = 0; i < D.ncomms; i++) {
+            int r = progress_comm(&D.comms[i]);
+            if (r < 0)
+                return; /* NCCL treats any error as fatal for the communicator */
+            moved |= r;
+        }
+        if (D.o.close_inflight && D.completions >= target / 2)
+            return;
+        if (!moved) {
+            sched_yield(); /* NCCL's proxy yields when idle too */
+            if ((++spins & 1023) == 0 && drv_now() > deadline) {
+                D.failure = "timed out with messages missing";
+                return;
+            }
+        }
+    }
+}
+
+static void teardown(void)
+{
+    for (int i = 0; i < D.ncomms; i++) {
+        struct drv_comm *m = &D.comms[i];
+        ncclResult_t rc;
+        if (!m->comm)
+            continue;
+        if (m->mh && (rc = drv_dereg_mr(&D.net, m->comm, m->mh)) != ncclSuccess)
+            record_error("deregMr", rc, m->conn);
+        rc = m->send ? drv_close_send(&D.net, m->comm) : drv_close_recv(&D.net, m->comm);
+        if (rc != ncclSuccess)
+            record_error(m->send ? "closeSend" : "closeRecv", rc, m->conn);
+        free(m->buf);
+    }
+}
+
+static int report(int closes_ok)
+{
+    struct drv_opts *o = &D.o;
+    uint64_t expected = (uint64_t)D.ncomms * o->count;
+    uint64_t missing = o->close_inflight || D.completions >= expected ? 0 : expected - D.completions;
+    double secs = D.t_last > D.t_start ? D.t_last - D.t_start : 0;
+    uint64_t moved = D.bytes_recv > D.bytes_sent ? D.bytes_recv : D.bytes_sent;
+    int plugin_errors_ok = o->close_inflight ? closes_ok : D.nerrors == 0;
+    int ok = !D.failure && plugin_errors_ok && !D.corrupt && !D.mismatched && !missing;
+    ncclNetProperties_v12_t p = {0};
+    if (D.net.table)
+        drv_props(&D.net, o->dev, &p);
+    printf("{\"role\": \"%s\", \"plugin\": \"%s\", \"version\": %d, \"device\": \"%s\", "
+           "\"speed_mbps\": %d, \"conns\": %d, \"size\": %zu, \"depth\": %d, \"count\": %llu, "
+           "\"bidir\": %s, \"bytes_sent\": %llu, \"bytes_received\": %llu, \"seconds\": %.6f, "
+           "\"gbps\": %.3f, \"completions\": %llu, \"max_gap_ms\": %.3f, "
+           "\"corrupt_messages\": %llu, \"size_mismatches\": %llu, \"missing_messages\": %llu, "
+           "\"close_inflight\": %s, \"verified\": %s, \"failure\": %s%s%s, \"errors\": [",
+           o->server ? "server" : "client", D.net.name ? D.net.name : "", D.net.version,
+           p.name ? p.name : "", p.speed, o->conns, o->size, o->depth,
+           (unsigned long long)o->count, o->bidir ? "true" : "false",
+           (unsigned long long)D.bytes_sent, (unsigned long long)D.bytes_recv, secs,
+           secs > 0 ? (double)moved * 8 / secs / 1e9 : 0.0, (unsigned long long)D.completions,
+           D.max_gap * 1e3, (unsigned long long)D.corrupt, (unsigned long long)D.mismatched,
+           (unsigned long long)missing, o->close_inflight ? "true" : "false",
+           o->no_verify ? "false" : "true",
+           D.failure ? "\"" : "", D.failure ? D.failure : "null", D.failure ? "\"" : "");
+    for (int i = 0; i < D.nerrors && i < DRV_MAX_ERRORS; i++)
+        printf("%s{\"call\": \"%s\", \"code\": %d, \"conn\": %d}", i ? ", " : "",
+               D.errors[i].call, D.errors[i].code, D.errors[i].conn);
+    char rtt[256];
+    rtt_json(rtt, sizeof(rtt));
+    printf("], \"rtt_us\": %s, \"ok\": %s}\n", rtt, ok ? "true" : "false");
+    fflush(stdout);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    parse_args(argc, argv);
+    if (getenv("NCCL_DEBUG") && !strcasecmp(getenv("NCCL_DEBUG"), "INFO"))
+        drv_log_level = NCCL_LOG_INFO;
+    char err[512];
+    if (D.o.tcp_pingpong) {
+        run_tcp_pingpong(D.o.tcp_pingpong, drv_now() + D.o.timeout);
+        return report(1);
+    }
+    if (drv_net_open(&D.net, D.o.plugin, D.o.version, err, sizeof(err)) != 0) {
+        fprintf(stderr, "lg_nccl_driver: %s\n", err);
+        printf("{\"ok\": false, \"failure\": \"plugin not loaded\", \"errors\": []}\n");
+        return 1;
+    }
+    ncclResult_t rc = drv_init(&D.net, 0x1234);
+    if (rc != ncclSuccess) {
+        record_error("init", rc, -1);
+        D.failure = "init failed";
+        printf("{\"ok\": false, \"failure\": \"init failed\", \"errors\": [{\"call\": \"init\", "
+               "\"code\": %d, \"conn\": -1}]}\n", (int)rc);
+        return 1;
+    }
+    if (D.o.props) {
+        print_props();
+        return drv_finalize(&D.net) == ncclSuccess ? 0 : 1;
+    }
+    int ndev = 0;
+    if ((rc = drv_devices(&D.net, &ndev)) != ncclSuccess || D.o.dev >= ndev) {
+        record_error("devices", rc, -1);
+        D.failure = "no such device";
+        return report(0);
+    }
+    double deadline = drv_now() + D.o.timeout;
+    if (drv_pattern_init(&D.pat, D.o.size) != 0)
+        return D.failure = "out of memory", report(0);
+    int mfd = drv_mgmt_open(D.o.mgmt, D.o.server, deadline);
+    if (mfd < 0) {
+        D.failure = "management connection failed";
+        return report(0);
+    }
+    struct drv_config mine, theirs;
+    memset(&mine, 0, sizeof(mine)); /* padding is compared too */
+    mine = (struct drv_config){DRV_MAGIC, D.o.conns, D.o.depth, D.o.bidir, D.o.close_inflight, 0,
+                               D.o.size, D.o.recv_extra, D.o.count};
+    if (D.o.server ? drv_io(mfd, &theirs, sizeof(theirs), 0, deadline)
+                   : drv_io(mfd, &mine, sizeof(mine), 1, deadline)) {
+        D.failure = "configuration exchange failed";
+        return report(0);
+    }
+    if (D.o.server && memcmp(&mine, &theirs, sizeof(mine)) != 0) {
+        D.failure = "client and server options differ";
+        return report(0);
+    }
+    int closes_ok = 1;
+    if (setup(mfd, deadline) == 0)
+        D.o.pingpong ? run_pingpong(deadline) : run(deadline);
+    /* Barrier: neither side closes while the other may still be completing. */
+    char tok = 'D', ptok = 0;
+    double bdl = drv_now() + (D.failure || D.nerrors ? 5 : D.o.timeout);
+    if (drv_io(mfd, &tok, 1, 1, bdl) != 0 || drv_io(mfd, &ptok, 1, 0, bdl) != 0) {
+        if (!D.failure && !D.nerrors)
+            D.failure = "peer vanished (management connection)";
+    }
+    close(mfd);
+    int before = D.nerrors;
+    teardown();
+    closes_ok = D.nerrors == before;
+    if ((rc = drv_finalize(&D.net)) != ncclSuccess)
+        record_error("finalize", rc, -1), closes_ok = 0;
+    free(D.pat.base);
+    return report(closes_ok);
+}
