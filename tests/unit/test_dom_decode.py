@@ -253,6 +253,22 @@ def test_all_zero_thresholds_are_ignored() -> None:
     assert d.warnings() == () and d.alarms() == ()  # 0.02 mW is not "below" a zero window
 
 
+def test_dark_lanes_are_not_a_failing_optic() -> None:
+    # A 400G-DR4 in an 8-lane cage: lanes 5-8 carry no light and no bias. Lane 2 is in use
+    # (bias 6 mA) but receives only 0.01 mW, below the 0.05 mW low warning: that one counts.
+    on, rx = (6e-3, 6e-3, 6e-3, 6e-3), (4e-4, 1e-5, 4e-4, 4e-4)
+    d = ModuleDiagnostics(
+        identifier=0x18, identifier_name="QSFP-DD", spec="CMIS",
+        tx_bias_a=on + (0.0,) * 4, tx_power_w=(5e-4,) * 4 + (0.0,) * 4,
+        rx_power_w=rx + (0.0,) * 4,
+        thresholds={"rx_power": {"high_alarm": 2e-3, "low_alarm": 2e-5,
+                                 "high_warning": 1.5e-3, "low_warning": 5e-5}},
+        flags=frozenset({"rx_power_low_warning[2]", "rx_power_low_warning[7]"}))
+    assert d.dark_lanes() == frozenset({5, 6, 7, 8})
+    assert d.warnings() == ("rx_power_low[2]",)  # lane 7's flag and zeros are ignored
+    assert d.alarms() == ("rx_power_low[2]",)  # 1e-5 W < 2e-5 W low alarm
+
+
 # Property: whatever the bytes, decode returns a clean result or raises UndecodableError.
 KEYS = [img.A0, img.A2, img.P01, img.P02, img.P03, img.p11(0), img.p11(1), img.p11(2)]
 IDS = st.sampled_from([0x03, 0x02, 0x0C, 0x0D, 0x11, 0x18, 0x19, 0x1E, 0x20, 0x40, 0x00, 0xFF])

@@ -185,8 +185,20 @@ class ModuleDiagnostics:
         """Readings past an alarm threshold, and alarm flags: "temperature_high", ..."""
         return self._past("alarm")
 
+    def dark_lanes(self) -> frozenset[int]:
+        """Lanes with no light in either direction and no laser bias: not in use (the unused
+        lanes of a 400G-DR4 in an 8-lane cage, or of a breakout). Their zero readings are not a
+        failing optic, so thresholds and lane flags ignore them; a lane in use that goes dark
+        also loses its signal, which the carrier (netlink) reports."""
+        lanes = [v for v in (self.tx_bias_a, self.tx_power_w, self.rx_power_w) if v is not None]
+        if not lanes:
+            return frozenset()
+        count = min(len(v) for v in lanes)
+        return frozenset(i + 1 for i in range(count) if all(v[i] == 0 for v in lanes))
+
     def _past(self, kind: str) -> tuple[str, ...]:
         found: set[str] = set()
+        dark = self.dark_lanes()
         for quantity, value in self.readings().items():
             limits = self.thresholds.get(quantity)
             if value is None or not limits:
@@ -196,6 +208,8 @@ class ModuleDiagnostics:
                 continue  # all-zero or inverted set: the module has no real thresholds
             lanes = enumerate(value, 1) if isinstance(value, tuple) else [(None, value)]
             for lane, v in lanes:
+                if lane in dark:
+                    continue
                 name = quantity if lane is None else lane_name(quantity, lane)
                 if v > high:
                     found.add(_with_side(name, "high"))
@@ -204,6 +218,8 @@ class ModuleDiagnostics:
         suffix = f"_{kind}"
         for flag in self.flags:  # "rx_power_low_warning[2]" -> "rx_power_low[2]"
             base, bracket, rest = flag.partition("[")
+            if bracket and rest.rstrip("]").isdigit() and int(rest.rstrip("]")) in dark:
+                continue
             if base.endswith(suffix):
                 found.add(base[: -len(suffix)] + bracket + rest)
         return tuple(sorted(found))
