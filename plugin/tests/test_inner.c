@@ -1,0 +1,444 @@
+/* Wrap mode's loader and version adapters against real and fake inner plugins, in one
+ * process over loopback:
+ *  - build/libnccl-net-lgtcp.so through its newest table (v12) and each older one forced
+ *    (v8..v11): init, devices, properties, non-blocking listen/connect/accept with a stable
+ *    handle buffer, one linkguard mhandle registered on two comms (primary and backup), and
+ *    every byte of pipelined isend/irecv/test on both;
+ *  - build/tests/libfake-inner.so (tests/fake_inner.c): a lazy table filled in by init,
+ *    per-comm init (v11) against one shared init (v8, v10), property defaults, traffic class,
+ *    the optional-receive marker forwarded (v9+) and stripped (v8);
+ *  - error paths, each a WARN naming the library and a clean failure: a missing library, no
+ *    ncclNet symbol (libc), a version it lacks, init failing, no devices, a NULL member after
+ *    init, a call returning an error, a bogus request, wrapping linkguard itself.
+ * Libraries are found next to this binary (build/tests/..), or in LG_TEST_BUILD_DIR. */
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "inner.h"
+#include "inner_mr.h"
+#include "inner_props.h"
+#include "lg_test.h"
+#include "log.h"
+#include "params.h"
+#include "util.h"
+
+#define MARKER ((void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION)
+#define NMSG 4
+#define SLOT (2u << 20)
+
+static char last_warn[2048];
+
+static void test_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+                        const char *fmt, ...)
+{
+    (void)flags, (void)file, (void)line;
+    if (level != NCCL_LOG_WARN)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "  [expected warn] %s\n", last_warn);
+}
+
+/* The last WARN contains every given fragment. */
+static int warned(const char *a, const char *b)
+{
+    return strstr(last_warn, a) && (!b || strstr(last_warn, b));
+}
+
+static char build_dir[PATH_MAX];
+
+static void lib_path(char *out, size_t len, const char *rel)
+{
+    if (snprintf(out, len, "%s/%s", build_dir, rel) >= (int)len)
+        out[0] = 0;
+}
+
+static void find_build_dir(void)
+{
+    const char *env = getenv("LG_TEST_BUILD_DIR");
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (env) {
+        snprintf(build_dir, sizeof(build_dir), "%s", env);
+        return;
+    }
+    exe[n > 0 ? n : 0] = 0;
+    snprintf(build_dir, sizeof(build_dir), "%s", dirname(dirname(exe))); /* build/tests/x */
+}
+
+/* ---- lgtcp: a real transport through every table version ----------------------------------- */
+
+/* Connects one send/recv pair like NCCL's proxy: the handle buffer stays put across retries. */
+static int pair_connect(struct lg_inner *in, struct lg_inner_ctx *ctx, void **s, void **r)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+    void *l = NULL;
+    *s = *r = NULL;
+    if (in->ops->listen(in, ctx, 0, handle, &l) != ncclSuccess || !l)
+        return -1;
+    struct lg_inner_connecting *cg = malloc(sizeof(*cg));
+    lg_inner_connecting_init(cg, 0, handle, sizeof(handle));
+    uint64_t t0 = lg_now_ns();
+    int st = 0;
+    while ((st == 0 || !*r) && lg_now_ns() - t0 < 10000000000ull) {
+        if (st == 0 && (st = lg_inner_connecting_step(in, ctx, cg)) < 0)
+            break;
+        if (!*r && in->ops->accept(in, l, r) != ncclSuccess)
+            break;
+    }
+    *s = cg->comm;
+    free(cg);
+    in->ops->closeListen(in, l);
+    return *s && *r ? 0 : -1;
+}
+
+static char pattern(uint64_t seed, size_t i) { return (char)((seed * 131 + i * 7 + (i >> 9)) & 0xff); }
+
+static void *post(struct lg_inner *in, int send, void *comm, char *buf, size_t size, void *mh,
+                  int optional)
+{
+    void *req = NULL;
+    uint64_t t0 = lg_now_ns();
+    while (!req && lg_now_ns() - t0 < 5000000000ull) {
+        ncclResult_t rc;
+        if (send) {
+            rc = in->ops->isend(in, comm, buf, size, 0, mh, NULL, &req);
+        } else {
+            void *data[1] = {buf}, *mhs[1] = {mh}, *ph[1] = {NULL};
+            size_t sz[1] = {SLOT};
+            int tags[1] = {0};
+            req = optional ? MARKER : NULL;
+            rc = in->ops->irecv(in, comm, 1, data, sz, tags, mhs, ph, &req);
+        }
+        if (rc != ncclSuccess)
+            return NULL;
+    }
+    return req;
+}
+
+/* NMSG messages in flight at once on one path, every byte checked. */
+static void traffic(struct lg_inner *in, int path, void *s, void *r, struct lg_inner_mr *smr,
+                    struct lg_inner_mr *rmr)
+{
+    static const size_t sizes[NMSG] = {0, 1, 4096, (1u << 20) + 3};
+    char *sb = smr->data, *rb = rmr->data;
+    void *sreq[NMSG], *rreq[NMSG];
+    int sdone[NMSG] = {0}, rdone[NMSG] = {0}, got[NMSG] = {0};
+    memset(rb, 0, NMSG * SLOT);
+    for (int m = 0; m < NMSG; m++) {
+        for (size_t i = 0; i < sizes[m]; i++)
+            sb[m * SLOT + i] = pattern((uint64_t)(path * NMSG + m), i);
+        rreq[m] = post(in, 0, r, rb + m * SLOT, 0, lg_inner_mr_handle(rmr, path), m == 1);
+        sreq[m] = post(in, 1, s, sb + m * SLOT, sizes[m], lg_inner_mr_handle(smr, path), 0);
+        CHECK(rreq[m] && sreq[m]);
+        if (!rreq[m] || !sreq[m])
+            return;
+    }
+    int left = 2 * NMSG;
+    uint64_t t0 = lg_now_ns();
+    while (left && lg_now_ns() - t0 < 10000000000ull)
+        for (int m = 0; m < NMSG; m++) {
+            int sz = -1;
+            if (!sdone[m] && in->ops->test(in, sreq[m], &sdone[m], &sz) == ncclSuccess && sdone[m])
+                left--;
+            if (!rdone[m] && in->ops->test(in, rreq[m], &rdone[m], &got[m]) == ncclSuccess &&
+                rdone[m])
+                left--;
+        }
+    CHECK_EQ(left, 0);
+    for (int m = 0; m < NMSG; m++) {
+        int bad = 0;
+        CHECK_EQ(got[m], (long long)sizes[m]);
+        for (size_t i = 0; i < sizes[m] && !bad; i++)
+            bad = rb[m * SLOT + i] != pattern((uint64_t)(path * NMSG + m), i);
+        CHECK(!bad);
+    }
+}
+
+static void check_lgtcp(int version)
+{
+    char path[PATH_MAX];
+    struct lg_inner *in = NULL;
+    struct lg_inner_ctx *ctx = NULL;
+    lib_path(path, sizeof(path), "libnccl-net-lgtcp.so");
+    CHECK_EQ(lg_inner_open(path, version, test_logger, NULL, &in), ncclSuccess);
+    if (!in)
+        return;
+    CHECK_EQ(in->version, version ? version : 12);
+    CHECK(!strcmp(in->name, "lgtcp"));
+    CHECK_EQ(lg_inner_start(in, 42, NCCL_NET_TRAFFIC_CLASS_UNDEF, &ctx), ncclSuccess);
+    CHECK_EQ(in->ndev, 1);
+    const ncclNetProperties_v12_t *p = &in->dev[0].props;
+    CHECK(!strcmp(p->name, "lo"));
+    CHECK_EQ(p->ptrSupport, NCCL_PTR_HOST);
+    CHECK_EQ(p->maxRecvs, 1);
+    CHECK_EQ(p->maxP2pBytes, 1ull << 30);
+    CHECK_EQ(p->vProps.ndevs, 1);
+
+    /* Two connections stand for the primary and backup paths of one linkguard connection. */
+    void *s[2], *r[2];
+    CHECK_EQ(pair_connect(in, ctx, &s[0], &r[0]), 0);
+    CHECK_EQ(pair_connect(in, ctx, &s[1], &r[1]), 0);
+    char *sbuf = malloc(NMSG * SLOT), *rbuf = malloc(NMSG * SLOT);
+    struct lg_inner_mr *smr = NULL, *rmr = NULL;
+    CHECK_EQ(lg_inner_mr_reg(in, s, sbuf, NMSG * SLOT, NCCL_PTR_HOST, &smr), ncclSuccess);
+    CHECK_EQ(lg_inner_mr_reg(in, r, rbuf, NMSG * SLOT, NCCL_PTR_HOST, &rmr), ncclSuccess);
+    if (smr && rmr && s[0] && s[1] && r[0] && r[1]) {
+        CHECK(smr->mh[0] && smr->mh[1] && smr->mh[0] != smr->mh[1]);
+        traffic(in, 0, s[0], r[0], smr, rmr);
+        traffic(in, 1, s[1], r[1], smr, rmr); /* after a failover: same mhandles */
+        /* A path rebuilt later gets the same registration again. */
+        CHECK_EQ(lg_inner_mr_drop(in, smr, 0), ncclSuccess);
+        CHECK(!smr->mh[0] && !smr->comm[0]);
+        CHECK_EQ(lg_inner_mr_add(in, smr, 0, s[0]), ncclSuccess);
+        CHECK(smr->mh[0] != NULL);
+        traffic(in, 0, s[0], r[0], smr, rmr);
+    }
+    CHECK_EQ(lg_inner_mr_dereg(in, smr), ncclSuccess);
+    CHECK_EQ(lg_inner_mr_dereg(in, rmr), ncclSuccess);
+
+    /* Errors from the inner are WARNed with its name and the call; nothing crashes. */
+    ncclNetProperties_v12_t q;
+    CHECK(in->ops->getProperties(in, 5, &q) != ncclSuccess);
+    CHECK(warned("'lgtcp'", "getProperties(dev 5) failed"));
+    void *comms[2] = {s[0], NULL};
+    struct lg_inner_mr *bad = NULL;
+    CHECK(lg_inner_mr_reg(in, comms, sbuf, 64, NCCL_PTR_CUDA, &bad) != ncclSuccess);
+    CHECK(bad == NULL && warned("'lgtcp'", "regMr failed"));
+    int done = 0;
+    CHECK(in->ops->test(in, sbuf, &done, NULL) != ncclSuccess);
+    CHECK(warned("test failed", NULL));
+
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(in->ops->closeSend(in, s[k]), ncclSuccess);
+        CHECK_EQ(in->ops->closeRecv(in, r[k]), ncclSuccess);
+    }
+    free(sbuf);
+    free(rbuf);
+    CHECK_EQ(in->ops->finalize(in, ctx), ncclSuccess);
+    lg_inner_close(in);
+}
+
+/* ---- the fake: lazy table, init rules, defaults, the marker ------------------------------- */
+
+struct fake_inner_stats {
+    int init_calls, finalize_calls;
+    int connect_tc;
+    void *irecv_req_in;
+    size_t last_send_size;
+};
+static struct fake_inner_stats *fst;
+static char fake_path[PATH_MAX];
+
+static struct lg_inner *fake_open(int version, const char *mode)
+{
+    struct lg_inner *in = NULL;
+    setenv("FAKE_INNER_MODE", mode, 1);
+    CHECK_EQ(lg_inner_open(fake_path, version, test_logger, NULL, &in), ncclSuccess);
+    return in;
+}
+
+/* irecv with the marker preset, as NCCL does for LL: what did the inner get? */
+static void *marker_seen(struct lg_inner *in, struct lg_inner_ctx *ctx)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *l = NULL, *s = NULL, *r = NULL, *req = MARKER, *data[1] = {handle}, *mh[1] = {NULL};
+    size_t sz[1] = {8};
+    int tags[1] = {0}, done = 0, got = 0;
+    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
+    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
+    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
+    fst->irecv_req_in = (void *)&req; /* anything but the two answers */
+    CHECK_EQ(in->ops->irecv(in, r, 1, data, sz, tags, mh, NULL, &req), ncclSuccess);
+    CHECK(req != NULL && req != MARKER);
+    CHECK_EQ(in->ops->test(in, req, &done, &got), ncclSuccess);
+    CHECK_EQ(done, 1);
+    CHECK_EQ(in->ops->isend(in, s, handle, 12345, 0, NULL, NULL, &req), ncclSuccess);
+    CHECK_EQ(fst->last_send_size, 12345);
+    in->ops->closeSend(in, s);
+    in->ops->closeRecv(in, r);
+    in->ops->closeListen(in, l);
+    return fst->irecv_req_in;
+}
+
+static void check_fake_v11(void)
+{
+    struct lg_inner *in = fake_open(0, "ok");
+    struct lg_inner_ctx *c1 = NULL, *c2 = NULL;
+    if (!in)
+        return;
+    CHECK_EQ(in->version, 11);
+    CHECK(((const ncclNet_v11_t *)in->table)->devices == NULL); /* lazy until init */
+    int inits = fst->init_calls, fins = fst->finalize_calls;
+    CHECK_EQ(lg_inner_start(in, 1, 5, &c1), ncclSuccess);
+    CHECK_EQ(fst->connect_tc, 5); /* v11: traffic class in init's config */
+    CHECK_EQ(in->ndev, 2);
+    const ncclNetProperties_v12_t *p = &in->dev[0].props;
+    CHECK(!strcmp(p->name, "fake0") && p->forceFlush == 1 && p->maxMultiRequestSize == 2);
+    CHECK(p->maxP2pBytes == (1ull << 31) && p->railId == NCCL_NET_ID_UNDEF && !p->pciPath);
+    CHECK_EQ(in->ops->init(in, 2, -1, &c2), ncclSuccess);
+    CHECK_EQ(fst->init_calls, inits + 2); /* once per communicator */
+    CHECK(marker_seen(in, c1) == MARKER);  /* v9+: forwarded */
+    /* Device offload cannot fail over: the pair is refused. */
+    ncclNetProperties_v12_t m, out;
+    char err[256] = "";
+    struct lg_inner_ctx *c3 = NULL;
+    setenv("FAKE_INNER_MODE", "offload", 1);
+    CHECK_EQ(in->ops->init(in, 3, -1, &c3), ncclSuccess);
+    CHECK_EQ(in->ops->getProperties(in, 1, &m), ncclSuccess);
+    CHECK_EQ(lg_inner_props_merge(&in->dev[0].props, &m, 0, "x", &out, err, sizeof(err)), -1);
+    CHECK(strstr(err, "device offload") != NULL);
+    CHECK_EQ(in->ops->finalize(in, c3), ncclSuccess);
+    CHECK_EQ(in->ops->finalize(in, c2), ncclSuccess);
+    CHECK_EQ(in->ops->finalize(in, c1), ncclSuccess);
+    CHECK_EQ(fst->finalize_calls, fins + 3);
+    lg_inner_close(in);
+}
+
+static void check_fake_shared(int version)
+{
+    struct lg_inner *in = fake_open(version, "ok");
+    struct lg_inner_ctx *c1 = NULL, *c2 = NULL;
+    if (!in)
+        return;
+    CHECK_EQ(in->version, version);
+    int inits = fst->init_calls, fins = fst->finalize_calls;
+    CHECK_EQ(lg_inner_start(in, 1, 7, &c1), ncclSuccess);
+    CHECK_EQ(in->ops->init(in, 2, 7, &c2), ncclSuccess);
+    CHECK_EQ(fst->init_calls, inits + 1); /* one init per process before v11 */
+    const ncclNetProperties_v12_t *p = &in->dev[1].props;
+    if (version == 8) {
+        CHECK(p->maxP2pBytes == LG_INNER_V8_MAX_P2P_BYTES && p->forceFlush == 0);
+        CHECK(p->vProps.ndevs == 1 && p->vProps.devs[0] == 1 && p->maxMultiRequestSize == 1);
+        CHECK(marker_seen(in, c2) == NULL); /* v8: stripped */
+    } else {
+        CHECK(marker_seen(in, c2) == MARKER);
+        CHECK_EQ(fst->connect_tc, 7); /* v10: traffic class in connect's config */
+        CHECK(p->forceFlush == 1 && p->maxCollBytes == (1ull << 29));
+    }
+    CHECK_EQ(in->ops->finalize(in, c2), ncclSuccess);
+    CHECK_EQ(in->ops->finalize(in, c1), ncclSuccess);
+    CHECK_EQ(fst->finalize_calls, fins); /* nothing to call before v11 */
+    lg_inner_close(in);
+}
+
+static const char *env_get(const char *name) { return getenv(name); }
+
+/* ---- error paths -------------------------------------------------------------------------- */
+
+static void check_open_errors(void)
+{
+    struct lg_inner *in = (struct lg_inner *)1;
+    char path[PATH_MAX];
+    CHECK(lg_inner_open("/nonexistent/libnope.so", 0, test_logger, NULL, &in) != ncclSuccess);
+    CHECK(in == NULL && warned("cannot open /nonexistent/libnope.so", NULL));
+    CHECK(lg_inner_open("no-such-plugin", 0, test_logger, NULL, &in) != ncclSuccess);
+    CHECK(warned("libnccl-net-no-such-plugin.so", NULL));
+    CHECK(lg_inner_open("libc.so.6", 0, test_logger, NULL, &in) != ncclSuccess);
+    CHECK(warned("libc.so.6", "exports none of ncclNetPlugin_v12..v8"));
+    CHECK(lg_inner_open(fake_path, 9, test_logger, NULL, &in) != ncclSuccess);
+    CHECK(warned("no ncclNetPlugin_v9", "LINKGUARD_INNER_VERSION"));
+    CHECK(lg_inner_open(fake_path, 7, test_logger, NULL, &in) != ncclSuccess);
+    CHECK(warned("LINKGUARD_INNER_VERSION=7", NULL));
+    CHECK(lg_inner_open("", 0, test_logger, NULL, &in) != ncclSuccess);
+    lib_path(path, sizeof(path), "libnccl-net-linkguard.so");
+    CHECK(lg_inner_open(path, 0, test_logger, NULL, &in) != ncclSuccess);
+    CHECK(warned("linkguard itself", NULL));
+    /* From the environment, as the plugin will do. */
+    setenv("LINKGUARD_INNER", fake_path, 1);
+    setenv("LINKGUARD_INNER_VERSION", "10", 1);
+    lg_params_load(&lg_params, env_get);
+    CHECK_EQ(lg_inner_open_env(test_logger, NULL, &in), ncclSuccess);
+    CHECK(in && in->version == 10);
+    lg_inner_close(in);
+}
+
+/* Each bad inner: a WARN naming it and the failure, and no context left behind. */
+static void check_start_error(int version, const char *mode, const char *a, const char *b)
+{
+    struct lg_inner *in = fake_open(version, mode);
+    struct lg_inner_ctx *ctx = (struct lg_inner_ctx *)1;
+    if (!in)
+        return;
+    int fins = fst->finalize_calls;
+    last_warn[0] = 0;
+    CHECK(lg_inner_start(in, 1, -1, &ctx) != ncclSuccess);
+    CHECK(ctx == NULL);
+    CHECK(warned(a, b));
+    CHECK(warned("fake", NULL));
+    if (version == 11 && strcmp(mode, "initfail") != 0)
+        CHECK_EQ(fst->finalize_calls, fins + 1); /* what init made is finalized */
+    lg_inner_close(in);
+}
+
+static void check_call_errors(void)
+{
+    struct lg_inner *in = fake_open(0, "ok");
+    struct lg_inner_ctx *ctx0 = NULL, *ctx = NULL;
+    if (!in)
+        return;
+    CHECK_EQ(lg_inner_start(in, 1, -1, &ctx0), ncclSuccess);
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *l = NULL;
+    setenv("FAKE_INNER_MODE", "listenfail", 1);
+    CHECK_EQ(in->ops->init(in, 2, -1, &ctx), ncclSuccess); /* v11: re-reads the mode */
+    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSystemError);
+    CHECK(warned("'fake'", "listen(dev 0) failed: ncclSystemError (2)"));
+    in->ops->finalize(in, ctx);
+    setenv("FAKE_INNER_MODE", "keepmarker", 1);
+    CHECK_EQ(in->ops->init(in, 3, -1, &ctx), ncclSuccess);
+    void *s = NULL, *r = NULL, *req = MARKER, *data[1] = {handle}, *mh[1] = {NULL};
+    size_t sz[1] = {8};
+    int tags[1] = {0};
+    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
+    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
+    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
+    CHECK(in->ops->irecv(in, r, 1, data, sz, tags, mh, NULL, &req) != ncclSuccess);
+    CHECK(req == NULL && warned("marker", NULL));
+    /* The fake has no regMrDmaBuf: a clear error instead of a NULL call. */
+    void *m = NULL;
+    CHECK(in->ops->regMrDmaBuf(in, s, handle, 8, NCCL_PTR_CUDA, 0, 0, &m) != ncclSuccess);
+    CHECK(warned("regMrDmaBuf", NULL));
+    /* Nor iflush: NULL request, which NCCL reads as complete. */
+    req = MARKER;
+    CHECK_EQ(in->ops->iflush(in, r, 1, data, tags, mh, &req), ncclSuccess);
+    CHECK(req == NULL);
+    in->ops->finalize(in, ctx);
+    in->ops->finalize(in, ctx0);
+    lg_inner_close(in);
+}
+
+int main(void)
+{
+    find_build_dir();
+    setenv("LGTCP_IFS", "lo", 1);
+    lg_log_set(test_logger);
+    lib_path(fake_path, sizeof(fake_path), "tests/libfake-inner.so");
+    void *dl = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
+    fst = dl ? dlsym(dl, "fake_inner_stats") : NULL;
+    CHECK(fst != NULL);
+    if (!fst) {
+        fprintf(stderr, "cannot load %s (build it with make -C plugin)\n", fake_path);
+        LG_TEST_DONE();
+    }
+    check_fake_v11(); /* first: the lazy table is still empty */
+    check_fake_shared(8);
+    check_fake_shared(10);
+    for (int v = 0; v <= 11; v = v ? v + 1 : 8)
+        check_lgtcp(v); /* 0: the newest (v12), then v8..v11 forced */
+    check_open_errors();
+    check_start_error(0, "initfail", "init failed", "ncclSystemError");
+    check_start_error(8, "initfail", "init failed", NULL);
+    check_start_error(0, "nodev", "has no devices", NULL);
+    check_start_error(10, "nodev", "has no devices", NULL);
+    check_start_error(0, "nullfn", "test is NULL after init", NULL);
+    check_call_errors();
+    LG_TEST_DONE();
+}
