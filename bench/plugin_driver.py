@@ -8,9 +8,11 @@ subprocess.Popen here, lab.popen(host, ...) in the lab.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -100,3 +102,133 @@ def props(env: dict[str, str], plugin: Path = LINKGUARD_SO, version: int = 0,
                   timeout=60)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     return (json.loads(lines[-1]) if lines else {}), proc
+
+
+# --- stream mode (lg_nccl_driver --duration-s): a pair running in the background -------------
+
+PROGRESS_RE = r"lg_nccl_driver: (progress|stopping|end) (.*)"
+
+
+@dataclass
+class StreamLine:
+    """One stderr line of a running driver, with the CLOCK_MONOTONIC ns it was read at."""
+
+    role: str  # "server" or "client"
+    read_ns: int
+    text: str
+
+
+class StreamPair:
+    """A server/client pair of lg_nccl_driver in stream mode, started and left running.
+
+    Both processes' stderr is read line by line on threads (kept in `lines`, and handed to
+    `on_line` as they come: progress lines, the plugin's log with --timestamps); stdout (the
+    JSON report, which can be large with a gap list) is drained on threads too, so neither
+    pipe can block the drivers. `wait()` returns (server, client) DriverResults; `kill()` ends
+    both (only these processes, by their PIDs)."""
+
+    def __init__(self, server: subprocess.Popen, client: subprocess.Popen,
+                 on_line: Callable[[StreamLine], None] | None = None) -> None:
+        self.procs = {"server": server, "client": client}
+        self.lines: list[StreamLine] = []
+        self._out: dict[str, list[str]] = {"server": [], "client": []}
+        self._lock = threading.Lock()
+        self._on_line = on_line
+        self.callback_errors: list[str] = []
+        self._threads = []
+        for role, proc in self.procs.items():
+            for stream, fn in ((proc.stderr, self._read_err), (proc.stdout, self._read_out)):
+                t = threading.Thread(target=fn, args=(role, stream), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _read_err(self, role: str, stream: Any) -> None:
+        for text in iter(stream.readline, ""):
+            line = StreamLine(role, time.monotonic_ns(), text.rstrip("\n"))
+            with self._lock:
+                self.lines.append(line)
+            if self._on_line is not None:
+                try:
+                    self._on_line(line)
+                except Exception as exc:  # noqa: BLE001 - a display callback must not stop
+                    self.callback_errors.append(repr(exc))  # the reader: keep it for later
+
+    def _read_out(self, role: str, stream: Any) -> None:
+        for text in iter(stream.readline, ""):
+            self._out[role].append(text)
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs.values())
+
+    def stderr_lines(self, role: str | None = None) -> list[StreamLine]:
+        with self._lock:
+            return [ln for ln in self.lines if role in (None, ln.role)]
+
+    def wait(self, timeout: float) -> tuple[DriverResult, DriverResult]:
+        deadline = time.monotonic() + timeout
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()  # only the process we started, by its PID
+                proc.wait()
+        for t in self._threads:
+            t.join(timeout=10)
+        results = []
+        for role in ("server", "client"):
+            proc = self.procs[role]
+            lines = [ln for ln in self._out[role] if ln.startswith("{")]
+            report = json.loads(lines[-1]) if lines else {}
+            err = "\n".join(ln.text for ln in self.stderr_lines(role))
+            results.append(DriverResult(report, proc.returncode, err))
+        return results[0], results[1]
+
+    def kill(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()  # by PID: only what this pair started
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                proc.wait(timeout=10)
+
+
+def start_stream_pair(server: Starter, client: Starter, mgmt: str, duration_s: float,
+                      args: Sequence[str] = (), env: dict[str, str] | None = None,
+                      plugin: Path = LINKGUARD_SO, timeout: float | None = None,
+                      server_env: dict[str, str] | None = None,
+                      client_env: dict[str, str] | None = None,
+                      on_line: Callable[[StreamLine], None] | None = None) -> StreamPair:
+    """Starts `lg_nccl_driver --duration-s duration_s` as server then client (same `args`),
+    each with `env` plus its own `server_env` / `client_env` (e.g. LINKGUARD_SHM per host),
+    and returns at once. `timeout` (default duration + 30 s) bounds the drivers themselves.
+    The caller's LINKGUARD*, LGTCP* and NCCL_* variables are not inherited: a run is
+    described by its arguments alone."""
+    limit = timeout if timeout is not None else duration_s + 30
+    common = ["--plugin", str(plugin), "--mgmt", mgmt, "--timeout", f"{limit:g}",
+              "--duration-s", f"{duration_s:g}", *args]
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("LINKGUARD", "LGTCP", "NCCL_"))}
+    base.update(env or {})
+    srv = server([str(DRIVER), "--role", "server", *common], {**base, **(server_env or {})})
+    time.sleep(0.05)
+    try:
+        cli = client([str(DRIVER), "--role", "client", *common], {**base, **(client_env or {})})
+    except BaseException:
+        srv.kill()
+        srv.wait()
+        raise
+    return StreamPair(srv, cli, on_line)
+
+
+def gaps_overlapping(report: dict[str, Any], start_ns: int, end_ns: int,
+                     comms: Sequence[int] | None = None) -> list[tuple[int, int, int, bool]]:
+    """Gaps of a stream report's list (each at least its `list_min_ms`) that overlap
+    [start_ns, end_ns], as (comm, start_ns, end_ns, open), optionally only those `comms`."""
+    out = []
+    for entry in report.get("gaps", {}).get("list", []):
+        comm, s, e = entry[0], entry[1], entry[2]
+        if comms is not None and comm not in comms:
+            continue
+        if s <= end_ns and e >= start_ns:
+            out.append((comm, s, e, len(entry) > 3 and bool(entry[3])))
+    return out

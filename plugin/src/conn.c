@@ -2,6 +2,7 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "monitor.h"
 #include "params.h"
 #include "sock.h"
 #include "util.h"
@@ -25,14 +27,16 @@ struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, int nstreams, uint3
     c->nstreams = nstreams;
     c->chunk_size = chunk_size;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->mb_mu, NULL);
     for (int i = 0; i < LG_WINDOW; i++) {
         c->reqs[i].magic = LG_REQ_MAGIC;
         c->reqs[i].conn = c;
     }
+    lg_fo_init(c);
     return c;
 }
 
-struct lg_path *lg_path_new(struct lg_conn *c, int index, const char *nic, const char *peer)
+struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, const char *peer)
 {
     struct lg_path *p = calloc(1, sizeof(*p));
     if (!p)
@@ -53,37 +57,60 @@ struct lg_path *lg_path_new(struct lg_conn *c, int index, const char *nic, const
         p->data[i].index = i + 1;
         p->data[i].task.fd = -1;
     }
+    p->last_rx_ns = lg_now_ns();
+    return p;
+}
+
+struct lg_path *lg_path_new(struct lg_conn *c, int index, const char *nic, const char *peer)
+{
+    struct lg_path *p = lg_path_alloc(c, index, nic, peer);
+    if (!p)
+        return NULL;
     c->paths[index] = p;
     if (index + 1 > c->npaths)
         c->npaths = index + 1;
     return p;
 }
 
+uint32_t lg_path_ctrl_events(const struct lg_path *p, int active)
+{
+    /* The sender's acks are read by test() on NCCL's thread, which polls while sends are
+     * outstanding: no worker wake-up per ack on the active path. Workers still see hang-ups
+     * and errors, and the standby's frames (a RESYNC, heartbeats). */
+    int inline_read = p->conn->kind == LG_CONN_SEND && lg_params.poll_inline && active;
+    return EPOLLOUT | (inline_read ? 0 : EPOLLIN);
+}
+
+int lg_path_start(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    int send = c->kind == LG_CONN_SEND;
+    int active = p->index == c->active && c->paths[p->index] == p;
+    p->ctrl.task.fn = send ? lg_send_ctrl_handler : lg_recv_ctrl_handler;
+    if (lg_task_attach(&p->ctrl.task, lg_path_ctrl_events(p, active)) != 0)
+        return -1;
+    for (int i = 0; i < p->nstreams; i++) {
+        p->data[i].task.fn = send ? lg_send_stream_handler : lg_recv_stream_handler;
+        /* Data arriving for a posted receive on the active path is placed by test() when
+         * NCCL's thread polls (it hands bigger reads to a worker with a kick); elsewhere a
+         * worker is woken for every arrival. Send streams need EPOLLOUT only. */
+        uint32_t ev = send ? EPOLLOUT
+                           : lg_params.poll_inline && active ? EPOLLOUT : EPOLLIN | EPOLLOUT;
+        if (lg_task_attach(&p->data[i].task, ev) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 int lg_conn_start(struct lg_conn *c)
 {
-    int send = c->kind == LG_CONN_SEND;
-    if (send) /* every data stream starts with nothing to send */
+    if (c->kind == LG_CONN_SEND) /* every data stream starts with nothing to send */
         c->parked = (uint32_t)((1ull << c->nstreams) - 1);
-    for (int pi = 0; pi < LG_NPATHS; pi++) {
-        struct lg_path *p = c->paths[pi];
-        if (!p)
-            continue;
-        p->ctrl.task.fn = send ? lg_send_ctrl_handler : lg_recv_ctrl_handler;
-        /* The sender's acks are read by test() on NCCL's thread, which polls while sends are
-         * outstanding: no worker wake-up per ack. Workers still see hang-ups and errors. */
-        uint32_t ctrl_ev = EPOLLOUT | (send && lg_params.poll_inline ? 0 : EPOLLIN);
-        if (lg_task_attach(&p->ctrl.task, ctrl_ev) != 0)
+    c->active_path = c->paths[c->active];
+    c->protected_ = c->paths[0] && c->paths[1];
+    for (int pi = 0; pi < LG_NPATHS; pi++)
+        if (c->paths[pi] && lg_path_start(c->paths[pi]) != 0)
             return -1;
-        for (int i = 0; i < p->nstreams; i++) {
-            p->data[i].task.fn = send ? lg_send_stream_handler : lg_recv_stream_handler;
-            /* Data arriving for a posted receive is placed by test() when NCCL's thread
-             * polls (it hands bigger reads to a worker with a kick); without inline polling
-             * a worker is woken for every arrival. Send streams need EPOLLOUT only. */
-            uint32_t ev = send ? EPOLLOUT : lg_params.poll_inline ? EPOLLOUT : EPOLLIN | EPOLLOUT;
-            if (lg_task_attach(&p->data[i].task, ev) != 0)
-                return -1;
-        }
-    }
     return 0;
 }
 
@@ -97,41 +124,109 @@ static void drain_close(int fd)
     close(fd);
 }
 
-void lg_conn_free(struct lg_conn *c)
+static int path_tasks(struct lg_path *p, struct lg_task **tasks)
 {
-    struct lg_task *tasks[LG_NPATHS * (LG_MAX_STREAMS + 1)];
     int n = 0;
-    for (int pi = 0; pi < LG_NPATHS; pi++) {
-        struct lg_path *p = c->paths[pi];
-        if (!p)
-            continue;
-        if (p->ctrl.task.worker)
-            tasks[n++] = &p->ctrl.task;
-        for (int i = 0; i < LG_MAX_STREAMS; i++)
-            if (p->data[i].task.worker)
-                tasks[n++] = &p->data[i].task;
+    if (p->ctrl.task.worker)
+        tasks[n++] = &p->ctrl.task;
+    for (int i = 0; i < LG_MAX_STREAMS; i++)
+        if (p->data[i].task.worker)
+            tasks[n++] = &p->data[i].task;
+    return n;
+}
+
+/* Closes the fds of a path whose tasks are detached (or were never attached). */
+static void path_close_fds(struct lg_path *p)
+{
+    pthread_mutex_lock(&p->ctrl_mu); /* lg_path_ctrl_send checks fd under it */
+    int fd = p->ctrl.task.fd;
+    p->ctrl.task.fd = -1;
+    pthread_mutex_unlock(&p->ctrl_mu);
+    if (fd >= 0)
+        drain_close(fd);
+    for (int i = 0; i < LG_MAX_STREAMS; i++)
+        if (p->data[i].task.fd >= 0) {
+            drain_close(p->data[i].task.fd);
+            p->data[i].task.fd = -1;
+        }
+}
+
+void lg_path_retire(struct lg_path *p, int say_bye)
+{
+    if (!p || p->retired)
+        return;
+    if (__atomic_exchange_n(&p->state, LG_PATH_FAILED, __ATOMIC_ACQ_REL) != LG_PATH_FAILED) {
+        snprintf(p->why, sizeof(p->why), "fenced");
+        p->fail_ns = lg_now_ns();
+        __atomic_store_n(&p->fail_noted, 1, __ATOMIC_RELEASE);
     }
+    if (say_bye && p->ctrl.task.fd >= 0) {
+        /* Best effort: the peer then takes our EOF for a fence, not for our death. */
+        struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_FENCE};
+        lg_path_ctrl_send(p, &bye);
+    }
+    struct lg_task *tasks[LG_MAX_STREAMS + 1];
+    int n = path_tasks(p, tasks);
     if (n)
         lg_tasks_detach(tasks, n);
-    for (int pi = 0; pi < LG_NPATHS; pi++) {
-        struct lg_path *p = c->paths[pi];
-        if (!p)
-            continue;
-        if (p->ctrl.task.fd >= 0)
-            drain_close(p->ctrl.task.fd);
-        for (int i = 0; i < LG_MAX_STREAMS; i++)
-            if (p->data[i].task.fd >= 0)
-                drain_close(p->data[i].task.fd);
-        pthread_mutex_destroy(&p->ctrl_mu);
-        free(p);
+    /* A sender's writer cut off mid-chunk gives its hold on the message back. */
+    for (int i = 0; i < LG_MAX_STREAMS; i++) {
+        struct lg_stream *s = &p->data[i];
+        if (p->conn->kind == LG_CONN_SEND && __atomic_load_n(&s->tx.active, __ATOMIC_ACQUIRE)) {
+            __atomic_store_n(&s->tx.active, 0, __ATOMIC_RELAXED);
+            __atomic_sub_fetch(&s->tx.req->writers, 1, __ATOMIC_RELEASE);
+        }
     }
+    path_close_fds(p);
+    p->retired = 1;
+}
+
+void lg_path_free(struct lg_path *p)
+{
+    if (!p)
+        return;
+    /* Once more: a kick that raced the first detach may have queued a task again. */
+    struct lg_task *tasks[LG_MAX_STREAMS + 1];
+    int n = path_tasks(p, tasks);
+    if (n)
+        lg_tasks_detach(tasks, n);
+    path_close_fds(p);
+    pthread_mutex_destroy(&p->ctrl_mu);
+    free(p);
+}
+
+void lg_conn_free(struct lg_conn *c)
+{
+    struct lg_task *tasks[2 * LG_NPATHS * (LG_MAX_STREAMS + 1)];
+    struct lg_path *all[2 * LG_NPATHS];
+    int n = 0, np = 0;
+    for (int pi = 0; pi < LG_NPATHS; pi++) {
+        if (c->paths[pi])
+            all[np++] = c->paths[pi];
+        if (c->fo.slot[pi].rj.path)
+            all[np++] = c->fo.slot[pi].rj.path;
+    }
+    for (int i = 0; i < np; i++)
+        n += path_tasks(all[i], tasks + n);
+    if (n)
+        lg_tasks_detach(tasks, n);
+    for (int i = 0; i < np; i++) {
+        path_close_fds(all[i]);
+        pthread_mutex_destroy(&all[i]->ctrl_mu);
+        free(all[i]);
+    }
+    for (int i = 0; i < LG_NPATHS; i++)
+        if (c->lsock[i])
+            lg_lsock_unref(c->lsock[i]);
+    pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
     c->magic = 0;
     free(c);
 }
 
-void lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
+int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
 {
+    int set = 0;
     pthread_mutex_lock(&c->mu);
     if (!c->error) {
         va_list ap;
@@ -139,8 +234,12 @@ void lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
         vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
         va_end(ap);
         __atomic_store_n(&c->error, (int)code, __ATOMIC_RELEASE);
+        set = 1;
     }
     pthread_mutex_unlock(&c->mu);
+    if (set)
+        lg_monitor_wake(c);
+    return set;
 }
 
 /* Requests posted but not complete: what a dying path takes down with it. */
@@ -149,13 +248,10 @@ static uint64_t outstanding(struct lg_conn *c)
     uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
     if (c->kind == LG_CONN_SEND)
         return posted - __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE);
-    pthread_mutex_lock(&c->mu);
-    uint64_t placed = c->win.base;
-    pthread_mutex_unlock(&c->mu);
-    return posted - placed;
+    return posted - __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
 }
 
-void lg_conn_path_failed(struct lg_path *p, int err, const char *why)
+static void path_lost(struct lg_path *p, int err, int eof, const char *why)
 {
     /* A peer that closes says BYE on the control channel first, but a data stream's EOF can
      * be seen before it: read the control channel now (serialized with its own handler). */
@@ -168,27 +264,45 @@ void lg_conn_path_failed(struct lg_path *p, int err, const char *why)
     const char *kind = c->kind == LG_CONN_SEND ? "send" : "recv";
     const char *pname = p->index == 0 ? "primary" : "backup";
     int bye = __atomic_load_n(&p->peer_bye, __ATOMIC_ACQUIRE);
+    snprintf(p->why, sizeof(p->why), "%s%s%s", why, err ? ": " : "", err ? strerror(err) : "");
+    p->fail_ns = lg_now_ns();
+    __atomic_store_n(&p->peer_gone, !bye && (eof || err == ECONNRESET || err == EPIPE),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&p->fail_noted, 1, __ATOMIC_RELEASE);
     uint64_t left = outstanding(c);
-    char detail[96];
-    snprintf(detail, sizeof(detail), "%s%s%s", why, err ? ": " : "", err ? strerror(err) : "");
-    /* Issue 6 turns the active path's failure into a failover onto the standby path. */
-    if (p->index == c->active) {
-        lg_conn_fail(c, ncclRemoteError, "%s path on %s to %s: %s", pname, p->nic, p->peer,
-                     detail);
-        if (left || !bye)
-            LG_WARN("%s conn %016llx: %s path on NIC %s to %s failed (%s) with %llu request(s) "
-                    "in flight",
-                    kind, (unsigned long long)c->nonce, pname, p->nic, p->peer, detail,
+    if (bye == 1 + LG_BYE_CLOSE) {
+        /* The peer closed the connection on purpose: nothing to fail over to. */
+        if (lg_conn_fail(c, ncclRemoteError, "peer closed the connection")) {
+            if (left)
+                LG_WARN("%s conn %016llx: peer closed the connection with %llu request(s) in "
+                        "flight (%s path on NIC %s to %s)",
+                        kind, (unsigned long long)c->nonce, (unsigned long long)left, pname,
+                        p->nic, p->peer);
+            else
+                LG_INFO(NCCL_NET, "%s conn %016llx: closed by the peer", kind,
+                        (unsigned long long)c->nonce);
+        }
+    } else if (!c->protected_) {
+        /* Built without a standby path: nothing to fail over to. */
+        if (lg_conn_fail(c, ncclRemoteError, "%s path on %s to %s: %s", pname, p->nic, p->peer,
+                         p->why))
+            LG_WARN("%s conn %016llx: %s path on NIC %s to %s failed (%s) with %llu "
+                    "request(s) in flight; the connection has no backup path",
+                    kind, (unsigned long long)c->nonce, pname, p->nic, p->peer, p->why,
                     (unsigned long long)left);
-        else
-            LG_INFO(NCCL_NET, "%s conn %016llx: peer closed the %s path on %s", kind,
-                    (unsigned long long)c->nonce, pname, p->nic);
-    } else if (!bye) {
-        LG_WARN("%s conn %016llx: standby %s path on NIC %s to %s lost (%s); the connection "
-                "is unprotected",
-                kind, (unsigned long long)c->nonce, pname, p->nic, p->peer, detail);
     }
+    lg_monitor_wake(c); /* the monitor fails over (failover.c) */
 }
+
+void lg_conn_quiesce_inline(struct lg_conn *c)
+{
+    uint32_t old = __atomic_fetch_add(&c->inline_phase, 1, __ATOMIC_SEQ_CST) & 1;
+    while (__atomic_load_n(&c->inline_users[old], __ATOMIC_SEQ_CST))
+        sched_yield();
+}
+
+void lg_conn_path_failed(struct lg_path *p, int err, const char *why) { path_lost(p, err, 0, why); }
+void lg_conn_path_eof(struct lg_path *p, const char *why) { path_lost(p, 0, 1, why); }
 
 /* ---- control channel ----------------------------------------------------------------- */
 
@@ -208,6 +322,11 @@ static void txq_send_locked(struct lg_path *p)
 void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f)
 {
     pthread_mutex_lock(&p->ctrl_mu);
+    if (p->ctrl.task.fd < 0) { /* retired */
+        pthread_mutex_unlock(&p->ctrl_mu);
+        return;
+    }
+    __atomic_store_n(&p->last_tx_ns, lg_now_ns(), __ATOMIC_RELAXED);
     /* Acks are cumulative: an unsent one is simply updated. */
     if (f->type == LG_CTRL_ACK && p->txq_last_ack >= (int)p->txq_off) {
         lg_ctrl_encode(p->txq + p->txq_last_ack, f);
@@ -236,7 +355,8 @@ void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f)
 void lg_path_ctrl_flush(struct lg_path *p)
 {
     pthread_mutex_lock(&p->ctrl_mu);
-    txq_send_locked(p);
+    if (p->ctrl.task.fd >= 0)
+        txq_send_locked(p);
     pthread_mutex_unlock(&p->ctrl_mu);
 }
 
@@ -247,8 +367,9 @@ int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, co
         struct iovec iov = {s->crx.buf + s->crx.got, sizeof(s->crx.buf) - s->crx.got};
         ssize_t n = lg_sock_readv(s->task.fd, &iov, 1);
         if (n == 0) {
-            lg_conn_path_failed(p, 0, __atomic_load_n(&p->peer_bye, __ATOMIC_ACQUIRE)
-                                          ? "closed by peer" : "connection closed by peer");
+            int bye = __atomic_load_n(&p->peer_bye, __ATOMIC_ACQUIRE);
+            lg_conn_path_eof(p, bye == 1 + LG_BYE_FENCE ? "fenced by peer"
+                                : bye ? "closed by peer" : "connection closed by peer");
             return -1;
         }
         if (n < 0) {
@@ -258,6 +379,7 @@ int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, co
             return -1;
         }
         s->crx.got += (size_t)n;
+        __atomic_store_n(&p->last_rx_ns, lg_now_ns(), __ATOMIC_RELAXED);
         size_t off = 0;
         for (; s->crx.got - off >= LG_CTRL_SIZE; off += LG_CTRL_SIZE) {
             struct lg_ctrl f;
@@ -266,7 +388,7 @@ int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, co
                 return -1;
             }
             if (f.type == LG_CTRL_BYE)
-                __atomic_store_n(&p->peer_bye, 1, __ATOMIC_RELEASE);
+                __atomic_store_n(&p->peer_bye, 1 + (f.flags == LG_BYE_FENCE), __ATOMIC_RELEASE);
             else
                 on_frame(p, &f);
         }

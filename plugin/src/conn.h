@@ -1,33 +1,90 @@
-/* Connections of the TCP transport.
+/* Connections of the TCP transport, and the lossless failover protocol.
  *
- * A connection (send or receive side of one NCCL comm) has up to two paths: [0] on the
- * primary NIC, [1] on the backup NIC. A path is a control channel (acks, later failover
- * control) plus `nstreams` data streams, each one TCP socket driven by a progress task.
- * Exactly one path, `active`, carries data; the other stands by.
+ * A connection (send or receive side of one NCCL comm) has up to two paths: slot [0] on the
+ * primary NIC, slot [1] on the backup NIC. A path is a control channel plus `nstreams` data
+ * streams, each one TCP socket driven by a progress task. One path, `active`, carries data;
+ * the other stands by and carries heartbeats only.
  *
- * Messages carry sequence numbers 0, 1, 2 ... in posted order. The sender cuts each into
- * chunks (struct lg_chunk_hdr + payload) and hands them to whichever data stream of the
- * active path has room. The receiver reads each chunk straight into the posted buffer and,
- * when a message is complete, acknowledges the number of messages placed so far on the
- * control channel. A send completes only when that ack covers it (DESIGN.md invariant 2), so
- * the sender's buffer is intact until the data is placed: issue 6 replays from it.
- *
+ * Data. Messages carry sequence numbers 0, 1, 2 ... in posted order. The sender cuts each into
+ * chunks (struct lg_chunk_hdr + payload, the header carrying the epoch's low 16 bits) and hands
+ * them to whichever data stream of the active path has room. The receiver reads each chunk
+ * straight into the posted buffer and, when a message is complete, acknowledges the number of
+ * messages placed so far (ACK, cumulative) on the control channel. A send completes only when
+ * that ack covers it and no writer still reads its buffer (lg_req.writers), so the sender's
+ * buffer is intact until the data is placed: that is what makes replay possible.
  * Requests live in a window of LG_WINDOW slots indexed by seq % LG_WINDOW; a slot is reused
- * only after NCCL has seen its request complete (test() done), so `*request = NULL` is the
- * back-pressure answer when the slot for the next seq is still taken.
+ * only after NCCL has seen its request complete, so `*request = NULL` is the back-pressure
+ * answer when the slot for the next seq is still taken.
+ *
+ * Failover protocol (DESIGN.md "Lossless failover"; failover.c runs it, fo_policy.c decides,
+ * resync.c does the accounting, reconnect.c rebuilds paths). Control frames (wire.h):
+ *   ACK(n)              recv->send  n messages placed (cumulative; accepted from any path)
+ *   HB(flags, E, gens)  both ways   heartbeat, every LINKGUARD_HEARTBEAT_MS on every live path
+ *                                   (unless an ack went out), at once when flags change: the
+ *                                   sender's daemon view of both NICs (OK/LEAVE/DOWN), which
+ *                                   of its paths it declared failed, its committed epoch E
+ *   SWITCH(E, T)        send->recv  on path T: "move data to path T at epoch E"
+ *   RESYNC(E, T, n)     recv->send  on path T: "committed E on T; I hold every message < n"
+ *   READY(gen)          recv->send  on a rebuilt path: accepted
+ *   BYE(CLOSE|FENCE)    both ways   EOF follows on purpose: the connection / only this path
+ *  - Epochs. Both sides hold a committed epoch E (0 at connect), the active slot and the path
+ *    object E uses. Only the sender proposes (SWITCH, with E' = max(own, seen, proposed) + 1),
+ *    only the receiver commits; a SWITCH or RESYNC whose epoch is not above the committed one
+ *    is ignored, and one for a path that died or was replaced since is dropped. So crossing,
+ *    duplicate or stale frames (a flap during a switch) cannot move anything backwards; a
+ *    proposal that gets no RESYNC in LINKGUARD_SWITCH_TIMEOUT_MS is made again, higher; a
+ *    sender that sees a newer epoch in the peer's heartbeats (a lost RESYNC) proposes above
+ *    it; a rebuilt path, even in the active slot, is only entered through a new epoch.
+ *  - Triggers, fastest first: our daemon's table says our NIC of the active path is DOWN
+ *    (urgent) or DEGRADED/DRAINED/RECOVERING (graceful), seen by one load on every
+ *    isend/irecv/test (lg_monitor_health_poll); the peer's heartbeat says the same of its NIC
+ *    or that it declared the path failed; a transport error or EOF on the active path; silence:
+ *    nothing read on the active path for LINKGUARD_SILENT_TIMEOUT_MS while the standby is
+ *    heard (both control channels are read first, and a monitor run that was itself starved
+ *    judges nothing). Either side detects; the sender decides (fo_policy.c); the receiver
+ *    reports (heartbeat flags) and, for silence or errors on its side, fences the path, which
+ *    the sender then sees fail too.
+ *  - Switch. Sender: hold chunks back (urgent: at once; graceful: from the next message
+ *    boundary, then wait until all that was sent is acked, at most LINKGUARD_QUIESCE_MS, so
+ *    nothing is sent twice), send SWITCH(E', T). Receiver on SWITCH(E' > E, T): set E' and T;
+ *    from then every reader drops chunks not of E' (low 16 bits in the chunk header) and
+ *    chunks of complete messages; wait until no reader is inside a placement step begun under
+ *    the old epoch (each step, one socket read into a posted buffer or the accounting of a
+ *    chunk, stores `placing` = its epoch + 1 before it looks at the epoch: a Dekker handshake);
+ *    forget the bytes of every incomplete posted receive; answer RESYNC(E', T, n), n = its
+ *    cumulative placed count. Sender on RESYNC(E' > E): acked = max(acked, n), rewind the chunk
+ *    cursor to message n chunk 0, commit E' and T, release the hold; every message >= n is
+ *    sent again from NCCL's buffers, still intact since a send completes only once acked and
+ *    no writer holds it. NCCL sees none of it: requests complete later, never with an error.
+ *  - Fence. A primary that is left is closed on both sides (BYE(FENCE); tasks detached and
+ *    waited for, including a handler running inline on NCCL's thread; then the sockets closed),
+ *    so nothing late can be read into a buffer NCCL reused; a writer cut off mid-chunk gives
+ *    its hold on the message back. A backup left at reintegration stays as standby: a chunk it
+ *    was writing is finished (TCP framing) and dropped by its old epoch.
+ *  - Rebuild and reintegration. A failed path is rebuilt by the sender (connector): fresh
+ *    sockets to the receiver's listening socket for that NIC, which outlives the listen comm
+ *    (refcounted by the connections accepted on it; the monitor accepts on it), with REJOIN
+ *    hellos naming the connection nonce and a new generation; the receiver checks its daemon
+ *    calls the NIC usable, builds the path and answers READY. Tried when our daemon calls the
+ *    NIC UP (or has no opinion: then it is a probe) and the peer's heartbeats do not object,
+ *    no sooner than LINKGUARD_REJOIN_MS after the failure, doubling after a failed attempt or
+ *    a re-failure within 10 s (flap damping on top of the daemon's). A rebuilt primary becomes
+ *    active again by a graceful switch (LINKGUARD_REINTEGRATE); the backup returns to standby.
+ *  - Both paths dead: keep rebuilding; after LINKGUARD_DEAD_TIMEOUT_MS with no working path
+ *    (failed, silent or declared failed) the connection fails: test() returns ncclRemoteError
+ *    and a WARN names the connection and both NICs with what became of each path. EOF or reset
+ *    without any BYE on both paths means the peer process is gone: fail at once.
  *
  * Threads: NCCL's progress thread calls isend/irecv/test; its service thread calls
  * connect/accept/regMr/close. Socket handlers run serialized per socket (progress.h) on
  * whichever thread gets there: NCCL's thread for small work (isend writes a small message,
  * test() reads acks and places small chunks, LINKGUARD_POLL_INLINE), a progress worker for
- * the rest (big chunks, a full socket, hang-ups). conn->mu guards the chunk cursor and the
- * placement window; request state words are atomics.
- *
- * Seams for failover (issue 6): `active` picks the path that carries data and every
- * handler checks it; lg_conn_path_failed() is the one place a path's death is decided;
- * chunk headers and control frames carry an epoch field (0 today); the receiver's `placed`
- * count is what the resync message will carry, and the sender can rewind its chunk cursor
- * to it because a send is only complete (and its buffer released to NCCL) once acked. */
+ * the rest (a worker yields after a bounded run). The monitor thread (monitor.c) runs the
+ * failover state machine of every connection: handlers only record what they saw (a path
+ * failed, frames into the mailbox) and wake it. conn->mu guards the chunk cursor, the
+ * placement window and the committed (epoch, active, paths[]); request state words are
+ * atomics. NCCL's thread is counted in `inline_users` while it holds a path pointer, so the
+ * monitor frees a replaced path only once no one can still hold it. */
 #ifndef LG_CONN_H
 #define LG_CONN_H
 
@@ -35,6 +92,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "failover.h"
 #include "nccl_net_abi.h"
 #include "progress.h"
 #include "wire.h"
@@ -51,6 +109,7 @@ enum lg_conn_kind { LG_CONN_SEND = 1, LG_CONN_RECV = 2 };
 
 struct lg_conn;
 struct lg_path;
+struct lg_lsock; /* reconnect.c */
 
 struct lg_stream {
     struct lg_task task;
@@ -58,10 +117,10 @@ struct lg_stream {
     int index; /* 0: control channel; 1..nstreams: data */
     /* send side: the chunk being written */
     struct {
-        int active;
+        int active; /* (atomic: the monitor reads it) */
         uint8_t hdr[LG_CHUNK_HDR_SIZE];
         const char *payload;
-        struct lg_req *req; /* the chunk's message: its `written` count is bumped at the end */
+        struct lg_req *req; /* the chunk's message: holds one of its `writers` */
         uint32_t len;
         size_t done; /* bytes of hdr + payload written */
     } tx;
@@ -72,9 +131,12 @@ struct lg_stream {
         int have_hdr;
         int checked; /* the chunk was matched against its posted receive */
         int big;     /* the chunk is a worker's (bigger than inline_send): test() keeps off (atomic) */
+        int drop;    /* the chunk is read and dropped (stale epoch, duplicate) */
+        uint32_t epoch; /* the connection epoch the chunk was matched in */
         struct lg_chunk_hdr h;
         size_t done;
     } rx;
+    uint32_t placing; /* receive: 0, or inside a placement step of epoch placing - 1 (atomic) */
     /* control channel: frames being read */
     struct {
         uint8_t buf[LG_CTRL_SIZE * 16];
@@ -86,10 +148,11 @@ enum lg_path_state { LG_PATH_UP = 1, LG_PATH_FAILED = 2 };
 
 struct lg_path {
     struct lg_conn *conn;
-    int index; /* 0 primary, 1 backup */
+    int index; /* slot: 0 primary, 1 backup */
     int nstreams;
     int state; /* enum lg_path_state (atomic) */
-    int peer_bye; /* the peer said BYE: its EOF is a close, not a failure (atomic) */
+    int peer_bye; /* the peer said BYE: 0 no, 1 + LG_BYE_* (atomic) */
+    uint32_t gen; /* generation of this slot's path: 0 at connect, +1 per rebuild */
     char nic[IFNAMSIZ];
     char peer[24];
     struct lg_stream ctrl;
@@ -99,6 +162,15 @@ struct lg_path {
     uint8_t txq[LG_CTRL_SIZE * 64];
     size_t txq_len, txq_off;
     int txq_last_ack; /* offset of an unsent ACK frame that a newer ack may overwrite, or -1 */
+    /* liveness and failure (atomics unless said) */
+    uint64_t last_rx_ns;  /* something was read on one of its sockets */
+    uint64_t last_tx_ns;  /* a control frame was written */
+    uint64_t fail_ns;     /* when it failed */
+    int peer_gone;        /* EOF or reset without a BYE */
+    int fail_noted;       /* `why` is written (release) */
+    char why[128];
+    int ready;            /* sender, rebuilt path: READY came */
+    int retired;          /* sockets closed, tasks detached (monitor) */
 };
 
 struct lg_req {
@@ -112,7 +184,7 @@ struct lg_req {
     const char *data;
     size_t size;
     uint64_t nchunks; /* chunks the message is cut into */
-    uint64_t written; /* chunks whose writer is done with the buffer (atomic, release) */
+    uint32_t writers; /* streams holding a chunk of it (atomic; taken under conn->mu) */
     /* recv */
     char *buf;
     size_t cap;
@@ -128,8 +200,16 @@ struct lg_conn {
     int nstreams;
     uint32_t chunk_size;
     int npaths;
-    int active; /* index of the path carrying data */
-    struct lg_path *paths[LG_NPATHS];
+    int protected_; /* built with both paths: failures fail over instead of failing */
+    int active;     /* slot of the path carrying data (atomic; changed under mu) */
+    uint32_t epoch; /* committed epoch (atomic, seq_cst; changed under mu) */
+    struct lg_path *active_path; /* the path object the committed epoch uses (under mu) */
+    struct lg_path *paths[LG_NPATHS]; /* replaced under mu by the monitor (rebuild) */
+    /* NCCL-thread sections holding a path pointer, counted per phase (atomics): the monitor
+     * flips the phase and waits for the old one to drain, which a busy poller cannot
+     * starve (it enters the new phase). */
+    uint32_t inline_users[2];
+    uint32_t inline_phase;
     pthread_mutex_t mu;
     struct lg_req reqs[LG_WINDOW];
     uint64_t next_seq; /* next seq to post (NCCL's thread) */
@@ -139,33 +219,84 @@ struct lg_conn {
     uint64_t cursor_seq;   /* next chunk to hand to a stream (under mu) */
     uint64_t cursor_chunk;
     uint32_t parked; /* data streams with nothing to send (bit i-1 = data[i]; under mu) */
+    int hold;        /* LG_HOLD_*: chunks held back for a switch (under mu) */
     /* receive side */
     struct lg_seqwin win;  /* placement (under mu) */
     uint64_t placed;       /* win.base, readable without mu (atomic) */
     uint64_t ack_sent;     /* highest placement count acknowledged to the sender (atomic) */
     uint32_t rx_waiting;   /* data streams waiting for a receive to be posted (atomic bits) */
+    /* rebuilding paths */
+    uint32_t local_ip[LG_NPATHS];  /* our address on each NIC (network order) */
+    uint32_t peer_ip[LG_NPATHS];   /* sender: the receiver's listening sockets */
+    uint16_t peer_port[LG_NPATHS];
+    struct lg_lsock *lsock[LG_NPATHS]; /* receiver: the listening sockets it came from */
+    /* failover */
+    pthread_mutex_t mb_mu;
+    struct lg_mailbox mb;  /* under mb_mu */
+    struct lg_fo fo;       /* monitor thread only */
+    int dirty;             /* the monitor should look at it (atomic) */
+    struct lg_conn *mon_next; /* monitor registry */
     /* failure */
     int error; /* ncclResult_t once the connection cannot deliver (atomic) */
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
 };
 
+#define LG_HOLD_NONE 0
+#define LG_HOLD_BOUNDARY 1 /* finish the message being cut, start no new one */
+#define LG_HOLD_ALL 2      /* hand out no chunk */
+
 /* conn.c */
 struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, int nstreams, uint32_t chunk_size);
+/* A path object for slot `index`, not yet in c->paths (rebuilds publish it later). */
+struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, const char *peer);
 struct lg_path *lg_path_new(struct lg_conn *c, int index, const char *nic, const char *peer);
+void lg_path_free(struct lg_path *p); /* retired or never started */
 /* Fds must be in path->ctrl.task.fd and data[i].task.fd; registers them with the workers. */
 int lg_conn_start(struct lg_conn *c);
+int lg_path_start(struct lg_path *p);
+/* The epoll events a control task wants: the sender's active one is read by test(). */
+uint32_t lg_path_ctrl_events(const struct lg_path *p, int active);
 void lg_conn_free(struct lg_conn *c); /* detaches, closes every fd, frees */
-/* A path broke (EOF, reset, protocol error). The one place that decides what it means:
- * today the active path failing fails the connection; issue 6 turns it into a failover. */
+/* A path broke: error (errno `err`, 0 for a protocol error) or EOF. Records why, decides
+ * nothing but the obvious (a BYE'd close, an unprotected connection) and wakes the monitor,
+ * which fails over. Any thread. */
 void lg_conn_path_failed(struct lg_path *p, int err, const char *why);
-void lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
+void lg_conn_path_eof(struct lg_path *p, const char *why);
+/* Sets the connection's error once; 1 if this call set it. */
+int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Queues/sends a control frame on the path (any thread). */
 void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f);
 void lg_path_ctrl_flush(struct lg_path *p);
 /* Reads control frames from a path's ctrl socket; calls `on_frame` for each. */
 int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, const struct lg_ctrl *));
+static inline int lg_path_up(const struct lg_path *p)
+{
+    return p && __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == LG_PATH_UP;
+}
+/* NCCL's thread brackets its use of c->paths[] pointers with these. */
+static inline uint32_t lg_conn_enter(struct lg_conn *c)
+{
+    for (;;) {
+        uint32_t ph = __atomic_load_n(&c->inline_phase, __ATOMIC_SEQ_CST) & 1;
+        __atomic_add_fetch(&c->inline_users[ph], 1, __ATOMIC_SEQ_CST);
+        if ((__atomic_load_n(&c->inline_phase, __ATOMIC_SEQ_CST) & 1) == ph)
+            return ph;
+        __atomic_sub_fetch(&c->inline_users[ph], 1, __ATOMIC_RELEASE); /* flipped: again */
+    }
+}
+static inline void lg_conn_exit(struct lg_conn *c, uint32_t ph)
+{
+    __atomic_sub_fetch(&c->inline_users[ph], 1, __ATOMIC_RELEASE);
+}
+/* Monitor: after unpublishing a path pointer, returns once no section can still hold it. */
+void lg_conn_quiesce_inline(struct lg_conn *c);
+static inline struct lg_path *lg_conn_active_path(struct lg_conn *c)
+{
+    struct lg_path *const *slot = &c->paths[__atomic_load_n(&c->active, __ATOMIC_ACQUIRE)];
+    return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+}
 
 /* conn_send.c */
 ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, void **request);
@@ -180,6 +311,8 @@ void lg_recv_ctrl_handler(struct lg_task *t, uint32_t events);
 
 /* Both: completes a request. */
 ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes);
+/* Both: the daemon's table changed since the monitor last looked (one load; hot path). */
+void lg_conn_health_poll(void);
 
 static inline struct lg_stream *lg_stream_of(struct lg_task *t)
 {

@@ -4,14 +4,17 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include "conn.h"
 #include "log.h"
+#include "monitor.h"
 #include "params.h"
 #include "sock.h"
 #include "util.h"
 
 #define LG_TOTAL_UNKNOWN UINT64_MAX
+#define LG_WORKER_RUN_BYTES (8u << 20)
 
 static uint32_t waiter_bit(const struct lg_stream *s)
 {
@@ -28,6 +31,7 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
     int err = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
     if (err)
         return (ncclResult_t)err;
+    lg_monitor_health_poll();
     /* NCCL presets *request to this marker for receives it can complete by itself (LL);
      * completing them normally is always allowed. */
     int optional = *request == (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION;
@@ -44,8 +48,8 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
     r->cap = sizes[0];
     r->tag = tags ? tags[0] : 0;
     r->optional = optional;
-    r->placed = 0;
-    r->total = LG_TOTAL_UNKNOWN;
+    __atomic_store_n(&r->placed, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->total, LG_TOTAL_UNKNOWN, __ATOMIC_RELAXED);
     __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
     c->next_seq = seq + 1;
     __atomic_store_n(&c->posted, seq + 1, __ATOMIC_SEQ_CST);
@@ -53,11 +57,15 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
     *request = r;
     /* Streams that hold a chunk header for a receive not posted yet sleep until now. */
     uint32_t waiting = __atomic_exchange_n(&c->rx_waiting, 0, __ATOMIC_SEQ_CST);
-    for (int pi = 0; waiting && pi < LG_NPATHS; pi++) {
-        struct lg_path *p = c->paths[pi];
-        for (int i = 0; p && i < p->nstreams; i++)
-            if (waiting & waiter_bit(&p->data[i]))
-                lg_task_kick(&p->data[i].task);
+    if (waiting) {
+        uint32_t ph = lg_conn_enter(c);
+        for (int pi = 0; pi < LG_NPATHS; pi++) {
+            struct lg_path *p = __atomic_load_n(&c->paths[pi], __ATOMIC_ACQUIRE);
+            for (int i = 0; p && i < p->nstreams; i++)
+                if (waiting & waiter_bit(&p->data[i]))
+                    lg_task_kick(&p->data[i].task);
+        }
+        lg_conn_exit(c, ph);
     }
     return ncclSuccess;
 }
@@ -83,7 +91,8 @@ static void flush_ack(struct lg_path *p)
     }
 }
 
-static void recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
+/* Inside a placement step. -1 on a protocol error (the path failed). */
+static int recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
 {
     struct lg_conn *c = p->conn;
     uint64_t seq = r->seq; /* read before DONE: the slot may be reused right after */
@@ -96,29 +105,58 @@ static void recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
     pthread_mutex_unlock(&c->mu);
     if (adv < 0) {
         lg_conn_path_failed(p, 0, "message completed twice");
-        return;
+        return -1;
     }
     if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
                     placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >= LG_ACK_NOW_MSGS))
         flush_ack(p);
+    return 0;
 }
 
-/* Matches the chunk in s->rx.h with its posted receive. 1: matched, 0: not posted yet (the
- * stream sleeps until irecv kicks it), -1: failed. */
-static int match_chunk(struct lg_stream *s)
+/* A placement step (a socket read into a posted buffer, or the accounting of a chunk) is
+ * bracketed by `placing`: busy (UINT32_MAX) before the epoch is read, then that epoch + 1.
+ * The monitor's commit stores the new epoch, then waits until no stream is busy in an older
+ * epoch before it resets partial receives (Dekker: both sides store, then load, seq_cst). A
+ * step that sees another epoch than its chunk's drops the chunk instead. */
+static inline uint32_t gate_enter(struct lg_stream *s)
+{
+    __atomic_store_n(&s->placing, UINT32_MAX, __ATOMIC_SEQ_CST);
+    uint32_t e = __atomic_load_n(&s->path->conn->epoch, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&s->placing, e + 1, __ATOMIC_RELEASE);
+    return e;
+}
+static inline void gate_exit(struct lg_stream *s)
+{
+    __atomic_store_n(&s->placing, 0, __ATOMIC_RELEASE);
+}
+
+enum { MATCH_WAIT = 0, MATCH_PLACE = 1, MATCH_DROP = 2, MATCH_FAILED = -1 };
+
+/* Inside a placement step: what to do with the chunk in s->rx.h. */
+static int match_chunk(struct lg_stream *s, uint32_t epoch)
 {
     struct lg_conn *c = s->path->conn;
     const struct lg_chunk_hdr *h = &s->rx.h;
+    if (!lg_epoch_matches(h->epoch, epoch))
+        return MATCH_DROP; /* from before a switch: no need to wait for its receive */
     if (__atomic_load_n(&c->posted, __ATOMIC_SEQ_CST) <= h->seq) {
         __atomic_fetch_or(&c->rx_waiting, waiter_bit(s), __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&c->posted, __ATOMIC_SEQ_CST) <= h->seq)
-            return 0;
+            return MATCH_WAIT;
     }
     struct lg_req *r = &c->reqs[h->seq % LG_WINDOW];
-    if (r->seq != h->seq || !(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_POSTED) ||
-        (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_DONE)) {
+    uint32_t state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE); /* before r->seq */
+    uint64_t rseq = (state & LG_REQ_POSTED) && !(state & LG_REQ_DONE)
+                        ? __atomic_load_n(&r->seq, __ATOMIC_RELAXED) : h->seq;
+    switch (lg_resync_chunk_verdict(h->epoch, epoch, h->seq, rseq, state)) {
+    case LG_CHUNK_PLACE:
+        break;
+    case LG_CHUNK_STALE:
+    case LG_CHUNK_DUP:
+        return MATCH_DROP;
+    default:
         lg_conn_path_failed(s->path, 0, "chunk for a message outside the window");
-        return -1;
+        return MATCH_FAILED;
     }
     if (h->total > r->cap) {
         lg_conn_fail(c, ncclInternalError,
@@ -129,28 +167,37 @@ static int match_chunk(struct lg_stream *s)
                 (unsigned long long)c->nonce, (unsigned long long)h->seq,
                 (unsigned long long)h->total, r->cap);
         __atomic_store_n(&s->path->state, LG_PATH_FAILED, __ATOMIC_RELEASE);
-        return -1;
+        return MATCH_FAILED;
     }
     uint64_t unknown = LG_TOTAL_UNKNOWN;
     if (!__atomic_compare_exchange_n(&r->total, &unknown, h->total, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE) &&
         unknown != h->total) {
         lg_conn_path_failed(s->path, 0, "chunks disagree on the message size");
-        return -1;
+        return MATCH_FAILED;
     }
-    return 1;
+    s->rx.epoch = epoch;
+    return MATCH_PLACE;
 }
 
 static int read_failed(struct lg_stream *s, ssize_t n)
 {
     if (n == 0) {
-        lg_conn_path_failed(s->path, 0, "data stream closed by peer");
+        lg_conn_path_eof(s->path, "data stream closed by peer");
         return 1;
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK)
         return 0;
     lg_conn_path_failed(s->path, errno, "data stream read");
     return 1;
+}
+
+/* Epoll events for a data stream: test() places small chunks of the active path inline. */
+static void set_mode(struct lg_stream *s, int big)
+{
+    int inline_path = lg_params.poll_inline && lg_conn_active_path(s->path->conn) == s->path;
+    lg_task_set_events(&s->task, inline_path ? EPOLLOUT | (big ? EPOLLIN : 0)
+                                             : EPOLLIN | EPOLLOUT);
 }
 
 static void recv_stream_run(struct lg_task *t)
@@ -160,8 +207,9 @@ static void recv_stream_run(struct lg_task *t)
     struct lg_conn *c = p->conn;
     /* On NCCL's thread (test() polling) place at most inline_send bytes, then hand over. */
     int on_app = !lg_progress_on_worker();
-    size_t budget = on_app ? (size_t)lg_params.inline_send : SIZE_MAX;
-    while (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == LG_PATH_UP) {
+    /* A worker yields too after a while (its other tasks, a detach waiting on it). */
+    size_t budget = on_app ? (size_t)lg_params.inline_send : LG_WORKER_RUN_BYTES;
+    while (lg_path_up(p)) {
         if (!s->rx.have_hdr) {
             if (s->rx.hgot < LG_CHUNK_HDR_SIZE) {
                 struct iovec iov = {s->rx.hdr + s->rx.hgot, LG_CHUNK_HDR_SIZE - s->rx.hgot};
@@ -177,8 +225,10 @@ static void recv_stream_run(struct lg_task *t)
                 lg_conn_path_failed(p, 0, "bad chunk header");
                 return;
             }
+            __atomic_store_n(&p->last_rx_ns, lg_now_ns(), __ATOMIC_RELAXED);
             s->rx.have_hdr = 1;
             s->rx.checked = 0;
+            s->rx.drop = 0;
             s->rx.done = 0;
             s->rx.hgot = 0;
             /* Small chunks are placed by test() on NCCL's thread; a big one is worth a worker
@@ -186,14 +236,17 @@ static void recv_stream_run(struct lg_task *t)
             if (lg_params.poll_inline) {
                 int big = s->rx.h.len > lg_params.inline_send;
                 __atomic_store_n(&s->rx.big, big, __ATOMIC_RELEASE);
-                lg_task_set_events(t, EPOLLOUT | (big ? EPOLLIN : 0));
+                set_mode(s, big);
             }
         }
         if (!s->rx.checked) {
-            int m = match_chunk(s);
-            if (m <= 0)
+            uint32_t epoch = gate_enter(s);
+            int m = match_chunk(s, epoch);
+            gate_exit(s);
+            if (m == MATCH_WAIT || m == MATCH_FAILED)
                 return;
             s->rx.checked = 1;
+            s->rx.drop = m == MATCH_DROP;
         }
         const struct lg_chunk_hdr *h = &s->rx.h;
         struct lg_req *r = &c->reqs[h->seq % LG_WINDOW];
@@ -207,12 +260,31 @@ static void recv_stream_run(struct lg_task *t)
                 lg_task_kick(t);
                 return;
             }
+            size_t rem = h->len - s->rx.done;
+            if (s->rx.drop) {
+                /* MSG_TRUNC on TCP discards the bytes without copying them (the buffer is
+                 * never written: it only has to exist, for checkers like valgrind). */
+                static char sink[1 << 16];
+                ssize_t n = recv(t->fd, sink, LG_MIN(rem, sizeof(sink)), MSG_TRUNC | MSG_DONTWAIT);
+                if (n <= 0) {
+                    read_failed(s, n);
+                    return;
+                }
+                budget -= LG_MIN(budget, (size_t)n);
+                s->rx.done += (size_t)n;
+                continue;
+            }
             /* Payload straight into the posted buffer, plus whatever of the next chunk's
              * header is already there: one syscall per chunk in steady state. */
-            size_t rem = h->len - s->rx.done;
+            if (gate_enter(s) != s->rx.epoch) {
+                gate_exit(s);
+                s->rx.drop = 1; /* a switch happened: its replay will bring this again */
+                continue;
+            }
             struct iovec iov[2] = {{r->buf + h->offset + s->rx.done, rem},
                                    {s->rx.hdr, LG_CHUNK_HDR_SIZE}};
             ssize_t n = lg_sock_readv(t->fd, iov, 2);
+            gate_exit(s);
             if (n <= 0) {
                 read_failed(s, n);
                 return;
@@ -227,22 +299,36 @@ static void recv_stream_run(struct lg_task *t)
         }
         s->rx.have_hdr = 0;
         __atomic_store_n(&s->rx.big, 0, __ATOMIC_RELEASE);
-        uint64_t placed = __atomic_add_fetch(&r->placed, h->len, __ATOMIC_ACQ_REL);
-        if (placed == h->total)
-            recv_complete(p, r, h->total);
+        if (s->rx.drop)
+            continue;
+        int rc = 0;
+        if (gate_enter(s) == s->rx.epoch) {
+            uint64_t placed = __atomic_add_fetch(&r->placed, h->len, __ATOMIC_ACQ_REL);
+            if (placed == h->total)
+                rc = recv_complete(p, r, h->total);
+        }
+        gate_exit(s);
+        if (rc < 0)
+            return;
     }
 }
 
 void lg_recv_stream_handler(struct lg_task *t, uint32_t events)
 {
     (void)events; /* errors and EOF surface through the reads */
+    struct lg_stream *s = lg_stream_of(t);
+    if (lg_params.poll_inline && !s->rx.have_hdr)
+        set_mode(s, 0); /* after a switch: the active path's streams go inline, others not */
     recv_stream_run(t);
-    flush_ack(lg_stream_of(t)->path);
+    flush_ack(s->path);
 }
 
 static void on_recv_ctrl(struct lg_path *p, const struct lg_ctrl *f)
 {
-    (void)f; /* the sender sends nothing but BYE (handled by the reader) today */
+    if (f->type == LG_CTRL_HB || f->type == LG_CTRL_SWITCH) {
+        lg_fo_on_frame(p, f);
+        return;
+    }
     lg_conn_path_failed(p, 0, "unexpected control frame");
 }
 
@@ -259,10 +345,10 @@ void lg_recv_ctrl_handler(struct lg_task *t, uint32_t events)
 static int req_complete(struct lg_req *r)
 {
     if (r->conn->kind == LG_CONN_SEND) {
-        /* Placed at the receiver (acked), and every writer of its chunks is done with the
-         * buffer (so NCCL may reuse it as soon as we say done). */
+        /* Placed at the receiver (acked), and no writer reads its buffer any more (so NCCL
+         * may reuse it as soon as we say done). */
         return __atomic_load_n(&r->conn->acked, __ATOMIC_ACQUIRE) > r->seq &&
-               __atomic_load_n(&r->written, __ATOMIC_ACQUIRE) == r->nchunks;
+               __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0;
     }
     return (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_DONE) != 0;
 }
@@ -271,21 +357,24 @@ static int req_complete(struct lg_req *r)
  * this connection instead of waking a worker (bounded; see the handlers). */
 static void poll_inline(struct lg_conn *c)
 {
-    struct lg_path *p = c->paths[c->active];
-    if (!p || __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != LG_PATH_UP)
-        return;
-    if (c->kind == LG_CONN_SEND) {
-        lg_task_run(&p->ctrl.task, EPOLLIN);
-        return;
+    uint32_t ph = lg_conn_enter(c);
+    struct lg_path *p = lg_conn_active_path(c);
+    if (lg_path_up(p)) {
+        if (c->kind == LG_CONN_SEND) {
+            lg_task_run(&p->ctrl.task, EPOLLIN);
+        } else {
+            for (int i = 0; i < p->nstreams; i++)
+                if (!__atomic_load_n(&p->data[i].rx.big, __ATOMIC_ACQUIRE))
+                    lg_task_run(&p->data[i].task, 0);
+        }
     }
-    for (int i = 0; i < p->nstreams; i++)
-        if (!__atomic_load_n(&p->data[i].rx.big, __ATOMIC_ACQUIRE))
-            lg_task_run(&p->data[i].task, 0);
+    lg_conn_exit(c, ph);
 }
 
 ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
 {
     struct lg_conn *c = r->conn;
+    lg_monitor_health_poll();
     int complete = req_complete(r);
     if (!complete && lg_params.poll_inline) {
         poll_inline(c);

@@ -7,15 +7,19 @@
 
 #include "conn.h"
 #include "log.h"
+#include "monitor.h"
 #include "params.h"
 #include "sock.h"
 #include "util.h"
+
+#define LG_WORKER_RUN_CHUNKS 16
 
 ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, void **request)
 {
     int err = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
     if (err)
         return (ncclResult_t)err;
+    lg_monitor_health_poll();
     pthread_mutex_lock(&c->mu);
     uint64_t seq = c->next_seq;
     struct lg_req *r = &c->reqs[seq % LG_WINDOW];
@@ -29,7 +33,7 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, 
     r->size = size;
     r->tag = tag;
     r->nchunks = lg_chunk_count(size, c->chunk_size);
-    r->written = 0;
+    __atomic_store_n(&r->writers, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
     c->next_seq = seq + 1;
     __atomic_store_n(&c->posted, seq + 1, __ATOMIC_RELEASE);
@@ -37,7 +41,7 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, 
      * chunks by themselves when they finish their current one. */
     uint64_t want = LG_MIN(lg_chunk_count(size, c->chunk_size), (uint64_t)c->nstreams);
     uint32_t wake = 0;
-    for (int i = 0; i < c->nstreams && want; i++) {
+    for (int i = 0; i < c->nstreams && want && c->hold == LG_HOLD_NONE; i++) {
         int k = (int)((seq + (uint64_t)i) % (uint64_t)c->nstreams);
         if (c->parked & (1u << k)) {
             wake |= 1u << k;
@@ -48,9 +52,10 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, 
     pthread_mutex_unlock(&c->mu);
     *request = r;
 
-    struct lg_path *p = c->paths[c->active];
+    uint32_t ph = lg_conn_enter(c);
+    struct lg_path *p = lg_conn_active_path(c);
     int inline_ok = size <= (size_t)lg_params.inline_send && !lg_progress_on_worker();
-    for (int k = 0; k < c->nstreams; k++) {
+    for (int k = 0; p && k < c->nstreams; k++) {
         if (!(wake & (1u << k)))
             continue;
         if (inline_ok) {
@@ -61,14 +66,26 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, 
             lg_task_kick(&p->data[k].task);
         }
     }
+    lg_conn_exit(c, ph);
     return ncclSuccess;
+}
+
+/* Under mu: stream s may take a new chunk (its path carries the committed epoch and no
+ * switch holds chunks back). */
+static int may_grab(struct lg_conn *c, struct lg_stream *s)
+{
+    if (c->cursor_seq >= __atomic_load_n(&c->posted, __ATOMIC_RELAXED) ||
+        c->hold == LG_HOLD_ALL || (c->hold == LG_HOLD_BOUNDARY && c->cursor_chunk == 0))
+        return 0;
+    return s->path == c->active_path && c->paths[c->active] == s->path &&
+           lg_path_up(s->path);
 }
 
 /* Takes the next chunk for stream s, or parks the stream. Returns 1 if s has a chunk. */
 static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
 {
     pthread_mutex_lock(&c->mu);
-    if (c->cursor_seq >= __atomic_load_n(&c->posted, __ATOMIC_RELAXED)) {
+    if (!may_grab(c, s)) {
         c->parked |= 1u << (s->index - 1);
         pthread_mutex_unlock(&c->mu);
         return 0;
@@ -76,10 +93,13 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
     struct lg_req *r = &c->reqs[c->cursor_seq % LG_WINDOW];
     uint64_t off = c->cursor_chunk * c->chunk_size;
     uint64_t len = r->size - off < c->chunk_size ? r->size - off : c->chunk_size;
-    struct lg_chunk_hdr h = {.epoch = 0, .len = (uint32_t)len, .seq = c->cursor_seq,
-                             .offset = off, .total = r->size, .tag = (uint32_t)r->tag};
+    struct lg_chunk_hdr h = {.epoch = (uint16_t)c->epoch, .len = (uint32_t)len,
+                             .seq = c->cursor_seq, .offset = off, .total = r->size,
+                             .tag = (uint32_t)r->tag};
     s->tx.payload = r->data + off;
     s->tx.req = r;
+    /* Taken under mu, like a rewind: completion waits for this hold on the buffer. */
+    __atomic_add_fetch(&r->writers, 1, __ATOMIC_ACQ_REL);
     if (++c->cursor_chunk == lg_chunk_count(r->size, c->chunk_size)) {
         c->cursor_seq++;
         c->cursor_chunk = 0;
@@ -88,16 +108,16 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
     lg_chunk_encode(s->tx.hdr, &h);
     s->tx.len = (uint32_t)len;
     s->tx.done = 0;
-    s->tx.active = 1;
+    __atomic_store_n(&s->tx.active, 1, __ATOMIC_RELEASE);
     return 1;
 }
 
-/* An inline run (NCCL's thread) has written its chunk: a worker takes over if more chunks
- * wait, else the stream parks (same lock as isend's look at `parked`: no lost wake-up). */
+/* A run has written its share: a worker (again) takes over if more chunks wait, else the
+ * stream parks (same lock as isend's look at `parked`: no lost wake-up). */
 static void hand_over(struct lg_conn *c, struct lg_stream *s)
 {
     pthread_mutex_lock(&c->mu);
-    int more = c->cursor_seq < __atomic_load_n(&c->posted, __ATOMIC_RELAXED);
+    int more = may_grab(c, s);
     if (!more)
         c->parked |= 1u << (s->index - 1);
     pthread_mutex_unlock(&c->mu);
@@ -114,7 +134,7 @@ static int check_peer(struct lg_stream *s, uint32_t events)
     struct iovec iov = {b, sizeof(b)};
     ssize_t n = lg_sock_readv(s->task.fd, &iov, 1);
     if (n == 0) {
-        lg_conn_path_failed(s->path, 0, "data stream closed by peer");
+        lg_conn_path_eof(s->path, "data stream closed by peer");
         return -1;
     }
     if (n > 0) {
@@ -135,10 +155,14 @@ void lg_send_stream_handler(struct lg_task *t, uint32_t events)
     struct lg_conn *c = p->conn;
     if (check_peer(s, events) != 0)
         return;
-    if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != LG_PATH_UP || p->index != c->active)
+    /* A failed path's chunk is given back when the monitor retires the path; a path that
+     * stops being active still finishes the chunk it is writing (TCP framing), which the
+     * receiver drops by its epoch. */
+    if (!lg_path_up(p))
         return;
-    /* From NCCL's thread (inline send) write one chunk at most, then hand over. */
-    int chunks_left = lg_progress_on_worker() ? -1 : 1;
+    /* From NCCL's thread (inline send) write one chunk at most, then hand over; a worker
+     * yields too after a few (its other tasks, a detach waiting on it). */
+    int chunks_left = lg_progress_on_worker() ? LG_WORKER_RUN_CHUNKS : 1;
     for (;;) {
         if (!s->tx.active) {
             if (chunks_left == 0) {
@@ -147,8 +171,7 @@ void lg_send_stream_handler(struct lg_task *t, uint32_t events)
             }
             if (!grab_chunk(c, s))
                 return;
-            if (chunks_left > 0)
-                chunks_left--;
+            chunks_left--;
         }
         struct iovec iov[2];
         int n = 0;
@@ -165,11 +188,11 @@ void lg_send_stream_handler(struct lg_task *t, uint32_t events)
         }
         s->tx.done += (size_t)w;
         if (s->tx.done == LG_CHUNK_HDR_SIZE + (size_t)s->tx.len) {
-            s->tx.active = 0;
-            /* A send completes only once every chunk's writer is done with the buffer
-             * (test() checks this count too): the ack alone can beat the writer's return.
-             * The slot cannot be reused before this store, which completion waits for. */
-            __atomic_add_fetch(&s->tx.req->written, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&s->tx.active, 0, __ATOMIC_RELAXED);
+            /* A send completes only once no writer reads its buffer (test() checks this
+             * count too): the ack alone can beat the writer's return. The slot cannot be
+             * reused before this store, which completion waits for. */
+            __atomic_sub_fetch(&s->tx.req->writers, 1, __ATOMIC_RELEASE);
         }
     }
 }
@@ -177,6 +200,10 @@ void lg_send_stream_handler(struct lg_task *t, uint32_t events)
 static void on_send_ctrl(struct lg_path *p, const struct lg_ctrl *f)
 {
     struct lg_conn *c = p->conn;
+    if (f->type == LG_CTRL_HB || f->type == LG_CTRL_RESYNC || f->type == LG_CTRL_READY) {
+        lg_fo_on_frame(p, f);
+        return;
+    }
     if (f->type != LG_CTRL_ACK) {
         lg_conn_path_failed(p, 0, "unexpected control frame");
         return;
@@ -193,6 +220,8 @@ static void on_send_ctrl(struct lg_path *p, const struct lg_ctrl *f)
            !__atomic_compare_exchange_n(&c->acked, &acked, f->value, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE))
         ;
+    if (__atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_BOUNDARY)
+        lg_monitor_wake(c); /* a graceful switch waits for the last in-flight ack */
 }
 
 void lg_send_ctrl_handler(struct lg_task *t, uint32_t events)

@@ -100,6 +100,11 @@ static struct lg_connecting *connect_start(int dev, const struct lg_handle *h)
     if (d->has_backup && npaths == 1)
         LG_INFO(NCCL_INIT | NCCL_NET, "connect on %s: the peer has no backup path; this "
                 "connection runs unprotected", d->nic[0].name);
+    for (int p = 0; p < LG_NPATHS; p++) { /* kept for rebuilding paths (reconnect.c) */
+        c->local_ip[p] = d->nic[p].ip;
+        c->peer_ip[p] = p < npaths ? h->ip[p] : 0;
+        c->peer_port[p] = p < npaths ? h->port[p] : 0;
+    }
     for (int p = 0; p < npaths; p++) {
         struct lg_path *path = lg_path_new(c, p, d->nic[p].name,
                                            lg_addr_format(h->ip[p], h->port[p]).s);

@@ -9,7 +9,9 @@
 #include <sys/resource.h>
 
 #include "conn.h"
+#include "health.h"
 #include "log.h"
+#include "monitor.h"
 #include "params.h"
 #include "progress.h"
 
@@ -80,7 +82,9 @@ static void maybe_stop(void)
 {
     if (lg_core_inits == 0 && lg_core_live == 0 && lg_core_running) {
         lg_connect_abandon_all();
+        lg_monitor_stop();
         lg_progress_stop();
+        lg_health_fini();
         lg_core_running = 0;
     }
 }
@@ -92,6 +96,8 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
     pthread_mutex_lock(&lg_core_mu);
     if (lg_core_injected && lg_core_inits == 0)
         lg_params_load(&lg_params, getenv_wrap);
+    if (!lg_core_running)
+        lg_health_init(); /* before discovery: the daemon's table lists the devices */
     if (lg_core_loaded != (int)flavor) {
         lg_params_load(&lg_params, getenv_wrap);
         if (lg_devices_discover(&lg_devs, flavor == LG_FLAVOR_TCP) < 0) {
@@ -104,6 +110,11 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
     }
     if (!lg_core_running) {
         if (lg_progress_start((int)lg_params.threads) != 0) {
+            rc = ncclSystemError;
+            goto out;
+        }
+        if (lg_monitor_start() != 0) {
+            lg_progress_stop();
             rc = ncclSystemError;
             goto out;
         }
@@ -206,6 +217,7 @@ int lg_core_conn_ready(struct lg_conn *c)
     if (lg_conn_start(c) != 0)
         return -1;
     lg_core_ref(1);
+    lg_monitor_add(c);
     LG_INFO(NCCL_NET, "%s conn %016llx on dev %d: %d path(s), %d stream(s) each, chunk %u",
             c->kind == LG_CONN_SEND ? "send" : "recv", (unsigned long long)c->nonce, c->dev,
             c->paths[1] ? 2 : 1, c->nstreams, c->chunk_size);
@@ -316,8 +328,9 @@ static ncclResult_t close_conn(void *comm, enum lg_conn_kind kind, const char *c
     struct lg_conn *c = as_conn(comm, kind, call);
     if (!c)
         return ncclInternalError;
+    lg_monitor_remove(c); /* from here on, no path changes under us */
     /* Say goodbye first, so the peer logs a close, not a failure. */
-    struct lg_ctrl bye = {.type = LG_CTRL_BYE};
+    struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_CLOSE};
     for (int p = 0; p < LG_NPATHS; p++)
         if (c->paths[p] && __atomic_load_n(&c->paths[p]->state, __ATOMIC_ACQUIRE) == LG_PATH_UP)
             lg_path_ctrl_send(c->paths[p], &bye);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "health.h"
 #include "log.h"
 #include "params.h"
 
@@ -154,6 +155,29 @@ int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup,
     return n;
 }
 
+/* A NIC of the daemon's table: its netdev and first IPv4 address (else the interface's). */
+static int shm_nic(const struct lg_shm_nic *e, const struct lg_ifinfo *ifs, int nifs,
+                   struct lg_nic *out)
+{
+    char name[IFNAMSIZ];
+    size_t n = strnlen(e->name, sizeof(e->name));
+    if (n == 0 || n >= IFNAMSIZ)
+        return -1;
+    memcpy(name, e->name, n);
+    name[n] = 0;
+    uint32_t ip = e->n_ipv4 > 0 ? e->ipv4[0] : 0;
+    if (!ip) {
+        const struct lg_ifinfo *fi = find_if(ifs, nifs, name);
+        ip = fi ? fi->ip : 0;
+    }
+    if (!ip)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    memcpy(out->name, name, n + 1);
+    out->ip = ip;
+    return 0;
+}
+
 /* What a device source sees. */
 struct lg_dev_source_ctx {
     const struct lg_ifinfo *ifs;
@@ -175,17 +199,46 @@ static int source_ifaces(const struct lg_dev_source_ctx *x, struct lg_device_tab
     return lg_devices_from_ifaces(x->ifs, x->nifs, x->backup, t, err, errlen);
 }
 
+int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifinfo *ifs,
+                        int nifs, int backup, struct lg_device_table *t)
+{
+    t->count = 0;
+    for (uint32_t i = 0; i < snap->nic_count && t->count < LG_MAX_DEVS; i++) {
+        const struct lg_shm_nic *e = &snap->nics[i];
+        struct lg_nic nic;
+        if (shm_nic(e, ifs, nifs, &nic) != 0)
+            continue; /* no IPv4 address (yet): not a device for a TCP transport */
+        struct lg_device *d = &t->dev[t->count];
+        memset(d, 0, sizeof(*d));
+        d->nic[0] = nic;
+        int b = e->backup_index;
+        if (backup && b >= 0 && (uint32_t)b < snap->nic_count && (uint32_t)b != i &&
+            shm_nic(&snap->nics[b], ifs, nifs, &d->nic[1]) == 0)
+            d->has_backup = 1;
+        t->count++;
+    }
+    return t->count;
+}
+
+static int source_shm(const struct lg_dev_source_ctx *x, struct lg_device_table *t, char *err,
+                      size_t errlen)
+{
+    (void)err, (void)errlen;
+    static struct lg_shm_snapshot snap; /* init runs under NCCL's global mutex */
+    if (x->single || lg_health_snapshot(&snap) != LG_SHM_OK)
+        return 0; /* no live daemon: the next source */
+    return lg_devices_from_shm(&snap, x->ifs, x->nifs, x->backup, t);
+}
+
 /* Device sources, tried in order; the first that yields devices wins. Contract: return the
  * device count, 0 when the source is absent (try the next), or -1 with a message in err when
  * it is present but wrong (init then fails with a WARN naming the problem).
- * The daemon's shared-memory table (DESIGN.md: "from the daemon's table, else from
- * LINKGUARD_PAIRS") becomes the first row here: one function, lg_devices_from_shm, that maps
- * the table's NIC entries and backup_index onto struct lg_device when a live daemon is
- * there (lg_shm_reader_open + lg_shm_alive) and returns 0 otherwise. */
+ * DESIGN.md: "from the daemon's table, else from LINKGUARD_PAIRS", else every interface. */
 static const struct lg_dev_source {
     const char *name;
     int (*fn)(const struct lg_dev_source_ctx *, struct lg_device_table *, char *, size_t);
 } lg_dev_sources[] = {
+    {"daemon", source_shm},
     {"environment", source_env},
     {"interfaces", source_ifaces},
 };

@@ -50,8 +50,14 @@ int lg_devices_from_pairs(const char *spec, const struct lg_ifinfo *ifs, int nif
 int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup,
                            struct lg_device_table *t, char *err, size_t errlen);
 
+/* Devices from the daemon's table (pure): one per NIC entry with an IPv4 address (the entry's,
+ * else the interface's), in table order, paired with the entry's backup_index. */
+struct lg_shm_snapshot;
+int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifinfo *ifs,
+                        int nifs, int backup, struct lg_device_table *t);
+
 /* Builds the process's table from the first source that yields devices:
- *   the daemon's shared-memory table (to come: lg_devices_from_shm slots in here),
+ *   the daemon's shared-memory table when a live daemon is there (lg_devices_from_shm),
  *   LINKGUARD_PAIRS, then every interface. `single` (the standalone lgtcp plugin): one
  * device per interface of LGTCP_IFS (or every interface), no backups.
  * Returns the count, or -1 after a WARN naming the problem. */

@@ -1,6 +1,8 @@
 /* Listen and non-blocking accept: one listening socket per NIC of the device; accepted
  * sockets introduce themselves with a hello and are grouped by the connector's nonce until
- * every socket of every announced path is there. */
+ * every socket of every announced path is there. The listening sockets outlive the listen
+ * comm (NCCL closes it right after accept) while a protected connection accepted on them
+ * lives: rebuilt paths come to them (monitor.c, reconnect.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include "core.h"
 #include "handle.h"
 #include "log.h"
+#include "monitor.h"
 #include "params.h"
 #include "sock.h"
 #include "util.h"
@@ -43,7 +46,7 @@ struct lg_listen {
     int dev;
     uint64_t listen_id;
     int npaths;
-    int lfd[LG_NPATHS];
+    struct lg_lsock *ls[LG_NPATHS]; /* shared with the connections accepted here */
     struct lg_acc_sock socks[LG_ACC_MAX];
     int nsocks;
     struct lg_group groups[LG_GROUP_MAX];
@@ -67,15 +70,16 @@ ncclResult_t lg_core_listen(int dev, void *handle, void **listen_comm)
     l->npaths = d->has_backup ? 2 : 1;
     struct lg_handle h = {.listen_id = l->listen_id,
                           .flags = l->npaths > 1 ? LG_HANDLE_F_BACKUP : 0};
-    for (int p = 0; p < LG_NPATHS; p++)
-        l->lfd[p] = -1;
     for (int p = 0; p < l->npaths; p++) {
-        l->lfd[p] = lg_sock_listen(d->nic[p].ip, &h.port[p]);
-        if (l->lfd[p] < 0) {
+        int fd = lg_sock_listen(d->nic[p].ip, &h.port[p]);
+        l->ls[p] = fd >= 0 ? lg_lsock_new(fd, p, l->listen_id) : NULL;
+        if (!l->ls[p]) {
             LG_WARN("listen on NIC %s (%s): %s", d->nic[p].name,
                     lg_addr_format(d->nic[p].ip, 0).s, strerror(errno));
+            if (fd >= 0)
+                close(fd);
             for (int q = 0; q < p; q++)
-                close(l->lfd[q]);
+                lg_lsock_unref(l->ls[q]);
             free(l);
             return ncclSystemError;
         }
@@ -108,6 +112,7 @@ static int file_socket(struct lg_listen *l, struct lg_acc_sock *a, uint64_t now)
 {
     struct lg_hello h;
     if (lg_hello_decode(a->buf, &h) != 0 || h.listen_id != l->listen_id || h.path != a->path ||
+        (h.flags & LG_HELLO_F_REJOIN) || /* for a live connection: the monitor takes those */
         h.chunk_size > (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20))
         return -1;
     struct lg_group *g = NULL, *free_g = NULL;
@@ -156,6 +161,8 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
         return NULL;
     c->nonce = g->nonce;
     c->listen_id = l->listen_id;
+    for (int p = 0; p < LG_NPATHS; p++)
+        c->local_ip[p] = d->nic[p].ip;
     for (int p = 0; p < LG_NPATHS; p++) {
         if (!(g->mask & (1 << p)))
             continue;
@@ -180,6 +187,11 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
         }
     }
     group_drop(g); /* sockets of paths the connector gave up on */
+    if (c->paths[0] && c->paths[1]) /* protected: rebuilt paths come to these sockets */
+        for (int p = 0; p < l->npaths; p++) {
+            lg_lsock_ref(l->ls[p]);
+            c->lsock[p] = l->ls[p];
+        }
     return c;
 }
 
@@ -195,7 +207,7 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
     uint64_t timeout = (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
     for (int p = 0; p < l->npaths; p++) {
         for (;;) {
-            int fd = accept4(l->lfd[p], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            int fd = accept4(l->ls[p]->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0)
                 break;
             if (l->nsocks == LG_ACC_MAX) {
@@ -271,7 +283,7 @@ ncclResult_t lg_core_close_listen(void *listen_comm)
     if (!l || l->magic != LG_LISTEN_MAGIC)
         return ncclInternalError;
     for (int p = 0; p < l->npaths; p++)
-        close(l->lfd[p]);
+        lg_lsock_listen_closed(l->ls[p]); /* stays open while its connections live */
     for (int i = 0; i < l->nsocks; i++)
         close(l->socks[i].fd);
     for (int i = 0; i < LG_GROUP_MAX; i++)

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,13 +58,15 @@ void lg_task_run(struct lg_task *t, uint32_t events)
 {
     if (events)
         __atomic_fetch_or(&t->pend_events, events, __ATOMIC_RELAXED);
-    uint32_t s = __atomic_fetch_or(&t->run_state, LG_RS_RUNNING | LG_RS_AGAIN, __ATOMIC_ACQ_REL);
+    /* Sequentially consistent with the `dead` load below: pairs with lg_tasks_detach, which
+     * stores `dead` and then waits for run_state to be idle (store-load on both sides). */
+    uint32_t s = __atomic_fetch_or(&t->run_state, LG_RS_RUNNING | LG_RS_AGAIN, __ATOMIC_SEQ_CST);
     if (s & LG_RS_RUNNING)
         return; /* the current runner sees AGAIN and goes around */
     for (;;) {
         __atomic_fetch_and(&t->run_state, ~LG_RS_AGAIN, __ATOMIC_ACQ_REL);
         uint32_t ev = __atomic_exchange_n(&t->pend_events, 0, __ATOMIC_ACQ_REL);
-        if (!__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE))
+        if (!__atomic_load_n(&t->dead, __ATOMIC_SEQ_CST))
             t->fn(t, ev);
         uint32_t expect = LG_RS_RUNNING;
         if (__atomic_compare_exchange_n(&t->run_state, &expect, 0, 0, __ATOMIC_ACQ_REL,
@@ -74,6 +77,8 @@ void lg_task_run(struct lg_task *t, uint32_t events)
 
 void lg_task_kick(struct lg_task *t)
 {
+    if (__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE))
+        return; /* detached: a late kick would leave it on a ready list */
     if (__atomic_exchange_n(&t->queued, 1, __ATOMIC_ACQ_REL))
         return;
     struct lg_worker *w = t->worker;
@@ -288,10 +293,15 @@ static void detach_round(struct lg_task **tasks, int n)
 void lg_tasks_detach(struct lg_task **tasks, int n)
 {
     for (int i = 0; i < n; i++)
-        __atomic_store_n(&tasks[i]->dead, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&tasks[i]->dead, 1, __ATOMIC_SEQ_CST);
     /* Round 1: out of epoll; when every worker has answered, none is inside a handler of
      * these tasks. Round 2: a handler that was still running during round 1 may have
      * kicked a sibling task onto some ready list; purge those too. */
     detach_round(tasks, n);
     detach_round(tasks, n);
+    /* A handler may also run inline on a thread that is not a worker (NCCL's, in test()):
+     * wait for it to leave; later runs see `dead` and skip the handler. */
+    for (int i = 0; i < n; i++)
+        while (__atomic_load_n(&tasks[i]->run_state, __ATOMIC_SEQ_CST) & LG_RS_RUNNING)
+            sched_yield();
 }

@@ -42,8 +42,9 @@ int lg_task_set_events(struct lg_task *t, uint32_t events);
 void lg_task_run(struct lg_task *t, uint32_t events);
 /* Asks t's worker to run the handler soon (cheap when the worker is awake). */
 void lg_task_kick(struct lg_task *t);
-/* Detaches tasks: when this returns, no worker runs, holds or will run any of them, and
- * their fds are out of every epoll set (the caller closes them). Blocks briefly. */
+/* Detaches tasks: when this returns, no thread runs, and no worker holds or will run, any of
+ * them, and their fds are out of every epoll set (the caller closes them). Blocks briefly;
+ * never call it from a worker or from inside one of the tasks' handlers. */
 void lg_tasks_detach(struct lg_task **tasks, int n);
 
 /* Non-zero on a progress worker thread (handlers bound their work when called inline from

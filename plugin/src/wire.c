@@ -18,6 +18,8 @@ void lg_hello_encode(uint8_t out[LG_HELLO_SIZE], const struct lg_hello *h)
     lg_put32(out + 12, h->chunk_size);
     lg_put64(out + 16, h->listen_id);
     lg_put64(out + 24, h->conn_nonce);
+    out[10] = h->flags;
+    lg_put32(out + 32, h->gen);
 }
 
 int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h)
@@ -31,7 +33,9 @@ int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h)
     h->chunk_size = lg_get32(in + 12);
     h->listen_id = lg_get64(in + 16);
     h->conn_nonce = lg_get64(in + 24);
-    if (h->path >= LG_NPATHS || h->nstreams < 1 || h->nstreams > LG_MAX_STREAMS ||
+    h->flags = in[10];
+    h->gen = lg_get32(in + 32);
+    if ((h->flags & ~LG_HELLO_F_REJOIN) || h->path >= LG_NPATHS || h->nstreams < 1 || h->nstreams > LG_MAX_STREAMS ||
         h->stream > h->nstreams || h->chunk_size < 1 || !(h->paths_mask & 1) ||
         (h->paths_mask >> LG_NPATHS) != 0)
         return -1;

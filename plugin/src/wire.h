@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LG_WIRE_VERSION 1
+#define LG_WIRE_VERSION 2 /* 2: failover frames, rejoin hellos */
 
 /* ---- hello: first bytes the connector writes on each socket -------------------------- */
 #define LG_HELLO_MAGIC 0x4548474cu /* "LGHE" */
@@ -24,7 +24,10 @@ struct lg_hello {
     uint32_t chunk_size; /* largest chunk payload the sender will use */
     uint64_t listen_id;  /* from the handle: which listener this is for */
     uint64_t conn_nonce; /* connector's id: groups the sockets of one connection */
+    uint8_t flags;       /* LG_HELLO_F_* */
+    uint32_t gen;        /* rejoin: generation of the path being rebuilt (0 at connect) */
 };
+#define LG_HELLO_F_REJOIN 0x1 /* rebuilds one path of a live connection (reconnect.c) */
 
 void lg_hello_encode(uint8_t out[LG_HELLO_SIZE], const struct lg_hello *h);
 /* 0, or -1 for a bad magic/version/field (garbage or a stranger on our port). */
@@ -33,14 +36,29 @@ int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h);
 /* ---- control frames -------------------------------------------------------------------- */
 #define LG_CTRL_SIZE 16
 enum lg_ctrl_type {
-    LG_CTRL_ACK = 1, /* value = number of messages placed in posted buffers (cumulative) */
-    LG_CTRL_BYE = 2, /* the peer is closing this connection on purpose: EOF follows */
+    LG_CTRL_ACK = 1,    /* recv->send: value = messages placed in posted buffers (cumulative) */
+    LG_CTRL_BYE = 2,    /* EOF follows on purpose; flags: LG_BYE_CLOSE or LG_BYE_FENCE */
+    LG_CTRL_HB = 3,     /* heartbeat: flags = LG_HB_* (the sender of the frame's view), epoch =
+                         * its committed epoch, value = gen of its path 0 | gen of path 1 << 32 */
+    LG_CTRL_SWITCH = 4, /* send->recv: move data to path `value` at epoch `epoch` */
+    LG_CTRL_RESYNC = 5, /* recv->send: committed `epoch` on path `flags`; value = messages
+                         * placed: replay from there */
+    LG_CTRL_READY = 6,  /* recv->send on a rebuilt path: accepted, value = its gen */
     LG_CTRL_TYPE_MAX
 };
+#define LG_BYE_CLOSE 0 /* the connection is being closed */
+#define LG_BYE_FENCE 1 /* only this path is abandoned (failover); the connection lives on */
+/* LG_CTRL_HB flags: per NIC (2 bits each, NIC i at bit 2i) what the frame's sender's daemon
+ * says, then which of its paths it has declared failed. */
+#define LG_HB_NIC_OK 0u    /* UP, or no daemon opinion */
+#define LG_HB_NIC_LEAVE 1u /* DEGRADED, DRAINED, RECOVERING: still carries, move off */
+#define LG_HB_NIC_DOWN 2u
+#define LG_HB_NIC(flags, i) (((flags) >> (2 * (i))) & 3u)
+#define LG_HB_PATH_FAILED(i) (0x10u << (i))
 struct lg_ctrl {
     uint8_t type;
     uint8_t flags;
-    uint32_t epoch; /* path epoch, for failover fencing (issue 6); 0 for now */
+    uint32_t epoch; /* connection epoch (HB, SWITCH, RESYNC); 0 otherwise */
     uint64_t value;
 };
 void lg_ctrl_encode(uint8_t out[LG_CTRL_SIZE], const struct lg_ctrl *c);
@@ -50,7 +68,7 @@ int lg_ctrl_decode(const uint8_t in[LG_CTRL_SIZE], struct lg_ctrl *c);
 #define LG_CHUNK_MAGIC 0x4b43u /* "CK" */
 #define LG_CHUNK_HDR_SIZE 40
 struct lg_chunk_hdr {
-    uint16_t epoch; /* low bits of the path epoch (issue 6) */
+    uint16_t epoch; /* low 16 bits of the connection epoch the chunk was sent in */
     uint32_t len;   /* payload bytes following this header */
     uint64_t seq;   /* message sequence number on the connection */
     uint64_t offset;

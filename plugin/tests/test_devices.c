@@ -1,5 +1,6 @@
 /* Device discovery: LINKGUARD_PAIRS parsing against a fake interface list (order, backups,
- * errors naming the culprit), the automatic pairing, and properties from a fake sysfs. */
+ * errors naming the culprit), the automatic pairing, devices from the daemon's table, and
+ * properties from a fake sysfs. */
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "devices.h"
+#include "linkguard_shm.h"
 #include "lg_test.h"
 
 static struct lg_ifinfo ifs[] = {
@@ -124,9 +126,39 @@ static void test_sysfs(void)
     CHECK_EQ(system(cmd), 0);
 }
 
+/* The daemon's table: table order, pairs from backup_index, the entry's address first. */
+static void test_from_shm(void)
+{
+    static struct lg_shm_snapshot snap;
+    memset(&snap, 0, sizeof(snap));
+    const char *names[] = {"rail0", "rail1", "mgmt", "rail3", "rail9"};
+    int backups[] = {1, 0, LG_NO_BACKUP, 7, 0};
+    for (int i = 0; i < 5; i++) {
+        snprintf(snap.nics[i].name, sizeof(snap.nics[i].name), "%s", names[i]);
+        snap.nics[i].backup_index = backups[i];
+    }
+    snap.nics[0].n_ipv4 = 1;
+    snap.nics[0].ipv4[0] = 0x09001283; /* the daemon's address wins over the interface's */
+    snap.nic_count = 5;
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, &t), 3);
+    CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && t.dev[0].nic[0].ip == 0x09001283);
+    CHECK(t.dev[0].has_backup && !strcmp(t.dev[0].nic[1].name, "rail1"));
+    CHECK(t.dev[0].nic[1].ip == ifs[3].ip);
+    CHECK(!strcmp(t.dev[1].nic[0].name, "rail1") && t.dev[1].has_backup);
+    CHECK(t.dev[1].nic[1].ip == 0x09001283);
+    /* mgmt has no address: not a device; rail3's backup index is out of the table;
+     * rail9 is unknown to the system and the table gives it no address. */
+    CHECK(!strcmp(t.dev[2].nic[0].name, "rail3") && !t.dev[2].has_backup);
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 0, &t), 3); /* LINKGUARD_BACKUP=0 */
+    CHECK(!t.dev[0].has_backup);
+    snap.nic_count = 0;
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, &t), 0); /* empty: the next source */
+}
+
 int main(void)
 {
     test_pairs();
+    test_from_shm();
     test_auto();
     test_sysfs();
     LG_TEST_DONE();

@@ -28,7 +28,7 @@ static void test_hello(void)
     bad[0] ^= 1; /* magic */
     CHECK(lg_hello_decode(bad, &d) != 0);
     memcpy(bad, buf, sizeof(bad));
-    bad[4] = 2; /* version */
+    bad[4] = LG_WIRE_VERSION + 1; /* version */
     CHECK(lg_hello_decode(bad, &d) != 0);
     struct lg_hello cases[] = {
         {.path = 2, .stream = 0, .nstreams = 1, .paths_mask = 1, .chunk_size = 1},

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nccl_net_abi.h"
 
@@ -19,6 +20,7 @@ struct drv_net {
 };
 
 static int drv_log_level = NCCL_LOG_WARN;
+static int drv_log_times; /* --timestamps: CLOCK_MONOTONIC seconds on every plugin log line */
 
 static void drv_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                        const char *fmt, ...)
@@ -26,12 +28,30 @@ static void drv_logger(ncclDebugLogLevel level, unsigned long flags, const char 
     (void)flags;
     if ((int)level > drv_log_level)
         return;
+    /* One write per line: progress threads log concurrently with the polling thread. */
+    char buf[1400];
+    int n;
+    const char *lvl = level == NCCL_LOG_WARN ? "WARN" : "INFO";
+    if (drv_log_times) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        n = snprintf(buf, sizeof(buf), "[plugin %s %s:%d t=%lld.%09ld] ", lvl, file, line,
+                     (long long)ts.tv_sec, ts.tv_nsec);
+    } else {
+        n = snprintf(buf, sizeof(buf), "[plugin %s %s:%d] ", lvl, file, line);
+    }
+    if (n < 0 || n >= (int)sizeof(buf) - 2)
+        n = 0;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "[plugin %s %s:%d] ", level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
     va_end(ap);
+    if (m < 0)
+        m = 0;
+    n += m < (int)(sizeof(buf) - (size_t)n - 1) ? m : (int)(sizeof(buf) - (size_t)n - 2);
+    buf[n++] = '\n';
+    buf[n] = 0;
+    fputs(buf, stderr);
 }
 
 /* Opens the plugin and picks ncclNetPlugin_v<want> (0: the newest of 12..8 present). */

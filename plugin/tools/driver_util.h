@@ -137,7 +137,10 @@ static int drv_io(int fd, void *buf, size_t len, int wr, double deadline)
     while (len) {
         struct pollfd pfd = {.fd = fd, .events = wr ? POLLOUT : POLLIN};
         int ms = (int)((deadline - drv_now()) * 1000);
-        if (ms <= 0 || poll(&pfd, 1, ms) != 1)
+        int r = ms > 0 ? poll(&pfd, 1, ms) : 0;
+        if (r < 0 && errno == EINTR)
+            continue; /* a signal (SIGUSR1 of a timed run): not an error */
+        if (r != 1)
             return -1;
         ssize_t n = wr ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
         if (n <= 0)

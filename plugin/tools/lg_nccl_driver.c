@@ -10,7 +10,11 @@
  * messages in flight per connection, a buffer reused only after its request completed, and
  * every received byte checked against a per-message pattern. Data flows client -> server
  * (--bidir: both ways). A JSON report goes to stdout; the exit status is 0 only for a clean
- * run. --corrupt flips one byte on the sender so a test can prove the check fails. */
+ * run. --corrupt flips one byte on the sender so a test can prove the check fails.
+ *
+ * --duration-s S: continuous traffic for S seconds (capped by --count), with completion gaps
+ * per connection in CLOCK_MONOTONIC ns and a progress line on stderr (driver_stream.h). A wrong
+ * message is also classified: duplicated, reordered (or lost), or never written. */
 #include <getopt.h>
 #include <sched.h>
 #include <stdint.h>
@@ -37,6 +41,16 @@ struct drv_opts {
     size_t size, recv_extra;
     uint64_t count, bytes;
     double timeout;
+    /* driver_stream.h */
+    double duration;    /* > 0: stream mode, seconds of traffic */
+    double pace_us;     /* stream mode: at most one post per send comm every pace_us */
+    double gap_list_ms; /* list every gap at least this long (< 0: none) */
+    int progress_ms;    /* progress line on stderr every N ms (0: none) */
+    int idle_us;        /* stream mode: sleep this long after a pass without progress */
+    int top_gaps;       /* how many of the largest gaps the report lists */
+    uint64_t corrupt_at; /* --corrupt: the message index that gets a flipped byte */
+    /* --corrupt-kind: 1 byte (flip one byte), 2 dup (send the previous message again),
+     * 3 swap (exchange two messages), 4 drop (skip one message index) */
 };
 
 /* The part both sides must agree on, sent by the client and checked by the server. */
@@ -60,6 +74,8 @@ struct drv_comm {
     void *req[DRV_MAX_DEPTH];
     int filled; /* the next slot holds a filled message that isend refused (back-pressure) */
     uint64_t posted, completed;
+    uint64_t limit; /* post and complete up to this many (count; stream mode lowers it) */
+    double t_first_c, t_last_c, max_gap_c; /* this comm's completions and largest gap */
 };
 
 static struct {
@@ -71,6 +87,7 @@ static struct {
     struct drv_error errors[DRV_MAX_ERRORS];
     int nerrors;
     uint64_t corrupt, mismatched, bytes_sent, bytes_recv, completions;
+    uint64_t duplicated, reordered, unwritten; /* kinds of corrupt messages */
     double t_start, t_last, max_gap;
     const char *failure; /* a driver-level failure (setup, timeout), not a plugin error */
 } D;
@@ -92,7 +109,19 @@ static void usage(void)
             "  [--timeout SEC] [--corrupt] [--close-inflight] [--props] [--verbose]\n"
             "  [--no-verify]   (benchmarks only: skip the per-message fill and check)\n"
             "  [--pingpong | --tcp-pingpong ADDR:PORT]  round trips (plugin / plain TCP)\n"
-            "  [--list-params]  the plugin's environment variables (Markdown)\n");
+            "  [--list-params]  the plugin's environment variables (Markdown)\n"
+            "  [--duration-s S]  continuous traffic for S seconds (--count: hard cap,\n"
+            "                    default 100000000 per comm; SIGUSR1 ends it early);\n"
+            "                    the peer needs it too\n"
+            "  [--pace-us N]     stream mode: one post per send comm every N us at most\n"
+            "  [--idle-us N]     stream mode: sleep N us after a pass without progress\n"
+            "                    instead of sched_yield (NCCL's proxy spins; on a few\n"
+            "                    shared CPUs spinning drivers starve the daemon)\n"
+            "  [--progress-ms N] a progress line on stderr every N ms\n"
+            "  [--top-gaps N<=64] [--gap-list-ms T]  largest gaps / every gap >= T ms\n"
+            "  [--timestamps]    stamp the plugin's log lines with CLOCK_MONOTONIC seconds\n"
+            "  [--corrupt-kind byte|dup|swap|drop]  what the sender breaks (implies\n"
+            "                    --corrupt): a byte, a duplicate, a reorder, a lost message\n");
     exit(2);
 }
 
@@ -134,10 +163,14 @@ static void parse_args(int argc, char **argv)
         {"timeout", 1, 0, 't'}, {"corrupt", 0, 0, 'C'}, {"close-inflight", 0, 0, 'I'},
         {"optional", 0, 0, 'O'}, {"props", 0, 0, 'P'}, {"verbose", 0, 0, 'v'},
         {"no-verify", 0, 0, 'N'}, {"list-params", 0, 0, 'L'}, {"pingpong", 0, 0, 'R'}, {"tcp-pingpong", 1, 0, 'T'},
+        {"duration-s", 1, 0, 'S'}, {"pace-us", 1, 0, 'A'}, {"progress-ms", 1, 0, 'G'},
+        {"top-gaps", 1, 0, 'K'}, {"gap-list-ms", 1, 0, 'M'}, {"timestamps", 0, 0, 'Z'},
+        {"corrupt-kind", 1, 0, 'Y'}, {"idle-us", 1, 0, 'U'},
         {0, 0, 0, 0}};
     struct drv_opts *o = &D.o;
     *o = (struct drv_opts){.plugin = "libnccl-net-linkguard.so", .conns = 1, .depth = 8,
-                           .size = 1 << 20, .count = 0, .timeout = 120, .server = -1};
+                           .size = 1 << 20, .count = 0, .timeout = 120, .server = -1,
+                           .top_gaps = 10, .gap_list_ms = 5};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -154,7 +187,13 @@ static void parse_args(int argc, char **argv)
         case 'B': o->bidir = 1; break;
         case 'x': o->recv_extra = parse_size(optarg); break;
         case 't': o->timeout = atof(optarg); break;
-        case 'C': o->corrupt = 1; break;
+        case 'C': o->corrupt = o->corrupt ? o->corrupt : 1; break;
+        case 'Y':
+            o->corrupt = !strcmp(optarg, "byte") ? 1 : !strcmp(optarg, "dup") ? 2
+                         : !strcmp(optarg, "swap") ? 3 : !strcmp(optarg, "drop") ? 4 : -1;
+            if (o->corrupt < 0)
+                usage();
+            break;
         case 'I': o->close_inflight = 1; break;
         case 'O': o->optional = 1; break;
         case 'P': o->props = 1; break;
@@ -163,6 +202,13 @@ static void parse_args(int argc, char **argv)
         case 'L': list_params(); exit(0);
         case 'R': o->pingpong = o->bidir = o->no_verify = 1, o->conns = o->depth = 1; break;
         case 'T': o->tcp_pingpong = optarg, o->no_verify = 1; break;
+        case 'S': o->duration = atof(optarg); break;
+        case 'A': o->pace_us = atof(optarg); break;
+        case 'G': o->progress_ms = atoi(optarg); break;
+        case 'K': o->top_gaps = atoi(optarg); break;
+        case 'M': o->gap_list_ms = atof(optarg); break;
+        case 'Z': drv_log_times = 1; break;
+        case 'U': o->idle_us = atoi(optarg); break;
         default: usage();
         }
     }
@@ -173,10 +219,18 @@ static void parse_args(int argc, char **argv)
     if (o->server < 0 || (!o->mgmt && !o->tcp_pingpong) || o->conns < 1 || o->conns > DRV_MAX_CONNS || o->depth < 1 ||
         o->depth > DRV_MAX_DEPTH)
         usage();
+    if (o->duration < 0 || o->pace_us < 0 || o->progress_ms < 0 || o->top_gaps < 0 ||
+        o->idle_us < 0 || o->idle_us > 100000 ||
+        o->top_gaps > 64 || (o->duration > 0 && (o->pingpong || o->tcp_pingpong ||
+                                                 o->close_inflight)))
+        usage();
+    if (o->duration > 0 && !o->count && !o->bytes)
+        o->count = 100000000; /* the hard cap of a timed run */
     if (!o->count)
         o->count = o->bytes ? (o->bytes / o->conns + (o->size ? o->size : 1) - 1) /
                                   (o->size ? o->size : 1)
                             : 64;
+    o->corrupt_at = o->duration > 0 ? (o->count / 2 < 64 ? o->count / 2 : 64) : o->count / 2;
 }
 
 static void print_props(void)
@@ -276,8 +330,14 @@ static int setup(int mfd, double deadline)
     return 0;
 }
 
+static void gap_record(struct drv_comm *m, double now);
+static uint64_t drv_send_index(const struct drv_comm *m);
+static void drv_poison_slot(struct drv_comm *m, char *b);
+static const char *drv_classify(struct drv_comm *m, const char *b, uint64_t msg);
+
 static void completed(struct drv_comm *m, double now)
 {
+    gap_record(m, now);
     m->completed++;
     D.completions++;
     if (D.t_last > 0 && now - D.t_last > D.max_gap)
@@ -291,19 +351,20 @@ static int progress_comm(struct drv_comm *m)
     struct drv_opts *o = &D.o;
     int moved = 0;
     ncclResult_t rc;
-    while (m->posted < o->count && m->posted - m->completed < (uint64_t)o->depth) {
+    while (m->posted < m->limit && m->posted - m->completed < (uint64_t)o->depth) {
         int k = (int)(m->posted % (uint64_t)o->depth);
         char *b = m->buf + (size_t)k * m->slot_bytes;
         void *req = NULL;
         if (m->send) {
             if (!m->filled && !o->no_verify) {
-                drv_fill(&D.pat, b, o->size, drv_key(m->conn, m->dir, m->posted));
-                if (o->corrupt && m->conn == 0 && m->posted == o->count / 2 && o->size)
+                drv_fill(&D.pat, b, o->size, drv_key(m->conn, m->dir, drv_send_index(m)));
+                if (o->corrupt == 1 && m->conn == 0 && m->posted == o->corrupt_at && o->size)
                     b[o->size / 2] ^= 0x5a;
                 m->filled = 1;
             }
             rc = drv_isend(&D.net, m->comm, b, o->size, 0, m->mh, &req);
         } else {
+            drv_poison_slot(m, b);
             rc = drv_irecv(&D.net, m->comm, b, m->slot_bytes, 0, m->mh, o->optional, &req);
         }
         if (rc != ncclSuccess) {
@@ -337,9 +398,10 @@ static int progress_comm(struct drv_comm *m)
                 goto next;
             long long bad = drv_verify(&D.pat, b, o->size, drv_key(m->conn, m->dir, m->completed));
             if (bad >= 0) {
+                const char *kind = drv_classify(m, b, m->completed);
                 if (D.corrupt < 5)
-                    fprintf(stderr, "lg_nccl_driver: conn %d message %llu: wrong byte at %lld\n",
-                            m->conn, (unsigned long long)m->completed, bad);
+                    fprintf(stderr, "lg_nccl_driver: conn %d message %llu: wrong byte at %lld "
+                            "(%s)\n", m->conn, (unsigned long long)m->completed, bad, kind);
                 D.corrupt++;
             }
         }
@@ -351,6 +413,7 @@ static int progress_comm(struct drv_comm *m)
 }
 
 #include "driver_pingpong.h"
+#include "driver_stream.h"
 
 static void run(double deadline)
 {
@@ -396,7 +459,7 @@ static void teardown(void)
 static int report(int closes_ok)
 {
     struct drv_opts *o = &D.o;
-    uint64_t expected = (uint64_t)D.ncomms * o->count;
+    uint64_t expected = o->duration > 0 ? stream_expected() : (uint64_t)D.ncomms * o->count;
     uint64_t missing = o->close_inflight || D.completions >= expected ? 0 : expected - D.completions;
     double secs = D.t_last > D.t_start ? D.t_last - D.t_start : 0;
     uint64_t moved = D.bytes_recv > D.bytes_sent ? D.bytes_recv : D.bytes_sent;
@@ -425,7 +488,9 @@ static int report(int closes_ok)
                D.errors[i].call, D.errors[i].code, D.errors[i].conn);
     char rtt[256];
     rtt_json(rtt, sizeof(rtt));
-    printf("], \"rtt_us\": %s, \"ok\": %s}\n", rtt, ok ? "true" : "false");
+    printf("], ");
+    stream_report_json();
+    printf("\"rtt_us\": %s, \"ok\": %s}\n", rtt, ok ? "true" : "false");
     fflush(stdout);
     return ok ? 0 : 1;
 }
@@ -473,8 +538,8 @@ int main(int argc, char **argv)
     }
     struct drv_config mine, theirs;
     memset(&mine, 0, sizeof(mine)); /* padding is compared too */
-    mine = (struct drv_config){DRV_MAGIC, D.o.conns, D.o.depth, D.o.bidir, D.o.close_inflight, 0,
-                               D.o.size, D.o.recv_extra, D.o.count};
+    mine = (struct drv_config){DRV_MAGIC, D.o.conns, D.o.depth, D.o.bidir, D.o.close_inflight,
+                               D.o.duration > 0, D.o.size, D.o.recv_extra, D.o.count};
     if (D.o.server ? drv_io(mfd, &theirs, sizeof(theirs), 0, deadline)
                    : drv_io(mfd, &mine, sizeof(mine), 1, deadline)) {
         D.failure = "configuration exchange failed";
@@ -485,8 +550,15 @@ int main(int argc, char **argv)
         return report(0);
     }
     int closes_ok = 1;
-    if (setup(mfd, deadline) == 0)
-        D.o.pingpong ? run_pingpong(deadline) : run(deadline);
+    if (D.o.duration > 0) /* SIGUSR1 ends a timed run early, cleanly (driver_stream.h) */
+        sigaction(SIGUSR1, &(struct sigaction){.sa_handler = drv_on_sigusr1,
+                                                .sa_flags = SA_RESTART}, NULL);
+    int set = setup(mfd, deadline);
+    for (int i = 0; i < D.ncomms; i++)
+        D.comms[i].limit = D.o.count;
+    if (set == 0)
+        D.o.pingpong ? run_pingpong(deadline)
+        : D.o.duration > 0 ? stream_run(mfd, deadline) : run(deadline);
     /* Barrier: neither side closes while the other may still be completing. */
     char tok = 'D', ptok = 0;
     double bdl = drv_now() + (D.failure || D.nerrors ? 5 : D.o.timeout);
@@ -494,8 +566,10 @@ int main(int argc, char **argv)
         if (!D.failure && !D.nerrors)
             D.failure = "peer vanished (management connection)";
     }
-    close(mfd);
     int before = D.nerrors;
+    if (D.o.duration > 0)
+        stream_close_receives(mfd); /* then teardown() closes the send comms */
+    close(mfd);
     teardown();
     closes_ok = D.nerrors == before;
     if ((rc = drv_finalize(&D.net)) != ncclSuccess)

@@ -278,7 +278,7 @@ def _exercise(d: ModuleDiagnostics) -> None:
     d.warnings(), d.alarms(), d.as_dict()
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(KEYS), st.binary(max_size=300), max_size=8))
 def test_arbitrary_page_maps(pages: dict[tuple[int, int, int], bytes]) -> None:
     try:
@@ -287,7 +287,7 @@ def test_arbitrary_page_maps(pages: dict[tuple[int, int, int], bytes]) -> None:
         pass
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     ident=IDS,
     low=st.binary(min_size=256, max_size=256),

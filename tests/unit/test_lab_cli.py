@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import linkguard_lab
 import pytest
 from click.testing import CliRunner, Result
+
+import linkguard_lab
 from linkguard_lab import netns
 from linkguard_lab.cli import cli
 from linkguard_lab.errors import LabError

@@ -1,0 +1,258 @@
+"""Soak: hundreds of mixed link faults under verified traffic, in one run, with nothing lost.
+
+    python -m bench.soak [--faults 200] [--seed 1] [--json out.json]
+
+One throw-away 2-host x 2-rail lab (prefix lgsk*), linkguardd in both hosts
+(--hold-down-ms 300 --flap-penalty 0, so that a repaired NIC is back in 0.3 s and a run of
+faults on one rail is not damped for minutes), and two pairs of drivers running through the
+whole soak, both ways, every byte verified:
+
+  dev0  a <-> b on device 0 (rail0 primary, rail1 standby), 2 connections, 256 KiB messages
+  dev1  a <-> b on device 1 (rail1 primary, rail0 standby), 1 connection, 1000003-byte
+        messages (not a multiple of anything: chunk boundaries move)
+
+so every fault on a rail hits the primary path of one pair and the standby path of the other.
+One fault at a time, drawn at random (seeded) among:
+
+  cut        switch port of HOST's RAIL down for 0.2-1.5 s, then up
+  nicdown    HOST's RAIL NIC administratively down for 0.2-1.5 s, then up
+  blackhole  HOST's RAIL silently dropped at the switch for 1.5-2.5 s (no daemon signal)
+  flap       2-6 cut/restore cycles of 40-200 ms
+  drain      linkguard-cli drain RAIL on HOST for 0.3-1.5 s, then undrain
+
+After each repair the soak waits (bounded, 10 s) until both daemons report every NIC UP, every
+connection that logged a switch since the fault has logged its way back, and every standby
+path the plugin reported lost has been rebuilt, then 0.3 s more, so that the next fault never
+meets a connection whose other path is still down (two dead paths are a clear, bounded error
+by design, not a soak result). A fault after which this did not happen in time is counted
+(`unsettled`) and the soak goes on.
+
+The verdict comes from the drivers: zero corrupted, lost (missing), duplicated, reordered and
+never-written messages, no error returned by the plugin, no failure. The gap of each fault is
+taken from the drivers' gap lists as in bench/failover_gap.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import signal
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.failover_gap import DAEMON_ARGS, Watcher, cli_stamped, freeze_build, stats
+from bench.lab_iperf import machine
+from bench.plugin_driver import build_plugin, lab_starter, start_stream_pair
+from linkguard_lab.demo import PAIRS, HostDaemon, driver_env, start_daemons
+from linkguard_lab.lab import Lab, unique_prefix
+from linkguard_lab.timeline import Gap, largest_gap, report_gaps
+
+PAIRS_RUN = {  # name: (port, driver args)
+    "dev0": (7000, ["--dev", "0", "--bidir", "--conns", "2", "--size", "256K"]),
+    "dev1": (7001, ["--dev", "1", "--bidir", "--conns", "1", "--size", "1000003"]),
+}
+LIST_MS = 2.0  # gaps listed by the drivers; a long run at full speed has many of ~1 ms
+KINDS = (("cut", 3), ("nicdown", 2), ("blackhole", 2), ("flap", 2), ("drain", 2))
+
+
+def inject(kind: str, lab: Lab, d: dict[str, HostDaemon], host: str, rail: int,
+           rng: random.Random) -> tuple[int, int, str]:
+    """Runs one fault to its repair; returns (fault_ns, repair_ns, description)."""
+    if kind == "flap":
+        count, period = rng.randint(2, 6), rng.uniform(40, 200)
+        stamps = lab.flap(host, rail, count=count, period_ms=period)
+        return stamps[0], stamps[-1], f"flap {host} rail{rail} x{count} {period:.0f} ms"
+    hold = rng.uniform(1.5, 2.5) if kind == "blackhole" else rng.uniform(0.2, 1.5)
+    if kind == "cut":
+        t0 = lab.cut(host, rail)
+        time.sleep(hold)
+        t1 = lab.restore(host, rail)
+    elif kind == "nicdown":
+        t0 = lab.nicdown(host, rail)
+        time.sleep(hold)
+        t1 = lab.nicup(host, rail)
+    elif kind == "blackhole":
+        t0 = lab.blackhole(host, rail)
+        time.sleep(hold)
+        t1 = lab.unblackhole(host, rail)
+    else:
+        t0 = cli_stamped(d[host], "drain", f"rail{rail}", "--reason", "soak")
+        time.sleep(hold)
+        t1 = cli_stamped(d[host], "undrain", f"rail{rail}")
+    return t0, t1, f"{kind} {host} rail{rail} {hold:.2f} s"
+
+
+_LOST = re.compile(r"standby \w+ path on NIC \S+ .*lost")
+_REBUILT = re.compile(r"path on NIC \S+ rebuilt")
+
+
+def settled(watch: Watcher, since_ns: int) -> bool:
+    """Every NIC UP in both daemons, every connection that switched since `since_ns` has
+    logged its way back (its last switch line is a reintegration), and every standby path
+    it lost since then has been rebuilt (a 'rebuilt' line after the 'lost' one)."""
+    for d in watch.daemons:
+        states = d.states()
+        if not states or any(s != "UP" for s in states.values()):
+            return False
+    last: dict[tuple[str | None, str], str] = {}
+    with watch.lock:
+        for p in watch.plugin:
+            if not p.conn or (p.when_ns or 0) < since_ns:
+                continue
+            if p.kind in ("failover", "reintegration"):
+                last[(p.role, p.conn)] = p.kind
+            elif _LOST.search(p.msg):
+                last[(p.role, p.conn + " standby")] = "lost"
+            elif _REBUILT.search(p.msg) and last.get((p.role, p.conn + " standby")) == "lost":
+                last[(p.role, p.conn + " standby")] = "rebuilt"
+    return all(k in ("reintegration", "rebuilt") for k in last.values())
+
+
+def run(faults: int, seed: int, log: Callable[[str], None], plugin: Path,
+        idle_us: int = 0) -> dict[str, Any]:
+    rng = random.Random(seed)
+    bound_s = faults * 8 + 120
+    kinds = [k for k, w in KINDS for _ in range(w)]
+    done: list[dict[str, Any]] = []
+    unsettled = 0
+    with Lab(unique_prefix("lgsk"), 2, 2) as lab:
+        lab.up()
+        daemons = start_daemons(lab, DAEMON_ARGS)
+        by_host = {d.host: d for d in daemons}
+        watch = Watcher(daemons)
+        pairs: dict[str, Any] = {}
+        try:
+            for name, (port, args) in PAIRS_RUN.items():
+                def tagged(line: Any, name: str = name) -> None:
+                    line.role = f"{name}:{line.role}"
+                    watch.on_line(line)
+
+                pairs[name] = start_stream_pair(
+                    lab_starter(lab, "b"), lab_starter(lab, "a"),
+                    f"{lab.mgmt_address('b')}:{port}", bound_s,
+                    [*args, "--depth", "8", "--timestamps", "--gap-list-ms", str(LIST_MS),
+                     *(["--idle-us", str(idle_us)] if idle_us else [])],
+                    env={"LINKGUARD_PAIRS": PAIRS, "NCCL_DEBUG": "INFO",
+                         "NCCL_DEBUG_SUBSYS": "NET"},
+                    server_env=driver_env(lab, "b"), client_env=driver_env(lab, "a"),
+                    timeout=bound_s + 60, on_line=tagged, plugin=plugin)
+            time.sleep(1.5)
+
+            def alive() -> bool:
+                return all(p.running() for p in pairs.values())
+
+            t_start = time.monotonic()
+            for i in range(faults):
+                if not alive():
+                    log(f"soak: a driver exited before fault {i + 1}")
+                    break
+                kind, host, rail = rng.choice(kinds), rng.choice("ab"), rng.randint(0, 1)
+                t0, t1, what = inject(kind, lab, by_host, host, rail, rng)
+                ok = watch.wait(lambda t0=t0: settled(watch, t0), 10.0, alive)
+                unsettled += not ok
+                time.sleep(0.3)
+                done.append({"i": i, "kind": kind, "host": host, "rail": rail, "what": what,
+                             "fault_ns": t0, "repair_ns": t1, "settled": bool(ok)})
+                if (i + 1) % 10 == 0 or not ok:
+                    log(f"soak: {i + 1}/{faults} faults, {time.monotonic() - t_start:.0f} s"
+                        f"{'' if ok else f' (did not settle after {what})'}")
+            for p in pairs.values():
+                for proc in p.procs.values():
+                    if proc.poll() is None:
+                        proc.send_signal(signal.SIGUSR1)  # the drivers we started, by PID
+            results = {name: p.wait(timeout=180) for name, p in pairs.items()}
+            watch.poll()
+        finally:
+            for p in pairs.values():
+                p.kill()
+            for d in daemons:
+                d.stop()
+    return verdict(done, results, watch, unsettled)
+
+
+def verdict(done: list[dict[str, Any]], results: dict[str, Any], watch: Watcher,
+            unsettled: int) -> dict[str, Any]:
+    counters = ("corrupt_messages", "missing_messages", "duplicated_messages",
+                "reordered_messages", "unwritten_messages", "size_mismatches")
+    drivers: dict[str, Any] = {}
+    gaps: list[Gap] = []
+    totals: dict[str, int] = defaultdict(int)
+    all_ok = True
+    for name, (server, client) in results.items():
+        for role, r in (("server", server), ("client", client)):
+            rep = r.report
+            drivers[f"{name}:{role}"] = {k: rep.get(k) for k in (
+                "ok", "failure", "errors", "bytes_received", "completions", *counters)}
+            all_ok &= r.ok
+            for k in counters:
+                totals[k] += int(rep.get(k, 0) or 0)
+            totals["errors"] += len(rep.get("errors", []))
+            totals["bytes_received"] += int(rep.get("bytes_received", 0) or 0)
+            totals["messages_received"] += sum(c["completed"] for c in rep.get("comms", [])
+                                               if not c["send"])
+            gaps += report_gaps(f"{name}:{role}", rep)
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for k, f in enumerate(done):
+        nxt = done[k + 1]["fault_ns"] if k + 1 < len(done) else f["repair_ns"] + 10**10
+        g = largest_gap(gaps, f["fault_ns"], nxt)
+        f["gap_ms"] = round(g.ms, 3) if g else LIST_MS
+        if g:
+            f["gap"] = {"pair_role": g.role, "comm": g.comm, "send": g.send,
+                        "start_ms": round((g.start_ns - f["fault_ns"]) / 1e6, 3)}
+        f["lines"] = [f"{((p.when_ns or 0) - f['fault_ns']) / 1e6:+.1f} ms {p.role}: {p.msg}"
+                      for p in watch.plugin if p.kind != "info" or "rebuilt" in p.msg
+                      if f["fault_ns"] <= (p.when_ns or 0) < nxt]
+        by_kind[f["kind"]].append(f["gap_ms"])
+    lines = watch.plugin
+    return {
+        "faults": len(done), "by_kind": {k: len(v) for k, v in by_kind.items()},
+        "gap_ms_by_kind": {k: stats(list(v)) for k, v in by_kind.items()},
+        "unsettled": unsettled, "drivers_ok": bool(all_ok), "totals": dict(totals),
+        "gap_list_dropped": sum(int(r.report.get("gaps", {}).get("list_dropped", 0) or 0)
+                                for pair in results.values() for r in pair),
+        "failover_lines": sum(1 for p in lines if p.kind == "failover"),
+        "reintegration_lines": sum(1 for p in lines if p.kind == "reintegration"),
+        "warnings": [p.msg for p in lines if p.kind == "warn"][:30],
+        "drivers": drivers, "fault_log": done,
+        "lossless": bool(all_ok and totals["errors"] == 0
+                         and all(totals[k] == 0 for k in counters)),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--faults", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--idle-us", type=int, default=0,
+                    help="drivers sleep this long when idle instead of spinning like NCCL")
+    ap.add_argument("--no-build", action="store_true", help="use plugin/build as it is")
+    a = ap.parse_args()
+    if not a.no_build:
+        build_plugin()
+    build = freeze_build()
+    res = run(a.faults, a.seed, lambda s: print(s, file=sys.stderr, flush=True),
+              Path(build["plugin"]), a.idle_us)
+    res["machine"] = machine()
+    res["build"] = build
+    res["idle_us"] = a.idle_us
+    res["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
+    res["daemon_args"] = DAEMON_ARGS
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
+    brief = {k: res[k] for k in ("faults", "by_kind", "unsettled", "drivers_ok", "totals",
+                                 "failover_lines", "reintegration_lines", "lossless",
+                                 "gap_ms_by_kind")}
+    print(json.dumps(brief, indent=1))
+    sys.exit(0 if res["lossless"] else 1)
+
+
+if __name__ == "__main__":
+    main()

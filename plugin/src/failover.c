@@ -1,0 +1,723 @@
+/* The failover state machine of one connection, run by the monitor thread (protocol: conn.h).
+ * Handlers record what they see (path failures, frames into the mailbox); everything that
+ * changes the epoch, the active path or the set of paths happens here. */
+#include "failover.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "conn.h"
+#include "core.h"
+#include "health.h"
+#include "log.h"
+#include "monitor.h"
+#include "params.h"
+#include "reconnect.h"
+#include "util.h"
+
+#define MS(x) ((uint64_t)(x) * 1000000ull)
+#define LG_FLAP_WINDOW_NS MS(10000) /* a rebuilt path failing within this doubles the backoff */
+
+static const char *kind_str(const struct lg_conn *c)
+{
+    return c->kind == LG_CONN_SEND ? "send" : "recv";
+}
+
+static const char *slot_name(int i) { return i ? "backup" : "primary"; }
+
+static const char *nic_of(const struct lg_conn *c, int i)
+{
+    const struct lg_device *d = lg_core_device(c->dev);
+    return d ? d->nic[i].name : c->paths[i] ? c->paths[i]->nic : "?";
+}
+
+static const char *state_str(uint32_t s)
+{
+    static const char *const names[] = {"UNKNOWN", "UP", "DEGRADED", "DOWN", "DRAINED",
+                                        "RECOVERING"};
+    return s < LG_NIC_STATE_COUNT ? names[s] : "?";
+}
+
+static uint8_t nic_code(uint32_t state)
+{
+    if (lg_health_usable(state))
+        return LG_HB_NIC_OK;
+    return state == LG_NIC_DOWN ? LG_HB_NIC_DOWN : LG_HB_NIC_LEAVE;
+}
+
+static double ms_since(uint64_t t0, uint64_t now) { return t0 && now > t0 ? (now - t0) / 1e6 : 0; }
+
+void lg_fo_init(struct lg_conn *c)
+{
+    struct lg_fo *fo = &c->fo;
+    memset(fo, 0, sizeof(*fo));
+    fo->health_gen = UINT64_MAX;
+    fo->daemon = -1;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        fo->slot[i].nic_idx = -1;
+        fo->slot[i].local_state = LG_NIC_UNKNOWN;
+        fo->slot[i].delay_ns = MS(lg_params.rejoin_ms);
+    }
+}
+
+/* ---- frames from the peer (handlers, any thread) --------------------------------------- */
+
+void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f)
+{
+    struct lg_conn *c = p->conn;
+    struct lg_mailbox *mb = &c->mb;
+    int wake = 0;
+    switch (f->type) {
+    case LG_CTRL_HB:
+        pthread_mutex_lock(&c->mb_mu);
+        if (!mb->hb_valid || mb->hb_flags != f->flags || mb->hb_epoch != f->epoch ||
+            mb->hb_gens != f->value) {
+            mb->hb_flags = f->flags;
+            mb->hb_epoch = f->epoch;
+            mb->hb_gens = f->value;
+            mb->hb_valid = wake = 1;
+        }
+        pthread_mutex_unlock(&c->mb_mu);
+        break;
+    case LG_CTRL_SWITCH:
+        if (f->value != (uint64_t)p->index) {
+            lg_conn_path_failed(p, 0, "SWITCH for another path");
+            return;
+        }
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->epoch > mb->switch_epoch) {
+            mb->switch_epoch = f->epoch;
+            mb->switch_target = p->index;
+            mb->switch_gen = p->gen;
+            mb->switch_rx_ns = lg_now_ns();
+            wake = 1;
+        }
+        pthread_mutex_unlock(&c->mb_mu);
+        break;
+    case LG_CTRL_RESYNC:
+        if (f->flags != p->index || f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
+            lg_conn_path_failed(p, 0, "RESYNC for another path or unsent messages");
+            return;
+        }
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->epoch > mb->resync_epoch) {
+            mb->resync_epoch = f->epoch;
+            mb->resync_target = p->index;
+            mb->resync_n = f->value;
+            mb->resync_gen = p->gen;
+            mb->resync_rx_ns = lg_now_ns();
+            wake = 1;
+        }
+        pthread_mutex_unlock(&c->mb_mu);
+        break;
+    case LG_CTRL_READY:
+        if (f->value == p->gen) {
+            __atomic_store_n(&p->ready, 1, __ATOMIC_RELEASE);
+            wake = 1;
+        }
+        break;
+    default:
+        break;
+    }
+    if (wake)
+        lg_monitor_wake(c);
+}
+
+/* ---- what we and the peer know ----------------------------------------------------------- */
+
+static void eval_health(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    uint64_t gen = lg_health_poll();
+    int alive = lg_health_alive();
+    if (gen == fo->health_gen && alive == fo->daemon)
+        return;
+    fo->health_gen = gen;
+    fo->daemon = alive;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_fo_slot *sl = &fo->slot[i];
+        sl->nic_idx = lg_health_find(nic_of(c, i));
+        uint32_t st = lg_health_state(sl->nic_idx, NULL);
+        if (st == sl->local_state)
+            continue;
+        LG_TRACE("%s conn %016llx: NIC %s %s -> %s (daemon)", kind_str(c),
+                 (unsigned long long)c->nonce, nic_of(c, i), state_str(sl->local_state),
+                 state_str(st));
+        if (st == LG_NIC_UP && !lg_health_usable(sl->local_state))
+            sl->next_try_ns = now; /* the daemon's word (after its hold-down): rebuild now */
+        sl->local_state = st;
+        fo->hb_force = 1;
+        if (i == c->active && !lg_health_usable(st) && !fo->trigger_ns)
+            fo->trigger_ns = now;
+    }
+}
+
+static void read_peer(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    pthread_mutex_lock(&c->mb_mu);
+    int valid = c->mb.hb_valid;
+    uint8_t flags = c->mb.hb_flags;
+    uint32_t epoch = c->mb.hb_epoch;
+    uint64_t gens = c->mb.hb_gens;
+    pthread_mutex_unlock(&c->mb_mu);
+    if (!valid)
+        return;
+    if (LG_HB_NIC(flags, c->active) != LG_HB_NIC_OK &&
+        LG_HB_NIC(fo->peer_flags, c->active) == LG_HB_NIC_OK && !fo->trigger_ns)
+        fo->trigger_ns = now;
+    for (int i = 0; i < LG_NPATHS; i++)
+        if (LG_HB_NIC(flags, i) == LG_HB_NIC_OK && LG_HB_NIC(fo->peer_flags, i) != LG_HB_NIC_OK)
+            fo->slot[i].next_try_ns = now; /* the peer's daemon let its NIC back in */
+    fo->peer_flags = flags;
+    fo->peer_epoch = epoch;
+    fo->peer_gen[0] = (uint32_t)gens;
+    fo->peer_gen[1] = (uint32_t)(gens >> 32);
+    if (epoch > fo->seen)
+        fo->seen = epoch;
+}
+
+static int peer_failed(const struct lg_conn *c, int i)
+{
+    const struct lg_path *p = c->paths[i];
+    return p && (c->fo.peer_flags & LG_HB_PATH_FAILED(i)) && c->fo.peer_gen[i] == p->gen;
+}
+
+static int silent(const struct lg_path *p, uint64_t now)
+{
+    uint64_t last = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    return now > last && now - last > MS(lg_params.silent_timeout_ms);
+}
+
+/* A path that carries: transport up, heard from recently, not declared failed by the peer. */
+static int works(const struct lg_conn *c, int i, uint64_t now)
+{
+    const struct lg_path *p = c->paths[i];
+    return lg_path_up(p) && !silent(p, now) && !peer_failed(c, i);
+}
+
+static void describe(const struct lg_conn *c, int i, uint64_t now, char *out, size_t len)
+{
+    const struct lg_path *p = c->paths[i];
+    if (!p)
+        snprintf(out, len, "no path");
+    else if (!lg_path_up(p))
+        snprintf(out, len, "%s", p->why[0] ? p->why : "failed");
+    else if (silent(p, now))
+        snprintf(out, len, "silent for %.0f ms",
+                 ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now));
+    else if (peer_failed(c, i))
+        snprintf(out, len, "declared failed by the peer");
+    else
+        snprintf(out, len, "up");
+}
+
+/* ---- failures ----------------------------------------------------------------------------- */
+
+/* Paths that failed since the last run: fence them (they are rebuilt later). Returns 1 when
+ * the connection is over (the peer is gone). */
+static int note_failures(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_fo_slot *sl = &fo->slot[i];
+        struct lg_path *p = c->paths[i];
+        if (!p || lg_path_up(p) || sl->noted || !__atomic_load_n(&p->fail_noted, __ATOMIC_ACQUIRE))
+            continue;
+        sl->noted = 1;
+        fo->hb_force = 1;
+        if (p == c->active_path) {
+            if (!fo->trigger_ns)
+                fo->trigger_ns = p->fail_ns ? p->fail_ns : now;
+            LG_TRACE("%s conn %016llx: active %s path on NIC %s to %s failed: %s", kind_str(c),
+                     (unsigned long long)c->nonce, slot_name(i), p->nic, p->peer, p->why);
+        } else {
+            LG_INFO(NCCL_NET, "%s conn %016llx: standby %s path on NIC %s to %s lost (%s); "
+                    "rebuilding it", kind_str(c), (unsigned long long)c->nonce, slot_name(i),
+                    p->nic, p->peer, p->why);
+        }
+        /* Damping of the rebuild: a path that dies soon after it came back waits longer. */
+        if (sl->up_since_ns && now - sl->up_since_ns < LG_FLAP_WINDOW_NS)
+            sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
+        else
+            sl->delay_ns = MS(lg_params.rejoin_ms);
+        sl->next_try_ns = now + sl->delay_ns;
+        lg_path_retire(p, 1);
+    }
+    struct lg_path *p0 = c->paths[0], *p1 = c->paths[1];
+    if (p0 && p1 && !lg_path_up(p0) && !lg_path_up(p1) &&
+        __atomic_load_n(&p0->peer_gone, __ATOMIC_RELAXED) &&
+        __atomic_load_n(&p1->peer_gone, __ATOMIC_RELAXED) && !fo->slot[0].rj.path &&
+        !fo->slot[1].rj.path) {
+        uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+        uint64_t done = c->kind == LG_CONN_SEND ? __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)
+                                                : __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+        if (lg_conn_fail(c, ncclRemoteError, "peer closed both paths without a goodbye"))
+            LG_WARN("%s conn %016llx: both paths failed without a goodbye from the peer "
+                    "(process exited?) with %llu request(s) in flight: primary path on NIC %s "
+                    "to %s (%s); backup path on NIC %s to %s (%s)",
+                    kind_str(c), (unsigned long long)c->nonce,
+                    (unsigned long long)(posted - done), p0->nic, p0->peer, p0->why, p1->nic,
+                    p1->peer, p1->why);
+        return 1;
+    }
+    return 0;
+}
+
+/* Silent ("gray") failure: the active path hears nothing while the standby does. */
+/* Reads what is waiting on a path's control channel now (workers may lag behind). */
+static void pump(struct lg_path *p)
+{
+    if (lg_path_up(p))
+        lg_task_run(&p->ctrl.task, EPOLLIN);
+}
+
+static void check_silence(struct lg_conn *c, uint64_t now)
+{
+    int a = c->active;
+    struct lg_path *pa = c->paths[a], *po = c->paths[1 - a];
+    if (!lg_path_up(pa) || !silent(pa, now) || !lg_path_up(po))
+        return;
+    /* Before blaming the path: heartbeats may sit unread in its socket. */
+    pump(pa);
+    pump(po);
+    if (!lg_path_up(pa) || !silent(pa, now) || !lg_path_up(po) || silent(po, now))
+        return;
+    char why[96];
+    snprintf(why, sizeof(why), "no data and no heartbeat for %.0f ms",
+             ms_since(__atomic_load_n(&pa->last_rx_ns, __ATOMIC_RELAXED), now));
+    lg_conn_path_failed(pa, 0, why);
+}
+
+/* ---- heartbeats ----------------------------------------------------------------------------- */
+
+static void heartbeats(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    uint8_t flags = 0;
+    uint64_t gens = 0;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        flags |= (uint8_t)(nic_code(fo->slot[i].local_state) << (2 * i));
+        if (!lg_path_up(c->paths[i]))
+            flags |= (uint8_t)LG_HB_PATH_FAILED(i);
+        if (c->paths[i])
+            gens |= (uint64_t)c->paths[i]->gen << (32 * i);
+    }
+    int force = fo->hb_force || flags != fo->hb_flags;
+    struct lg_ctrl hb = {.type = LG_CTRL_HB, .flags = flags,
+                         .epoch = __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE), .value = gens};
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_path *p = c->paths[i];
+        if (lg_path_up(p) &&
+            (force || now - __atomic_load_n(&p->last_tx_ns, __ATOMIC_RELAXED) >=
+                          MS(lg_params.heartbeat_ms)))
+            lg_path_ctrl_send(p, &hb);
+    }
+    fo->hb_flags = flags;
+    fo->hb_force = 0;
+}
+
+/* Both paths dead for the dead timeout: fail the connection with a WARN naming both. The
+ * time counts run by run, each at most what "late" allows: time this process spent starved
+ * (CPU, a debugger) is not held against the paths, yet a slow process still gets there. */
+static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
+{
+    struct lg_fo *fo = &c->fo;
+    if (works(c, 0, now) || works(c, 1, now)) {
+        if (fo->stall_logged)
+            LG_INFO(NCCL_NET, "%s conn %016llx: a path works again after %.1f ms",
+                    kind_str(c), (unsigned long long)c->nonce, ms_since(fo->stall_since, now));
+        fo->stall_since = 0;
+        fo->stall_logged = 0;
+        return 0;
+    }
+    char d0[128], d1[128];
+    describe(c, 0, now, d0, sizeof(d0));
+    describe(c, 1, now, d1, sizeof(d1));
+    if (!fo->stall_since) {
+        fo->stall_since = now;
+        fo->stalled_ns = 0;
+        fo->stall_logged = 1;
+        LG_INFO(NCCL_NET, "%s conn %016llx: no working path (primary on %s: %s; backup on "
+                "%s: %s); retrying for up to %lld ms", kind_str(c), (unsigned long long)c->nonce,
+                nic_of(c, 0), d0, nic_of(c, 1), d1, (long long)lg_params.dead_timeout_ms);
+        return 0;
+    }
+    fo->stalled_ns += LG_MIN(gap, 4 * MS(lg_params.heartbeat_ms) +
+                                      MS(lg_params.silent_timeout_ms) / 2);
+    if (fo->stalled_ns < MS(lg_params.dead_timeout_ms))
+        return 0;
+    const char *peer0 = c->paths[0] ? c->paths[0]->peer : "?";
+    const char *peer1 = c->paths[1] ? c->paths[1]->peer : "?";
+    if (lg_conn_fail(c, ncclRemoteError, "no working path for %lld ms",
+                     (long long)lg_params.dead_timeout_ms))
+        LG_WARN("%s conn %016llx on dev %d: no working path for %.0f ms "
+                "(LINKGUARD_DEAD_TIMEOUT_MS=%lld): primary path on NIC %s to %s: %s; backup "
+                "path on NIC %s to %s: %s; failing the connection",
+                kind_str(c), (unsigned long long)c->nonce, c->dev, ms_since(fo->stall_since, now),
+                (long long)lg_params.dead_timeout_ms, nic_of(c, 0), peer0, d0, nic_of(c, 1),
+                peer1, d1);
+    return 1;
+}
+
+/* ---- sender: switching -------------------------------------------------------------------- */
+
+static const char *switch_word(int from, int to)
+{
+    return from == 0 && to == 1 ? "failover" : from == 1 && to == 0 ? "reintegrated" : "switched";
+}
+
+static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t now, char *out,
+                   size_t len)
+{
+    int a = c->active;
+    const struct lg_fo *fo = &c->fo;
+    int i = d->why == LG_WHY_REINTEGRATE ? d->target : a;
+    char what[128];
+    describe(c, a, now, what, sizeof(what));
+    switch (d->why) {
+    case LG_WHY_FAILED:
+    case LG_WHY_SILENT:
+    case LG_WHY_PEER_FAILED:
+        snprintf(out, len, "%s path on %s: %s", slot_name(a), nic_of(c, a), what);
+        break;
+    case LG_WHY_DOWN:
+    case LG_WHY_LEAVE:
+        if (!lg_health_usable(fo->slot[i].local_state))
+            snprintf(out, len, "NIC %s is %s (daemon)", nic_of(c, i),
+                     state_str(fo->slot[i].local_state));
+        else
+            snprintf(out, len, "the peer's NIC for %s is %s (its daemon)", nic_of(c, i),
+                     LG_HB_NIC(fo->peer_flags, i) == LG_HB_NIC_DOWN ? "DOWN" : "out of service");
+        break;
+    case LG_WHY_RESYNC:
+        snprintf(out, len, "the peer is at epoch %u, we are at %u", fo->seen,
+                 __atomic_load_n(&c->epoch, __ATOMIC_RELAXED));
+        break;
+    case LG_WHY_REINTEGRATE:
+        if (fo->slot[i].local_state == LG_NIC_UP)
+            snprintf(out, len, "NIC %s is UP again (daemon), path rebuilt", nic_of(c, i));
+        else
+            snprintf(out, len, "path on NIC %s rebuilt (no daemon: probed)", nic_of(c, i));
+        break;
+    default:
+        snprintf(out, len, "%s", lg_fo_why_str(d->why));
+    }
+}
+
+static void set_hold(struct lg_conn *c, int hold)
+{
+    pthread_mutex_lock(&c->mu);
+    __atomic_store_n(&c->hold, hold, __ATOMIC_RELAXED);
+    if (hold == LG_HOLD_NONE)
+        c->parked = (uint32_t)((1ull << c->nstreams) - 1);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void kick_streams(struct lg_path *p)
+{
+    for (int k = 0; lg_path_up(p) && k < p->nstreams; k++)
+        lg_task_kick(&p->data[k].task);
+}
+
+static void send_switch(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *t = c->paths[fo->sw_target];
+    fo->sw_epoch = fo->proposed = lg_epoch_next(__atomic_load_n(&c->epoch, __ATOMIC_RELAXED),
+                                               fo->seen, fo->proposed);
+    fo->sw_gen = t->gen;
+    struct lg_ctrl f = {.type = LG_CTRL_SWITCH, .epoch = fo->sw_epoch,
+                        .value = (uint64_t)fo->sw_target};
+    lg_path_ctrl_send(t, &f);
+    fo->sw_sent_ns = now;
+    fo->sw_phase = LG_SW_WAIT;
+}
+
+static void start_switch(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    fo->sw_target = d->target;
+    fo->sw_graceful = d->action == LG_FO_GRACEFUL;
+    fo->sw_t0 = now;
+    fo->sw_trigger_ns = fo->trigger_ns ? fo->trigger_ns : now;
+    reason(c, d, now, fo->sw_reason, sizeof(fo->sw_reason));
+    set_hold(c, fo->sw_graceful ? LG_HOLD_BOUNDARY : LG_HOLD_ALL);
+    if (fo->sw_graceful)
+        fo->sw_phase = LG_SW_QUIESCE;
+    else
+        send_switch(c, now);
+}
+
+static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n, uint32_t gen,
+                      uint64_t rx_ns, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *p = c->paths[target];
+    if (epoch > fo->seen)
+        fo->seen = epoch;
+    if (!lg_path_up(p) || p->gen != gen)
+        return; /* gone meanwhile: the peer is ahead now, and we propose again */
+    int later = fo->sw_phase != LG_SW_NONE && fo->sw_epoch > epoch; /* ours is still coming */
+    struct lg_path *old = c->active_path;
+    int from = c->active;
+    pthread_mutex_lock(&c->mu);
+    uint64_t cur = c->cursor_seq;
+    uint64_t replay = lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk, &c->acked, n);
+    __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&c->active, target, __ATOMIC_RELEASE);
+    c->active_path = p;
+    __atomic_store_n(&c->hold, later ? LG_HOLD_ALL : LG_HOLD_NONE, __ATOMIC_RELAXED);
+    c->parked = (uint32_t)((1ull << c->nstreams) - 1);
+    pthread_mutex_unlock(&c->mu);
+    /* The active control channel is read by test(); the others wake a worker. */
+    if (old && old != p && lg_path_up(old))
+        lg_task_set_events(&old->ctrl.task, lg_path_ctrl_events(old, 0));
+    lg_task_set_events(&p->ctrl.task, lg_path_ctrl_events(p, 1));
+    kick_streams(p);
+    uint64_t t0 = fo->sw_trigger_ns ? fo->sw_trigger_ns : rx_ns;
+    LG_INFO(NCCL_NET, "send conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s (%s); "
+            "epoch %u, replaying %llu message(s) from #%llu (cursor was #%llu); switch took "
+            "%.2f ms", (unsigned long long)c->nonce, switch_word(from, target), slot_name(from),
+            nic_of(c, from), slot_name(target), p->nic,
+            fo->sw_reason[0] ? fo->sw_reason : "the peer moved", epoch,
+            (unsigned long long)replay, (unsigned long long)n, (unsigned long long)cur,
+            ms_since(t0, now));
+    if (!later) {
+        fo->sw_phase = LG_SW_NONE;
+        fo->sw_reason[0] = 0;
+        fo->sw_trigger_ns = 0;
+    }
+    fo->trigger_ns = 0;
+    fo->hb_force = 1;
+    if (old && old != p && old->index == 0 && !old->retired) {
+        /* Fence the primary we left; it is rebuilt fresh when healthy again. */
+        struct lg_fo_slot *sl = &fo->slot[0];
+        sl->noted = 1;
+        sl->delay_ns = MS(lg_params.rejoin_ms);
+        sl->next_try_ns = now + sl->delay_ns;
+        lg_path_retire(old, 1);
+    }
+}
+
+static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_fo_slot *sl = &fo->slot[i];
+    char why[160] = "";
+    if (sl->rj.path) {
+        uint64_t t0 = sl->rj.t0;
+        int rc = lg_rejoin_tx_progress(c, i, now, why, sizeof(why));
+        if (rc > 0) {
+            sl->up_since_ns = now;
+            sl->noted = 0;
+            fo->hb_force = 1;
+            LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s rebuilt (gen %u) in %.1f ms",
+                    (unsigned long long)c->nonce, slot_name(i), c->paths[i]->nic,
+                    c->paths[i]->gen, ms_since(t0, now));
+        } else if (rc < 0) {
+            sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
+            sl->next_try_ns = now + sl->delay_ns;
+            LG_INFO(NCCL_NET, "send conn %016llx: rebuilding the %s path on NIC %s failed (%s); "
+                    "next try in %.0f ms", (unsigned long long)c->nonce, slot_name(i),
+                    nic_of(c, i), why, sl->delay_ns / 1e6);
+        }
+        return;
+    }
+    struct lg_path *p = c->paths[i];
+    if (!p || lg_path_up(p) || !p->retired || now < sl->next_try_ns)
+        return;
+    /* Our daemon must call the NIC usable; so must the peer's, as far as we can hear it. */
+    int heard = works(c, 0, now) || works(c, 1, now);
+    if (!lg_health_usable(sl->local_state) ||
+        (heard && LG_HB_NIC(fo->peer_flags, i) != LG_HB_NIC_OK))
+        return;
+    if (lg_rejoin_tx_start(c, i, now) != 0) {
+        sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
+        sl->next_try_ns = now + sl->delay_ns;
+    }
+}
+
+static void tx_step(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    pthread_mutex_lock(&c->mb_mu);
+    uint32_t re = c->mb.resync_epoch, rgen = c->mb.resync_gen;
+    int rt = c->mb.resync_target;
+    uint64_t rn = c->mb.resync_n, rx_ns = c->mb.resync_rx_ns;
+    pthread_mutex_unlock(&c->mb_mu);
+    if (lg_epoch_newer(re, __atomic_load_n(&c->epoch, __ATOMIC_RELAXED)))
+        tx_commit(c, re, rt, rn, rgen, rx_ns, now);
+
+    if (fo->sw_phase != LG_SW_NONE) {
+        struct lg_path *t = c->paths[fo->sw_target];
+        if (!lg_path_up(t) || (fo->sw_phase == LG_SW_WAIT && t->gen != fo->sw_gen)) {
+            fo->sw_phase = LG_SW_NONE; /* the target died meanwhile: decide again */
+        } else if (fo->sw_phase == LG_SW_QUIESCE) {
+            pthread_mutex_lock(&c->mu);
+            int drained = c->cursor_chunk == 0 &&
+                          __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) >= c->cursor_seq;
+            pthread_mutex_unlock(&c->mu);
+            if (drained || now - fo->sw_t0 >= MS(lg_params.quiesce_ms))
+                send_switch(c, now);
+        } else if (now - fo->sw_sent_ns >= MS(lg_params.switch_timeout_ms)) {
+            LG_INFO(NCCL_NET, "send conn %016llx: no RESYNC for epoch %u after %.0f ms; "
+                    "proposing again", (unsigned long long)c->nonce, fo->sw_epoch,
+                    ms_since(fo->sw_sent_ns, now));
+            send_switch(c, now);
+        }
+    }
+    if (fo->sw_phase == LG_SW_NONE) {
+        struct lg_fo_view v = {.active = c->active, .reintegrate = (int)lg_params.reintegrate,
+                               .peer_ahead = fo->seen > __atomic_load_n(&c->epoch, __ATOMIC_RELAXED)};
+        for (int i = 0; i < LG_NPATHS; i++) {
+            struct lg_path *p = c->paths[i];
+            struct lg_fo_slot_view *s = &v.slot[i];
+            uint8_t local = nic_code(fo->slot[i].local_state);
+            uint8_t peer = LG_HB_NIC(fo->peer_flags, i);
+            s->up = lg_path_up(p);
+            s->silent = s->up && !fo->late && silent(p, now);
+            s->peer_failed = peer_failed(c, i);
+            s->down = local == LG_HB_NIC_DOWN || peer == LG_HB_NIC_DOWN;
+            s->leave = local == LG_HB_NIC_LEAVE || peer == LG_HB_NIC_LEAVE;
+            s->committed = p && p == c->active_path && i == c->active;
+        }
+        struct lg_fo_decision d = lg_fo_decide(&v);
+        if (d.action == LG_FO_URGENT || d.action == LG_FO_GRACEFUL)
+            start_switch(c, &d, now);
+        else if (__atomic_load_n(&c->hold, __ATOMIC_RELAXED) != LG_HOLD_NONE &&
+                 d.action == LG_FO_NONE) {
+            set_hold(c, LG_HOLD_NONE); /* an abandoned switch: carry on where we are */
+            kick_streams(c->paths[c->active]);
+        }
+    }
+    for (int i = 0; i < LG_NPATHS; i++)
+        tx_rejoin(c, i, now);
+}
+
+/* ---- receiver: committing ----------------------------------------------------------------- */
+
+static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx_ns, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *p = c->paths[target], *old = c->active_path;
+    int from = c->active;
+    pthread_mutex_lock(&c->mu);
+    __atomic_store_n(&c->active, target, __ATOMIC_RELEASE);
+    c->active_path = p;
+    __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&c->mu);
+    /* From here every reader drops what is not of `epoch`; wait for those inside a step
+     * that began before (seq_cst pairs with gate_enter in conn_recv.c). */
+    for (int pi = 0; pi < LG_NPATHS; pi++) {
+        struct lg_path *q = c->paths[pi];
+        for (int k = 0; q && !q->retired && k < q->nstreams; k++) {
+            uint32_t st;
+            while ((st = __atomic_load_n(&q->data[k].placing, __ATOMIC_SEQ_CST)) != 0 &&
+                   st != epoch + 1)
+                sched_yield();
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    uint64_t base = c->win.base;
+    int reset = lg_resync_rx_reset(c->reqs, base, __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE));
+    pthread_mutex_unlock(&c->mu);
+    struct lg_ctrl f = {.type = LG_CTRL_RESYNC, .flags = (uint8_t)target, .epoch = epoch,
+                        .value = base};
+    lg_path_ctrl_send(p, &f);
+    kick_streams(p);
+    if (old && old != p)
+        kick_streams(old); /* standby again: its streams go back to waking a worker */
+    uint64_t t0 = fo->trigger_ns && fo->trigger_ns < rx_ns ? fo->trigger_ns : rx_ns;
+    LG_INFO(NCCL_NET, "recv conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s at epoch "
+            "%u (asked by the sender); %d partial receive(s) reset, resuming at message #%llu; "
+            "switch took %.2f ms", (unsigned long long)c->nonce, switch_word(from, target),
+            slot_name(from), nic_of(c, from), slot_name(target), p->nic, epoch, reset,
+            (unsigned long long)base, ms_since(t0, now));
+    fo->trigger_ns = 0;
+    fo->hb_force = 1;
+    if (old && old != p && old->index == 0 && !old->retired) {
+        fo->slot[0].noted = 1;
+        lg_path_retire(old, 1);
+    }
+}
+
+static void rx_step(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    pthread_mutex_lock(&c->mb_mu);
+    uint32_t e = c->mb.switch_epoch, gen = c->mb.switch_gen;
+    int t = c->mb.switch_target;
+    uint64_t rx_ns = c->mb.switch_rx_ns;
+    pthread_mutex_unlock(&c->mb_mu);
+    if (lg_epoch_newer(e, __atomic_load_n(&c->epoch, __ATOMIC_RELAXED))) {
+        struct lg_path *p = c->paths[t];
+        if (lg_path_up(p) && p->gen == gen)
+            rx_commit(c, e, t, rx_ns, now);
+        else if (e > fo->seen)
+            fo->seen = e;
+    }
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_rejoin *rj = &fo->slot[i].rj;
+        if (rj->path && now - rj->t0 > MS(lg_params.rejoin_timeout_ms))
+            lg_rejoin_abort(c, i);
+    }
+}
+
+/* ---- one run ------------------------------------------------------------------------------- */
+
+uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    uint64_t hb = MS(lg_params.heartbeat_ms);
+    if (!c->protected_ || __atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
+        return now + 20 * hb;
+    if (c->kind == LG_CONN_SEND)
+        /* test() reads the active control channel only while NCCL polls: read it here too,
+         * so heartbeats are seen on an idle connection. */
+        for (int i = 0; i < LG_NPATHS; i++)
+            pump(c->paths[i]);
+    /* A run far behind its schedule means this process was starved (CPU, a stop): silence
+     * measured across it says nothing about the paths. Judge at the next run instead. */
+    uint64_t gap = fo->last_run_ns ? now - fo->last_run_ns : 0;
+    int late = gap > 4 * hb + MS(lg_params.silent_timeout_ms) / 2;
+    /* ... but a process that stays that slow must still see dead paths: a few runs at most. */
+    fo->late_runs = late ? fo->late_runs + 1 : 0;
+    late = late && fo->late_runs <= 3;
+    fo->late = late;
+    fo->last_run_ns = now;
+    eval_health(c, now);
+    read_peer(c, now);
+    if (note_failures(c, now))
+        return now + 20 * hb;
+    if (!late)
+        check_silence(c, now);
+    if (note_failures(c, now))
+        return now + 20 * hb;
+    if (c->kind == LG_CONN_SEND)
+        tx_step(c, now);
+    else
+        rx_step(c, now);
+    heartbeats(c, now);
+    if (late)
+        return now + MS(1);
+    if (dead_check(c, now, gap))
+        return now + 20 * hb;
+    uint64_t next = now + hb;
+    if (fo->sw_phase != LG_SW_NONE || fo->slot[0].rj.path || fo->slot[1].rj.path)
+        next = now + MS(2);
+    struct lg_path *pa = c->paths[c->active];
+    if (lg_path_up(pa)) { /* wake up right when the active path would count as silent */
+        uint64_t due = __atomic_load_n(&pa->last_rx_ns, __ATOMIC_RELAXED) +
+                       MS(lg_params.silent_timeout_ms) + MS(1);
+        if (due > now && due < next)
+            next = due;
+    }
+    for (int i = 0; c->kind == LG_CONN_SEND && i < LG_NPATHS; i++)
+        if (fo->slot[i].next_try_ns > now && fo->slot[i].next_try_ns < next &&
+            !lg_path_up(c->paths[i]))
+            next = fo->slot[i].next_try_ns;
+    return next;
+}

@@ -1,0 +1,225 @@
+/* Rebuilding a path: the sender (connector) connects fresh sockets to the receiver's listening
+ * socket for that NIC with REJOIN hellos; the receiver's monitor groups them by connection
+ * nonce and generation, builds the path and answers READY on its control channel. */
+#include "reconnect.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "core.h"
+#include "health.h"
+#include "log.h"
+#include "monitor.h"
+#include "params.h"
+#include "sock.h"
+#include "util.h"
+
+static int *sock_fd(struct lg_path *p, int k)
+{
+    return k == 0 ? &p->ctrl.task.fd : &p->data[k - 1].task.fd;
+}
+
+void lg_rejoin_publish(struct lg_conn *c, int slot, struct lg_path *p)
+{
+    struct lg_path *old = c->paths[slot];
+    if (old)
+        lg_path_retire(old, 1);
+    pthread_mutex_lock(&c->mu);
+    __atomic_store_n(&c->paths[slot], p, __ATOMIC_SEQ_CST);
+    if (c->active_path == old)
+        c->active_path = NULL; /* no longer the committed path: entered by a new epoch */
+    pthread_mutex_unlock(&c->mu);
+    /* NCCL's thread may still hold the old pointer inside one call: wait it out. */
+    lg_conn_quiesce_inline(c);
+    lg_path_free(old);
+}
+
+void lg_rejoin_abort(struct lg_conn *c, int slot)
+{
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    if (!rj->path)
+        return;
+    lg_path_retire(rj->path, 0);
+    lg_path_free(rj->path);
+    memset(rj, 0, sizeof(*rj));
+}
+
+/* ---- sender ------------------------------------------------------------------------------ */
+
+int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
+{
+    const struct lg_device *d = lg_core_device(c->dev);
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    if (!d || rj->path || !c->peer_ip[slot])
+        return -1;
+    struct lg_path *p = lg_path_alloc(c, slot, d->nic[slot].name,
+                                      lg_addr_format(c->peer_ip[slot], c->peer_port[slot]).s);
+    if (!p)
+        return -1;
+    memset(rj, 0, sizeof(*rj));
+    rj->path = p;
+    rj->gen = p->gen = ++c->fo.slot[slot].next_gen;
+    rj->t0 = now;
+    for (int k = 0; k <= c->nstreams; k++) {
+        int fd = lg_sock_connect_start(d->nic[slot].name, c->local_ip[slot], c->peer_ip[slot],
+                                       c->peer_port[slot], k ? LG_SOCK_DATA : LG_SOCK_CTRL);
+        if (fd < 0) {
+            LG_TRACE("send conn %016llx: rebuild of path %d: %s", (unsigned long long)c->nonce,
+                     slot, strerror(errno));
+            lg_rejoin_abort(c, slot);
+            return -1;
+        }
+        *sock_fd(p, k) = fd;
+    }
+    return 0;
+}
+
+static int send_hello(struct lg_conn *c, struct lg_rejoin *rj, int k)
+{
+    uint8_t buf[LG_HELLO_SIZE];
+    int slot = rj->path->index;
+    struct lg_hello h = {.path = (uint8_t)slot, .stream = (uint8_t)k,
+                         .nstreams = (uint8_t)c->nstreams,
+                         .paths_mask = (uint8_t)(1 | (1 << slot)), .chunk_size = c->chunk_size,
+                         .listen_id = c->listen_id, .conn_nonce = c->nonce,
+                         .flags = LG_HELLO_F_REJOIN, .gen = rj->gen};
+    lg_hello_encode(buf, &h);
+    while (rj->hello_sent[k] < LG_HELLO_SIZE) {
+        struct iovec iov = {buf + rj->hello_sent[k], LG_HELLO_SIZE - rj->hello_sent[k]};
+        ssize_t n = lg_sock_writev(*sock_fd(rj->path, k), &iov, 1);
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        rj->hello_sent[k] += (size_t)n;
+    }
+    return 1;
+}
+
+int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, size_t len)
+{
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    struct lg_path *p = rj->path;
+    if (!p)
+        return -1;
+    if (now - rj->t0 > (uint64_t)lg_params.rejoin_timeout_ms * 1000000ull) {
+        snprintf(why, len, "%s after %lld ms", p->ctrl.task.worker ? "no READY" : "not connected",
+                 (long long)lg_params.rejoin_timeout_ms);
+        lg_rejoin_abort(c, slot);
+        return -1;
+    }
+    if (!p->ctrl.task.worker) {
+        int all = 1;
+        for (int k = 0; k <= c->nstreams; k++) {
+            if (!rj->connected[k]) {
+                int rc = lg_sock_connect_check(*sock_fd(p, k));
+                if (rc < 0) {
+                    snprintf(why, len, "connect: %s", strerror(errno));
+                    lg_rejoin_abort(c, slot);
+                    return -1;
+                }
+                rj->connected[k] = rc == 0;
+            }
+            int h = rj->connected[k] ? send_hello(c, rj, k) : 0;
+            if (h < 0) {
+                snprintf(why, len, "hello: %s", strerror(errno));
+                lg_rejoin_abort(c, slot);
+                return -1;
+            }
+            all &= h == 1;
+        }
+        if (!all)
+            return 0;
+        if (lg_path_start(p) != 0) {
+            snprintf(why, len, "cannot register its sockets");
+            lg_rejoin_abort(c, slot);
+            return -1;
+        }
+    }
+    if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != LG_PATH_UP) {
+        snprintf(why, len, "%s", p->why[0] ? p->why : "refused by the peer");
+        lg_rejoin_abort(c, slot);
+        return -1;
+    }
+    if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE))
+        return 0;
+    rj->path = NULL;
+    lg_rejoin_publish(c, slot, p);
+    return 1;
+}
+
+/* ---- receiver ---------------------------------------------------------------------------- */
+
+static void rx_build(struct lg_conn *c, int slot, uint64_t now)
+{
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    struct lg_path *p = rj->path;
+    uint32_t state = lg_health_state(c->fo.slot[slot].nic_idx, NULL);
+    if (!lg_health_usable(state)) {
+        /* Our daemon keeps this NIC out (hold-down, damping, drain): refuse; the sender
+         * hears it from our heartbeats and tries again once we say it is usable. */
+        LG_TRACE("recv conn %016llx: refused a rebuilt path %d (NIC %s not usable)",
+                 (unsigned long long)c->nonce, slot, p->nic);
+        lg_rejoin_abort(c, slot);
+        return;
+    }
+    rj->path = NULL;
+    for (int k = 0; k <= c->nstreams; k++)
+        lg_sock_setup_accepted(*sock_fd(p, k), k ? LG_SOCK_DATA : LG_SOCK_CTRL);
+    struct lg_path *old = c->paths[slot];
+    if (old && lg_path_up(old))
+        lg_conn_path_failed(old, 0, "replaced by a rebuilt path");
+    if (lg_path_start(p) != 0) {
+        lg_path_retire(p, 0);
+        lg_path_free(p);
+        return;
+    }
+    lg_rejoin_publish(c, slot, p);
+    c->fo.slot[slot].up_since_ns = now;
+    c->fo.slot[slot].noted = 0;
+    c->fo.hb_force = 1;
+    struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
+    lg_path_ctrl_send(p, &ready);
+    LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s rebuilt (gen %u) from %s",
+            (unsigned long long)c->nonce, slot ? "backup" : "primary", p->nic, p->gen, p->peer);
+}
+
+int lg_rejoin_file(const struct lg_hello *h, int fd, uint64_t now)
+{
+    struct lg_conn *c = lg_monitor_find_locked(h->conn_nonce, h->listen_id);
+    if (!c || !c->protected_ || __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) ||
+        h->nstreams != c->nstreams || h->chunk_size != c->chunk_size || h->stream > c->nstreams)
+        return -1;
+    int slot = h->path;
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    if (rj->path && rj->gen != h->gen) {
+        if (h->gen < rj->gen)
+            return -1; /* an abandoned attempt */
+        lg_rejoin_abort(c, slot);
+    }
+    if (!rj->path) {
+        struct sockaddr_in peer = {0};
+        socklen_t len = sizeof(peer);
+        getpeername(fd, (struct sockaddr *)&peer, &len);
+        const char *nic = c->paths[slot] ? c->paths[slot]->nic : "?";
+        rj->path = lg_path_alloc(c, slot, nic,
+                                 lg_addr_format(peer.sin_addr.s_addr, ntohs(peer.sin_port)).s);
+        if (!rj->path)
+            return -1;
+        rj->path->gen = rj->gen = h->gen;
+        rj->t0 = now;
+        rj->nfds = 0;
+    }
+    int *slot_fd = sock_fd(rj->path, h->stream);
+    if (*slot_fd >= 0)
+        return -1;
+    *slot_fd = fd;
+    if (++rj->nfds == c->nstreams + 1)
+        rx_build(c, slot, now);
+    return 0;
+}

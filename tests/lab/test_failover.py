@@ -1,0 +1,301 @@
+"""Lossless failover between two lab hosts: continuous traffic through the plugin while links
+die, go silent, flap, are drained and come back.
+
+linkguardd runs in both hosts (its shm file given to each driver as LINKGUARD_SHM, so the
+devices come from its table: dev 0 = rail0 primary, rail1 backup). lg_nccl_driver runs in
+stream mode (--duration-s, ended early with SIGUSR1 once the story is told), both directions
+(--bidir: every fault is on the sender's side for one direction and on the receiver's side for
+the other), two connections each way, every byte verified by the driver. A test passes only if
+no plugin call returned an error and no message was lost, duplicated, reordered or corrupted;
+the failover and the way back are read from the plugin's INFO lines (--verbose) and from the
+NICs' own byte counters. Sized to keep the file under ~3 minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_fixture import Daemon, Daemons
+from ops_helpers import run_cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.plugin_driver import (
+    DriverResult,
+    StreamPair,
+    build_plugin,
+    lab_starter,
+    start_stream_pair,
+)
+from linkguard_lab.lab import Lab
+from linkguardd.states import NicState
+
+pytestmark = pytest.mark.lab
+
+HOLD_DOWN_MS = 300
+DAEMON_ARGS = ("--interfaces", "rail0,rail1", "--hold-down-ms", str(HOLD_DOWN_MS))
+CONNS = 2
+# Per process: CONNS send and CONNS receive connections, all on dev 0.
+PER_ROLE = 2 * CONNS
+DEAD_TIMEOUT_MS = 3000
+PLUGIN_ENV = {
+    "LINKGUARD_PAIRS": "rail0:rail1,rail1:rail0",  # only without a daemon
+    "LINKGUARD_REJOIN_MS": "300",
+    "LINKGUARD_REJOIN_TIMEOUT_MS": "1000",
+    "LINKGUARD_DEAD_TIMEOUT_MS": str(DEAD_TIMEOUT_MS),
+}
+ARGS = ["--bidir", "--conns", str(CONNS), "--size", "262144", "--depth", "8", "--verbose",
+        "--timestamps", "--gap-list-ms", "-1"]
+WAIT_S = 10.0
+
+_LINE = re.compile(r"(?P<kind>send|recv) conn (?P<id>[0-9a-f]+): (?P<what>failover|reintegrated|"
+                   r"switched): .*?switch took (?P<ms>[\d.]+) ms")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    build_plugin()
+
+
+class Run:
+    """Daemons in both hosts and a driver pair streaming between them."""
+
+    def __init__(self, lab: Lab, daemons: Daemons, daemon_args: tuple[str, ...] = DAEMON_ARGS,
+                 env: dict[str, str] | None = None, port: int = 7100) -> None:
+        self.lab = lab
+        self.d = {h: daemons.start(lab, h, *daemon_args) for h in ("a", "b")}
+        self.pair: StreamPair = start_stream_pair(
+            lab_starter(lab, "b"), lab_starter(lab, "a"), f"{lab.mgmt_address('b')}:{port}",
+            duration_s=120, args=ARGS, env={**PLUGIN_ENV, **(env or {})},
+            server_env={"LINKGUARD_SHM": str(self.d["b"].shm_path)},
+            client_env={"LINKGUARD_SHM": str(self.d["a"].shm_path)}, timeout=150)
+        self.wait_traffic()
+
+    # --- what the plugin said ----------------------------------------------------------
+    def switches(self, what: str, since: int = 0) -> dict[str, list[float]]:
+        """Switch lines of each role (server = host b, client = host a) read after `since`
+        (monotonic ns): role -> the 'switch took' ms of each."""
+        out: dict[str, list[float]] = {"server": [], "client": []}
+        for ln in self.pair.stderr_lines():
+            m = _LINE.search(ln.text)
+            if m and m["what"] == what and ln.read_ns >= since:
+                out[ln.role].append(float(m["ms"]))
+        return out
+
+    def wait_switches(self, what: str, since: int, n: int = PER_ROLE,
+                      timeout_s: float = WAIT_S) -> dict[str, list[float]]:
+        """Until every connection of both processes logged `what` after `since`."""
+        def done() -> dict[str, list[float]] | None:
+            got = self.switches(what, since)
+            return got if all(len(v) >= n for v in got.values()) else None
+        return self.wait(done, timeout_s, f"{n} '{what}' lines per process")
+
+    def lines(self, pattern: str, since: int = 0) -> list[str]:
+        rx = re.compile(pattern)
+        return [ln.text for ln in self.pair.stderr_lines() if ln.read_ns >= since
+                and rx.search(ln.text)]
+
+    def wait(self, pred: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = pred()
+            if got:
+                return got
+            if not self.pair.running():
+                raise AssertionError(f"drivers ended while waiting for {what}:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out ({timeout_s:g} s) waiting for {what}:\n"
+                                     f"{self.tail()}")
+            time.sleep(0.02)
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(f"{ln.role}: {ln.text}" for ln in self.pair.stderr_lines()[-n:])
+
+    # --- traffic -------------------------------------------------------------------------
+    def wait_traffic(self, timeout_s: float = 20.0) -> None:
+        """Connected, and messages completing."""
+        self.wait(lambda: self.tx_bytes("a", 0) > 20 << 20, timeout_s, "traffic on rail0")
+
+    def tx_bytes(self, host: str, rail: int) -> int:
+        value = self.lab.sysfs(host, f"rail{rail}", "statistics/tx_bytes")
+        return int(value) if value else 0
+
+    def carries(self, rail: int, seconds: float = 1.0) -> tuple[int, int]:
+        """Bytes host a sent on `rail` and on the other rail during `seconds`."""
+        other = 1 - rail
+        before = self.tx_bytes("a", rail), self.tx_bytes("a", other)
+        time.sleep(seconds)
+        return self.tx_bytes("a", rail) - before[0], self.tx_bytes("a", other) - before[1]
+
+    def assert_on(self, rail: int) -> None:
+        on, off = self.carries(rail)
+        # Which rail carries the data, not how fast: a loaded 2-core machine may move little.
+        assert on > 1 << 20 and off < on / 20, (rail, on, off, self.tail())
+
+    def finish(self, expect_error: bool = False) -> tuple[DriverResult, DriverResult]:
+        """End both drivers early (SIGUSR1: a clean end) and check what they report."""
+        for proc in self.pair.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGUSR1)  # only the processes this run started
+        srv, cli = self.pair.wait(timeout=60)
+        if not expect_error:
+            for r in (srv, cli):
+                rep = r.report
+                assert r.ok, (rep.get("failure"), rep.get("errors"), r.stderr[-3000:])
+                assert rep["errors"] == [] and rep["corrupt_messages"] == 0
+                assert rep["missing_messages"] == 0 and rep["size_mismatches"] == 0
+                assert rep["completions"] > 1000
+                assert "WARN" not in r.stderr, r.stderr[-3000:]
+        return srv, cli
+
+
+def stamp() -> int:
+    return time.monotonic_ns()
+
+
+# ---- carrier loss, admin down, silent loss ---------------------------------------------------
+
+@pytest.mark.parametrize("host", ["a", "b"], ids=["cut-client-side", "cut-server-side"])
+def test_cut_then_restore(lab: Lab, daemons: Daemons, host: str) -> None:
+    """A switch-port cut on one host (sender's side for one direction, receiver's side for the
+    other): every connection fails over within milliseconds; the restore brings them back."""
+    run = Run(lab, daemons)
+    t = stamp()
+    lab.cut(host, 0)
+    took = run.wait_switches("failover", t, timeout_s=5)
+    assert time.monotonic_ns() - t < 3e9
+    run.assert_on(1)
+    # The daemon that saw the carrier loss triggered it: the switch itself takes ms.
+    assert min(took["server"] + took["client"]) < 50, took
+    t = stamp()
+    lab.restore(host, 0)
+    run.wait_switches("reintegrated", t)
+    run.assert_on(0)
+    run.finish()
+
+
+def test_nicdown_then_nicup(lab: Lab, daemons: Daemons) -> None:
+    run = Run(lab, daemons)
+    t = stamp()
+    lab.nicdown("a", 0)
+    run.wait_switches("failover", t, timeout_s=5)
+    run.assert_on(1)
+    t = stamp()
+    lab.nicup("a", 0)
+    run.wait_switches("reintegrated", t)
+    run.assert_on(0)
+    run.finish()
+
+
+def test_blackhole_is_found_by_silence(lab: Lab, daemons: Daemons) -> None:
+    """Packets dropped, carrier up, no daemon event: the silent-path timeout finds it."""
+    run = Run(lab, daemons)
+    t = stamp()
+    lab.blackhole("a", 0)
+    run.wait_switches("failover", t, timeout_s=5)
+    assert time.monotonic_ns() - t < 2e9  # default LINKGUARD_SILENT_TIMEOUT_MS is 300
+    assert run.d["a"].nic("rail0").state == NicState.UP  # no daemon saw anything
+    assert run.lines(r"failover: .*no data and no heartbeat for \d+ ms", t)
+    run.assert_on(1)
+    t = stamp()
+    lab.unblackhole("a", 0)
+    run.wait_switches("reintegrated", t)  # rebuilt once packets pass again
+    run.assert_on(0)
+    run.finish()
+
+
+def test_flap_twenty_times(lab: Lab, daemons: Daemons) -> None:
+    """20 quick flaps of a's rail0: damping keeps the NIC out while it flaps (traffic stays on
+    the backup); once the penalty decays, traffic comes back. Nothing lost on the way."""
+    damping = ("--flap-half-life-ms", "400", "--flap-penalty", "1000",
+               "--flap-suppress-threshold", "2000", "--flap-reuse-threshold", "750",
+               "--flap-max-penalty", "6000")
+    run = Run(lab, daemons, daemon_args=DAEMON_ARGS + damping)
+    t = stamp()
+    lab.flap("a", 0, count=20, period_ms=100)
+    assert run.switches("failover", t)["client"], run.tail()
+    assert run.d["a"].nic("rail0").state != NicState.UP  # held out by damping
+    run.d["a"].c_wait_state("rail0", NicState.UP, timeout_s=10)
+    t2 = stamp()
+    run.wait_switches("reintegrated", t2)
+    run.assert_on(0)
+    run.finish()
+
+
+# ---- operator, daemon lifecycle ----------------------------------------------------------------
+
+def test_drain_and_undrain_through_the_cli(lab: Lab, daemons: Daemons) -> None:
+    """A drain is a graceful move: the sender stops at a message boundary and lets what is in
+    flight land before switching, so nothing is sent twice."""
+    run = Run(lab, daemons)
+    da: Daemon = run.d["a"]
+    t = stamp()
+    proc = run_cli(lab, "a", da.grpc_socket, "drain", "rail0", "--reason", "lab test")
+    assert proc.returncode == 0, proc.stderr
+    run.wait_switches("failover", t, timeout_s=5)
+    sends = run.lines(r"send conn \w+: failover: .*DRAINED", t)
+    assert len(sends) >= CONNS, run.tail()
+    assert any("replaying 0 message(s)" in s for s in sends), sends
+    run.assert_on(1)
+    t = stamp()
+    proc = run_cli(lab, "a", da.grpc_socket, "undrain", "rail0")
+    assert proc.returncode == 0, proc.stderr
+    run.wait_switches("reintegrated", t)
+    run.assert_on(0)
+    run.finish()
+
+
+def test_daemon_killed_and_restarted(lab: Lab, daemons: Daemons) -> None:
+    """No daemon: the plugin says so once and fails over on its own (here: silence after a
+    cut); a restarted daemon is picked up again and drives the way back."""
+    run = Run(lab, daemons)
+    da = run.d["a"]
+    os.kill(da.pid, signal.SIGKILL)  # the daemon this test started, by PID
+    assert da.proc is not None
+    da.proc.wait(timeout=10)
+    run.wait(lambda: run.lines(r"no daemon \(heartbeat stale\)"), 5, "the plugin's no-daemon line")
+    t = stamp()
+    lab.cut("a", 0)
+    run.wait_switches("failover", t, timeout_s=5)
+    run.assert_on(1)
+    da.close_reader()
+    da.start()  # same host, same shm path: replaces the stale file
+    run.wait(lambda: run.lines(r"daemon found \(pid \d+\)", t), 5, "the plugin's daemon-found line")
+    t = stamp()
+    lab.restore("a", 0)
+    run.wait_switches("reintegrated", t)
+    run.assert_on(0)
+    assert len(run.lines(r"no daemon \(")) <= 2  # said once per process, not per connection
+    run.finish()
+
+
+# ---- nothing left -------------------------------------------------------------------------------
+
+def test_both_rails_cut_is_a_clear_bounded_error(lab: Lab, daemons: Daemons) -> None:
+    run = Run(lab, daemons)
+    t = stamp()
+    lab.cut("a", 0)
+    lab.cut("a", 1)
+    srv, cli = run.pair.wait(timeout=DEAD_TIMEOUT_MS / 1000 + 15)
+    took = (time.monotonic_ns() - t) / 1e9
+    assert took < DEAD_TIMEOUT_MS / 1000 + 7, took  # + detection, and slack for a loaded host
+    # The first process whose plugin call fails tells the other over the management network,
+    # which then stops too: at least one reports the plugin's error, neither reports success.
+    errors = srv.report.get("errors", []) + cli.report.get("errors", [])
+    assert errors, (srv.report, cli.report)
+    assert all(e["call"] in ("test", "isend", "irecv") and e["code"] == 6 for e in errors), errors
+    for r in (srv, cli):
+        assert not r.ok and r.report.get("corrupt_messages", 0) == 0, r.report
+    # The WARN names the connection and both NICs, with what became of each path.
+    warn = [ln for r in (srv, cli) for ln in r.stderr.splitlines()
+            if "WARN" in ln and "no working path for" in ln]
+    assert warn, srv.stderr[-3000:] + cli.stderr[-3000:]
+    assert re.search(r"(send|recv) conn [0-9a-f]+ on dev 0: no working path for \d+ ms", warn[0])
+    assert "primary path on NIC rail0" in warn[0] and "backup path on NIC rail1" in warn[0]
