@@ -37,6 +37,7 @@ log = logging.getLogger("linkguardd")
 
 SHM_NIC_CAPACITY = 64  # LG_SHM_MAX_NICS: more NICs than any GPU server has
 SHM_RING_SLOTS = 1024  # ~ hours of transitions at realistic rates; readers re-sync on a lap
+MONITOR_STOP_TIMEOUT_S = 3.0  # systemd's stop timeout is 90 s; be well inside it
 HISTORY = 1024  # events kept for the API's Watch/ListEvents resume
 # Addresses change rarely and a link that appears triggers a refresh of its own; each refresh
 # costs ~8 ms of CPU (a netlink dump), so the periodic one is slow. Not on the detection path.
@@ -84,7 +85,11 @@ class Engine:
         for task in self._tasks:
             task.cancel()
         for monitor in reversed(self.monitors):
-            await monitor.stop()
+            try:  # a read stuck in the kernel must not keep a stopping daemon alive
+                await asyncio.wait_for(monitor.stop(), MONITOR_STOP_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("monitor %s did not stop within %g s; leaving it behind",
+                            monitor.name, MONITOR_STOP_TIMEOUT_S)
         if self._deadline:
             self._deadline.cancel()
         if self.writer:

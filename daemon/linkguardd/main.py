@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -24,6 +25,8 @@ from linkguardd.sdnotify import SdNotifier
 from linkguardd.settings import ConfigError, Settings
 
 log = logging.getLogger("linkguardd")
+
+SURFACE_STOP_TIMEOUT_S = 3.0  # API and /metrics; the engine bounds its monitors itself
 
 
 def resolve_nics(s: Settings) -> tuple[list[str], dict[str, str]]:
@@ -82,7 +85,11 @@ async def run(s: Settings, params: dict[str, Any]) -> int:
         notifier.stopping()
         watchdog.cancel()
         for stop_surface in reversed(started):
-            await stop_surface()
+            try:
+                await asyncio.wait_for(stop_surface(), SURFACE_STOP_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("an operator surface did not stop within %g s",
+                            SURFACE_STOP_TIMEOUT_S)
         await engine.stop()
         log.info("stopped")
     return 0
@@ -139,7 +146,14 @@ def main(check_config: bool, **params: Any) -> None:
         return
     logging.basicConfig(level=s.log_level.upper(), stream=sys.stderr,
                         format="level=%(levelname)s msg=%(message)s")
-    sys.exit(asyncio.run(run(s, params)))
+    loop = asyncio.new_event_loop()
+    code = loop.run_until_complete(run(s, params))
+    # Everything the daemon owns (shm file, sockets) is released by now. A worker thread
+    # stuck in a kernel read (module EEPROM, netlink) must not keep the process alive, so the
+    # executor's threads are not joined.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
