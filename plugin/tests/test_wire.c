@@ -20,6 +20,17 @@ static void test_hello(void)
     CHECK_EQ(d.paths_mask, 3);
     CHECK_EQ(d.chunk_size, 524288);
     CHECK(d.listen_id == h.listen_id && d.conn_nonce == h.conn_nonce);
+    CHECK(d.flags == 0 && d.gen == 0);
+    /* A rebuild's hello: the flag and the generation. */
+    struct lg_hello rj = h, drj;
+    rj.flags = LG_HELLO_F_REJOIN;
+    rj.gen = 77;
+    lg_hello_encode(buf, &rj);
+    CHECK_EQ(lg_hello_decode(buf, &drj), 0);
+    CHECK(drj.flags == LG_HELLO_F_REJOIN && drj.gen == 77);
+    buf[10] = 0x80; /* an unknown flag */
+    CHECK(lg_hello_decode(buf, &drj) != 0);
+    lg_hello_encode(buf, &h);
     /* Little-endian on the wire whatever the host. */
     CHECK_EQ(buf[0], 0x4c);
     CHECK_EQ(buf[16], 0x88);
@@ -70,6 +81,23 @@ static void test_ctrl(void)
     lg_ctrl_encode(buf, &c);
     buf[2] = 1; /* reserved must be zero */
     CHECK(lg_ctrl_decode(buf, &d) != 0);
+    /* The failover frames: every field round-trips. */
+    struct lg_ctrl f[] = {
+        {.type = LG_CTRL_HB, .flags = (uint8_t)(LG_HB_NIC_DOWN | LG_HB_PATH_FAILED(1)),
+         .epoch = 5, .value = 3ull << 32 | 1},
+        {.type = LG_CTRL_SWITCH, .epoch = 0xfffffffeu, .value = 1},
+        {.type = LG_CTRL_RESYNC, .flags = 1, .epoch = 9, .value = 123456789},
+        {.type = LG_CTRL_READY, .value = 4},
+        {.type = LG_CTRL_BYE, .flags = LG_BYE_FENCE},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        lg_ctrl_encode(buf, &f[i]);
+        CHECK_EQ(lg_ctrl_decode(buf, &d), 0);
+        CHECK(d.type == f[i].type && d.flags == f[i].flags && d.epoch == f[i].epoch &&
+              d.value == f[i].value);
+    }
+    CHECK_EQ(LG_HB_NIC(LG_HB_NIC_LEAVE << 2 | LG_HB_NIC_DOWN, 0), LG_HB_NIC_DOWN);
+    CHECK_EQ(LG_HB_NIC(LG_HB_NIC_LEAVE << 2 | LG_HB_NIC_DOWN, 1), LG_HB_NIC_LEAVE);
 }
 
 static void test_chunk(void)

@@ -172,8 +172,9 @@ def test_cut_then_restore(lab: Lab, daemons: Daemons, host: str) -> None:
     took = run.wait_switches("failover", t, timeout_s=5)
     assert time.monotonic_ns() - t < 3e9
     run.assert_on(1)
-    # The daemon that saw the carrier loss triggered it: the switch itself takes ms.
-    assert min(took["server"] + took["client"]) < 50, took
+    # The daemon that saw the carrier loss triggered it: the switch itself takes ms (well
+    # under 10 on an idle host; the bound leaves room for a loaded CI machine).
+    assert min(took["server"] + took["client"]) < 100, took
     t = stamp()
     lab.restore(host, 0)
     run.wait_switches("reintegrated", t)
@@ -233,8 +234,9 @@ def test_flap_twenty_times(lab: Lab, daemons: Daemons) -> None:
 
 def test_drain_and_undrain_through_the_cli(lab: Lab, daemons: Daemons) -> None:
     """A drain is a graceful move: the sender stops at a message boundary and lets what is in
-    flight land before switching, so nothing is sent twice."""
-    run = Run(lab, daemons)
+    flight land before switching, so nothing is sent twice (the drain's time bound is raised
+    from its default, 100 ms, so that a loaded test machine cannot run out of it)."""
+    run = Run(lab, daemons, env={"LINKGUARD_QUIESCE_MS": "3000"})
     da: Daemon = run.d["a"]
     t = stamp()
     proc = run_cli(lab, "a", da.grpc_socket, "drain", "rail0", "--reason", "lab test")
@@ -242,7 +244,7 @@ def test_drain_and_undrain_through_the_cli(lab: Lab, daemons: Daemons) -> None:
     run.wait_switches("failover", t, timeout_s=5)
     sends = run.lines(r"send conn \w+: failover: .*DRAINED", t)
     assert len(sends) >= CONNS, run.tail()
-    assert any("replaying 0 message(s)" in s for s in sends), sends
+    assert all("replaying 0 message(s)" in s for s in sends), sends
     run.assert_on(1)
     t = stamp()
     proc = run_cli(lab, "a", da.grpc_socket, "undrain", "rail0")
