@@ -134,8 +134,12 @@ class Run:
         time.sleep(seconds)
         return self.tx_bytes("a", rail) - before[0], self.tx_bytes("a", other) - before[1]
 
-    def assert_on(self, rail: int) -> None:
+    def assert_on(self, rail: int, timeout_s: float = 10.0) -> None:
+        """Traffic settles on `rail` (both directions switch; a loaded machine is slow)."""
+        deadline = time.monotonic() + timeout_s
         on, off = self.carries(rail)
+        while not (on > 1 << 20 and off < on / 20) and time.monotonic() < deadline:
+            on, off = self.carries(rail)
         # Which rail carries the data, not how fast: a loaded 2-core machine may move little.
         assert on > 1 << 20 and off < on / 20, (rail, on, off, self.tail())
 
@@ -220,7 +224,7 @@ def test_flap_twenty_times(lab: Lab, daemons: Daemons) -> None:
                "--flap-max-penalty", "6000")
     run = Run(lab, daemons, daemon_args=DAEMON_ARGS + damping)
     t = stamp()
-    lab.flap("a", 0, count=20, period_ms=100)
+    lab.flap("a", 0, count=20, period_ms=250)  # closer bounces merge in link-watch under load
     assert run.switches("failover", t)["client"], run.tail()
     assert run.d["a"].nic("rail0").state != NicState.UP  # held out by damping
     run.d["a"].c_wait_state("rail0", NicState.UP, timeout_s=10)
