@@ -14,12 +14,13 @@ of drivers: a (client) sends to b (server) through libnccl-net-linkguard.so, dev
 primary + rail1 standby, every byte verified, running for the whole scenario. A trial:
 
   1. a random 0.4-0.8 s of traffic on the primary (faults do not keep step with anything);
-  2. the fault, stamped just before its netlink request (or the linkguard-cli drain call):
+  2. the fault, stamped just before its netlink request (or the drain call):
        cut-sender    cut a's rail0 at the switch (a loses carrier)
        cut-receiver  cut b's rail0 at the switch
        blackhole     drop everything through a's rail0 switch port, carrier stays up: no
                      daemon signal, the plugin's own silent-failure timeout has to find it
-       drain         `linkguard-cli drain rail0` on a (DRAINED: a graceful move)
+       drain         Drain rail0 on a through linkguardd's gRPC API with linkguard-cli's own
+                     client, called in this process (DRAINED: a graceful move); Undrain
   3. wait (bounded) until the plugin logs the switch, then 0.3 s of traffic on the standby;
   4. the repair (restore / unblackhole / undrain) and a bounded wait for the plugin's
      reintegration line (after the daemon's UP and hold-down), then 0.3 s on the primary.
@@ -62,6 +63,8 @@ import bench.plugin_driver as pd
 from bench.lab_iperf import machine
 from bench.plugin_driver import DriverResult, StreamLine, build_plugin, lab_starter
 from bench.plugin_driver import start_stream_pair as start_pair
+from linkguard.v1 import linkguard_pb2 as pb
+from linkguard_cli.client import Client
 from linkguard_lab import demo
 from linkguard_lab.demo import PAIRS, HostDaemon, driver_env, start_daemons
 from linkguard_lab.lab import Lab, unique_prefix
@@ -164,12 +167,19 @@ class Scenario:
     window_from_daemon: bool = False  # the gap window opens at the daemon's verdict
 
 
-def cli_stamped(d: HostDaemon, *args: str) -> int:
-    """linkguard-cli ARGS against `d`; returns the monotonic ns taken just before it ran."""
-    t = time.monotonic_ns()
-    proc = d.cli(*args)
-    if proc.returncode != 0:
-        raise RuntimeError(f"linkguard-cli {' '.join(args)}: {proc.returncode} {proc.stderr}")
+def drain_stamped(d: HostDaemon, nic: str, drain: bool, reason: str = "bench") -> int:
+    """Drain (or undrain) `nic` through linkguardd's gRPC API with linkguard-cli's own client,
+    in this process: a CLI process starting per trial would load these 2 CPUs for ~0.5 s and
+    make gaps of its own. Returns the monotonic ns taken just before the call."""
+    client = Client(str(d.grpc_socket), timeout=10)
+    try:
+        t = time.monotonic_ns()
+        if drain:
+            client.call("Drain", pb.DrainRequest(nic=nic, reason=reason))
+        else:
+            client.call("Undrain", pb.UndrainRequest(nic=nic))
+    finally:
+        client.close()
     return t
 
 
@@ -183,11 +193,10 @@ SCENARIOS = {
                           8.0, lambda lab, d: lab.blackhole("a", 0),
                           lambda lab, d: lab.unblackhole("a", 0), back_wait_s=35.0,
                           cooldown_s=10.5),
-    # The CLI is a Python process: its start-up is not the drain. Nothing stalls before the
-    # daemon publishes DRAINED, so the gap is looked for from that moment on.
-    "drain": Scenario("drain", "a", "linkguard-cli drain rail0 on a, then undrain", 8.0,
-                      lambda lab, d: cli_stamped(d["a"], "drain", "rail0", "--reason", "bench"),
-                      lambda lab, d: cli_stamped(d["a"], "undrain", "rail0"),
+    # Nothing stalls before the daemon publishes DRAINED: the gap is looked for from then on.
+    "drain": Scenario("drain", "a", "drain rail0 on a (gRPC Drain, as linkguard-cli), then "
+                      "undrain", 8.0, lambda lab, d: drain_stamped(d["a"], "rail0", True),
+                      lambda lab, d: drain_stamped(d["a"], "rail0", False),
                       window_from_daemon=True),
 }
 
@@ -215,7 +224,8 @@ class Trial:
 
 def run_scenario(sc: Scenario, trials: int, size: str, conns: int, pace_us: float,
                  max_missed: int, seed: int, log: Callable[[str], None],
-                 plugin: Path | None = None, idle_us: int = 0) -> dict[str, Any]:
+                 plugin: Path | None = None, idle_us: int = 0,
+                 workdir: Path | None = None) -> dict[str, Any]:
     rng = random.Random(seed)
     per_trial_s = 1.0 + sc.fail_wait_s + 0.3 + 0.3 + sc.back_wait_s + sc.cooldown_s
     bound_s = trials * per_trial_s + 60
@@ -233,6 +243,10 @@ def run_scenario(sc: Scenario, trials: int, size: str, conns: int, pace_us: floa
         if idle_us:
             args += ["--idle-us", str(idle_us)]
         pair = None
+        per_role: dict[str, list[str]] = {"server_args": [], "client_args": []}
+        if workdir is not None:  # every gap >= LIST_MS, uncapped (long runs have many)
+            per_role = {f"{role}_args": ["--gap-file", str(workdir / f"gaps-{sc.name}-{role}")]
+                        for role in ("server", "client")}
         try:
             pair = start_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
                               f"{lab.mgmt_address('b')}:7000", bound_s, args,
@@ -240,7 +254,7 @@ def run_scenario(sc: Scenario, trials: int, size: str, conns: int, pace_us: floa
                                    "NCCL_DEBUG_SUBSYS": "NET"},
                               server_env=driver_env(lab, "b"), client_env=driver_env(lab, "a"),
                               timeout=bound_s + 60, on_line=watch.on_line,
-                              **({"plugin": plugin} if plugin else {}))
+                              **({"plugin": plugin} if plugin else {}), **per_role)
             time.sleep(1.0)
             missed = 0
             for i in range(trials):
@@ -352,6 +366,8 @@ def analyse(out: dict[str, Any], server: DriverResult, client: DriverResult, wat
         (t.failover_ns - t.daemon_fault_ns) / 1e6 for t in valid
         if t.failover_ns and t.daemon_fault_ns])
     out["plugin_warnings"] = [p.msg for p in watch.plugin if p.kind == "warn"][:20]
+    out["switch_lines"] = [[p.when_ns, p.role, p.kind, p.msg] for p in watch.plugin
+                           if p.kind in ("failover", "reintegration", "switch", "warn")]
     # A full gap list drops the latest gaps: the trials after that point are not measured.
     out["gap_list_dropped"] = sum(int(r.get("gaps", {}).get("list_dropped", 0) or 0)
                                   for r in reports.values())
@@ -359,10 +375,12 @@ def analyse(out: dict[str, Any], server: DriverResult, client: DriverResult, wat
 
 
 def on_primary(lines: list[PluginLine], at_ns: int) -> bool:
-    """Every connection side's last switch line before `at_ns` is a return (or there is none)."""
+    """Every connection's last switch line before `at_ns`, as its sender logged it (the sender
+    decides which path carries the data), is a return, or there is none."""
     last: dict[tuple[str | None, str | None], str] = {}
     for p in sorted((p for p in lines if p.kind in ("failover", "reintegration")
-                     and p.when_ns is not None and p.when_ns < at_ns),
+                     and p.when_ns is not None and p.when_ns < at_ns
+                     and (p.conn or "").startswith("send")),
                     key=lambda p: p.when_ns or 0):
         last[(p.role, p.conn)] = p.kind
     return all(k == "reintegration" for k in last.values())
@@ -407,12 +425,21 @@ def main() -> None:
     build = freeze_build()
     results = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "build": build,
                "daemon_args": DAEMON_ARGS, "list_min_ms": LIST_MS, "scenarios": []}
+    try:
+        run_all(a, build, results)
+    finally:
+        shutil.rmtree(build["dir"], ignore_errors=True)  # copies and gap files
+    print(table(results))
+
+
+def run_all(a: argparse.Namespace, build: dict[str, Any], results: dict[str, Any]) -> None:
     for name in a.scenarios.split(","):
         sc = SCENARIOS[name]
         print(f"== {name}: {sc.what}", file=sys.stderr, flush=True)
         res = run_scenario(sc, a.trials, a.size, a.conns, a.pace_us, a.max_missed, a.seed,
                            lambda s: print(s, file=sys.stderr, flush=True),
-                           plugin=Path(build["plugin"]), idle_us=a.idle_us)
+                           plugin=Path(build["plugin"]), idle_us=a.idle_us,
+                           workdir=Path(build["dir"]))
         res["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
         results["scenarios"].append(res)
         print(json.dumps({"scenario": name, "switched": res["switched"],
@@ -420,7 +447,6 @@ def main() -> None:
                           **res["summary"]}), flush=True)
         if a.json:  # after each scenario: a long run leaves what it measured so far
             a.json.write_text(json.dumps(results, indent=1))
-    print(table(results))
 
 
 def table(results: dict[str, Any]) -> str:

@@ -197,7 +197,9 @@ def start_stream_pair(server: Starter, client: Starter, mgmt: str, duration_s: f
                       plugin: Path = LINKGUARD_SO, timeout: float | None = None,
                       server_env: dict[str, str] | None = None,
                       client_env: dict[str, str] | None = None,
-                      on_line: Callable[[StreamLine], None] | None = None) -> StreamPair:
+                      on_line: Callable[[StreamLine], None] | None = None,
+                      server_args: Sequence[str] = (), client_args: Sequence[str] = (),
+                      ) -> StreamPair:
     """Starts `lg_nccl_driver --duration-s duration_s` as server then client (same `args`),
     each with `env` plus its own `server_env` / `client_env` (e.g. LINKGUARD_SHM per host),
     and returns at once. `timeout` (default duration + 30 s) bounds the drivers themselves.
@@ -209,10 +211,12 @@ def start_stream_pair(server: Starter, client: Starter, mgmt: str, duration_s: f
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("LINKGUARD", "LGTCP", "NCCL_"))}
     base.update(env or {})
-    srv = server([str(DRIVER), "--role", "server", *common], {**base, **(server_env or {})})
+    srv = server([str(DRIVER), "--role", "server", *common, *server_args],
+                 {**base, **(server_env or {})})
     time.sleep(0.05)
     try:
-        cli = client([str(DRIVER), "--role", "client", *common], {**base, **(client_env or {})})
+        cli = client([str(DRIVER), "--role", "client", *common, *client_args],
+                     {**base, **(client_env or {})})
     except BaseException:
         srv.kill()
         srv.wait()

@@ -18,11 +18,13 @@ One fault at a time, drawn at random (seeded) among:
   nicdown    HOST's RAIL NIC administratively down for 0.2-1.5 s, then up
   blackhole  HOST's RAIL silently dropped at the switch for 1.5-2.5 s (no daemon signal)
   flap       2-6 cut/restore cycles of 40-200 ms
-  drain      linkguard-cli drain RAIL on HOST for 0.3-1.5 s, then undrain
+  drain      Drain RAIL on HOST (gRPC, linkguard-cli's client) for 0.2-1.5 s, then Undrain
 
-After each repair the soak waits (bounded, 10 s) until both daemons report every NIC UP, every
-connection that logged a switch since the fault has logged its way back, and every standby
-path the plugin reported lost has been rebuilt, then 0.3 s more, so that the next fault never
+After each repair the soak waits (bounded, 15 s) until both daemons report every NIC UP, every
+connection that logged a switch since the fault has logged its way back, every standby path
+the plugin reported lost has been rebuilt, and the plugin has logged nothing about its paths
+for 0.7 s (a silent failure or a lost standby is noticed only after the 300 ms silent
+timeout, possibly after the repair), then 0.3 s more, so that the next fault never
 meets a connection whose other path is still down (two dead paths are a clear, bounded error
 by design, not a soak result). A fault after which this did not happen in time is counted
 (`unsettled`) and the soak goes on.
@@ -38,6 +40,7 @@ import argparse
 import json
 import random
 import re
+import shutil
 import signal
 import sys
 import time
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.failover_gap import DAEMON_ARGS, Watcher, cli_stamped, freeze_build, stats
+from bench.failover_gap import DAEMON_ARGS, Watcher, drain_stamped, freeze_build, stats
 from bench.lab_iperf import machine
 from bench.plugin_driver import build_plugin, lab_starter, start_stream_pair
 from linkguard_lab.demo import PAIRS, HostDaemon, driver_env, start_daemons
@@ -83,9 +86,9 @@ def inject(kind: str, lab: Lab, d: dict[str, HostDaemon], host: str, rail: int,
         time.sleep(hold)
         t1 = lab.unblackhole(host, rail)
     else:
-        t0 = cli_stamped(d[host], "drain", f"rail{rail}", "--reason", "soak")
+        t0 = drain_stamped(d[host], f"rail{rail}", True, "soak")
         time.sleep(hold)
-        t1 = cli_stamped(d[host], "undrain", f"rail{rail}")
+        t1 = drain_stamped(d[host], f"rail{rail}", False)
     return t0, t1, f"{kind} {host} rail{rail} {hold:.2f} s"
 
 
@@ -93,10 +96,19 @@ _LOST = re.compile(r"standby \w+ path on NIC \S+ .*lost")
 _REBUILT = re.compile(r"path on NIC \S+ rebuilt")
 
 
-def settled(watch: Watcher, since_ns: int) -> bool:
+QUIET_NS = 700_000_000  # no path news for this long (> the 300 ms silent timeout + heartbeats)
+
+
+def settled(watch: Watcher, since_ns: int, repair_ns: int) -> bool:
     """Every NIC UP in both daemons, every connection that switched since `since_ns` has
-    logged its way back (its last switch line is a reintegration), and every standby path
-    it lost since then has been rebuilt (a 'rebuilt' line after the 'lost' one)."""
+    logged its way back (its last switch line is a reintegration), every standby path it lost
+    since then has been rebuilt (a 'rebuilt' line after the 'lost' one), and the plugin has
+    said nothing about paths for QUIET_NS, counted from the repair at the earliest: a silent
+    failure (blackhole) or a lost standby is only noticed after the silent timeout, possibly
+    after the repair, and must not be missed by a check that ran too early."""
+    now = time.monotonic_ns()
+    if now - repair_ns < QUIET_NS:
+        return False
     for d in watch.daemons:
         states = d.states()
         if not states or any(s != "UP" for s in states.values()):
@@ -106,6 +118,9 @@ def settled(watch: Watcher, since_ns: int) -> bool:
         for p in watch.plugin:
             if not p.conn or (p.when_ns or 0) < since_ns:
                 continue
+            news = p.kind != "info" or _LOST.search(p.msg) or _REBUILT.search(p.msg)
+            if news and now - (p.when_ns or 0) < QUIET_NS:
+                return False  # still moving
             if p.kind in ("failover", "reintegration"):
                 last[(p.role, p.conn)] = p.kind
             elif _LOST.search(p.msg):
@@ -116,7 +131,7 @@ def settled(watch: Watcher, since_ns: int) -> bool:
 
 
 def run(faults: int, seed: int, log: Callable[[str], None], plugin: Path,
-        idle_us: int = 0) -> dict[str, Any]:
+        idle_us: int = 0, workdir: Path | None = None) -> dict[str, Any]:
     rng = random.Random(seed)
     bound_s = faults * 8 + 120
     kinds = [k for k, w in KINDS for _ in range(w)]
@@ -142,7 +157,9 @@ def run(faults: int, seed: int, log: Callable[[str], None], plugin: Path,
                     env={"LINKGUARD_PAIRS": PAIRS, "NCCL_DEBUG": "INFO",
                          "NCCL_DEBUG_SUBSYS": "NET"},
                     server_env=driver_env(lab, "b"), client_env=driver_env(lab, "a"),
-                    timeout=bound_s + 60, on_line=tagged, plugin=plugin)
+                    timeout=bound_s + 60, on_line=tagged, plugin=plugin,
+                    **({f"{role}_args": ["--gap-file", str(workdir / f"gaps-{name}-{role}")]
+                        for role in ("server", "client")} if workdir else {}))
             time.sleep(1.5)
 
             def alive() -> bool:
@@ -155,7 +172,7 @@ def run(faults: int, seed: int, log: Callable[[str], None], plugin: Path,
                     break
                 kind, host, rail = rng.choice(kinds), rng.choice("ab"), rng.randint(0, 1)
                 t0, t1, what = inject(kind, lab, by_host, host, rail, rng)
-                ok = watch.wait(lambda t0=t0: settled(watch, t0), 10.0, alive)
+                ok = watch.wait(lambda t0=t0, t1=t1: settled(watch, t0, t1), 15.0, alive)
                 unsettled += not ok
                 time.sleep(0.3)
                 done.append({"i": i, "kind": kind, "host": host, "rail": rail, "what": what,
@@ -208,6 +225,8 @@ def verdict(done: list[dict[str, Any]], results: dict[str, Any], watch: Watcher,
                         "start_ms": round((g.start_ns - f["fault_ns"]) / 1e6, 3)}
         f["lines"] = [f"{((p.when_ns or 0) - f['fault_ns']) / 1e6:+.1f} ms {p.role}: {p.msg}"
                       for p in watch.plugin if p.kind != "info" or "rebuilt" in p.msg
+                      or _LOST.search(p.msg) or "no working path" in p.msg
+                      or "works again" in p.msg
                       if f["fault_ns"] <= (p.when_ns or 0) < nxt]
         by_kind[f["kind"]].append(f["gap_ms"])
     lines = watch.plugin
@@ -238,8 +257,11 @@ def main() -> None:
     if not a.no_build:
         build_plugin()
     build = freeze_build()
-    res = run(a.faults, a.seed, lambda s: print(s, file=sys.stderr, flush=True),
-              Path(build["plugin"]), a.idle_us)
+    try:
+        res = run(a.faults, a.seed, lambda s: print(s, file=sys.stderr, flush=True),
+                  Path(build["plugin"]), a.idle_us, Path(build["dir"]))
+    finally:
+        shutil.rmtree(build["dir"], ignore_errors=True)  # copies and gap files
     res["machine"] = machine()
     res["build"] = build
     res["idle_us"] = a.idle_us

@@ -159,10 +159,16 @@ class Gap:
 
 
 def report_gaps(role: str, report: dict[str, Any]) -> list[Gap]:
-    """Every listed gap of a stream report (each at least its list_min_ms long)."""
+    """Every listed gap of a stream report (each at least its list_min_ms long): from its
+    --gap-file when it wrote one (uncapped), else from the report's own (capped) list."""
     comms = {c["comm"]: c for c in report.get("comms", [])}
     out = []
-    for entry in report.get("gaps", {}).get("list", []):
+    entries: list[list[int]] = report.get("gaps", {}).get("list", [])
+    path = report.get("gaps", {}).get("file")
+    if path:
+        with open(path) as f:
+            entries = [[int(x) for x in line.split()] for line in f if line.strip()]
+    for entry in entries:
         c = comms.get(entry[0], {})
         out.append(Gap(role, entry[0], int(c.get("conn", 0)), int(c.get("dir", 0)),
                        bool(c.get("send", False)), int(entry[1]), int(entry[2]),

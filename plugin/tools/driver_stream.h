@@ -19,7 +19,8 @@
  * opens the series: connection setup is not a gap). A comm that stops with messages still
  * missing gets an "open" gap from its last completion to the end of the run. Reported: a
  * histogram of all gaps, the --top-gaps largest with comm and [start, end] in monotonic ns,
- * and every gap of at least --gap-list-ms (capped), so a benchmark can find the gap around a
+ * and every gap of at least --gap-list-ms (capped; --gap-file PATH also writes each one as a
+ * line "comm start_ns end_ns open", uncapped), so a benchmark can find the gap around a
  * fault injected at time T.
  *
  * Needs the main file's D, struct drv_comm, record_error() and progress_comm(). */
@@ -53,6 +54,7 @@ static struct {
     uint64_t final_count[DRV_MAX_CONNS]; /* peer's sends per connection */
     char rx[16 + 8 * DRV_MAX_CONNS];     /* partial management message */
     size_t rxlen;
+    FILE *gapf; /* --gap-file */
 } S;
 
 static volatile sig_atomic_t drv_stop_requested;
@@ -74,6 +76,9 @@ static void gap_add(struct drv_gap g)
         b++;
     S.hist[b]++;
     if (D.o.gap_list_ms >= 0 && ms >= D.o.gap_list_ms) {
+        if (S.gapf) /* --gap-file: every listed gap, however many */
+            fprintf(S.gapf, "%d %llu %llu %d\n", g.comm, (unsigned long long)g.start_ns,
+                    (unsigned long long)g.end_ns, g.open);
         if (S.nlist < DRV_GAP_LIST_MAX)
             S.list[S.nlist++] = g;
         else
@@ -316,6 +321,11 @@ static int drv_sends_drained(void)
 static void stream_run(int mfd, double deadline)
 {
     struct drv_opts *o = &D.o;
+    if (o->gap_file && !(S.gapf = fopen(o->gap_file, "w"))) {
+        D.failure = "cannot write the --gap-file";
+        drv_send_abort(mfd);
+        return;
+    }
     D.t_start = drv_now();
     S.stop_at = D.t_start + o->duration;
     S.next_progress = D.t_start + o->progress_ms / 1e3;
@@ -403,6 +413,8 @@ static void stream_run(int mfd, double deadline)
 out:
     S.end = drv_now();
     gap_close_open(S.end);
+    if (S.gapf)
+        fclose(S.gapf), S.gapf = NULL;
     if (o->progress_ms > 0)
         drv_progress_line(S.end, "end");
     return;
@@ -505,8 +517,13 @@ static void stream_report_json(void)
         printf("%s", i ? ", " : "");
         print_gap(&S.top[i]);
     }
-    printf("], \"list_min_ms\": %.3f, \"list_dropped\": %llu, \"list\": [",
-           o->gap_list_ms, (unsigned long long)S.list_dropped);
+    printf("], \"list_min_ms\": %.3f, \"list_dropped\": %llu, \"file\": ", o->gap_list_ms,
+           (unsigned long long)S.list_dropped);
+    if (o->gap_file)
+        printf("\"%s\", ", o->gap_file);
+    else
+        printf("null, ");
+    printf("\"list\": [");
     for (int i = 0; i < S.nlist; i++)
         printf("%s[%d, %llu, %llu%s]", i ? ", " : "", S.list[i].comm,
                (unsigned long long)S.list[i].start_ns, (unsigned long long)S.list[i].end_ns,

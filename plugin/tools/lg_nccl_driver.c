@@ -47,6 +47,7 @@ struct drv_opts {
     double gap_list_ms; /* list every gap at least this long (< 0: none) */
     int progress_ms;    /* progress line on stderr every N ms (0: none) */
     int idle_us;        /* stream mode: sleep this long after a pass without progress */
+    const char *gap_file; /* stream mode: every gap >= gap_list_ms, one line each */
     int top_gaps;       /* how many of the largest gaps the report lists */
     uint64_t corrupt_at; /* --corrupt: the message index that gets a flipped byte */
     /* --corrupt-kind: 1 byte (flip one byte), 2 dup (send the previous message again),
@@ -119,6 +120,8 @@ static void usage(void)
             "                    shared CPUs spinning drivers starve the daemon)\n"
             "  [--progress-ms N] a progress line on stderr every N ms\n"
             "  [--top-gaps N<=64] [--gap-list-ms T]  largest gaps / every gap >= T ms\n"
+            "  [--gap-file PATH] stream mode: also write every gap >= T ms to PATH, one\n"
+            "                    line each: comm start_ns end_ns open (no cap)\n"
             "  [--timestamps]    stamp the plugin's log lines with CLOCK_MONOTONIC seconds\n"
             "  [--corrupt-kind byte|dup|swap|drop]  what the sender breaks (implies\n"
             "                    --corrupt): a byte, a duplicate, a reorder, a lost message\n");
@@ -165,7 +168,7 @@ static void parse_args(int argc, char **argv)
         {"no-verify", 0, 0, 'N'}, {"list-params", 0, 0, 'L'}, {"pingpong", 0, 0, 'R'}, {"tcp-pingpong", 1, 0, 'T'},
         {"duration-s", 1, 0, 'S'}, {"pace-us", 1, 0, 'A'}, {"progress-ms", 1, 0, 'G'},
         {"top-gaps", 1, 0, 'K'}, {"gap-list-ms", 1, 0, 'M'}, {"timestamps", 0, 0, 'Z'},
-        {"corrupt-kind", 1, 0, 'Y'}, {"idle-us", 1, 0, 'U'},
+        {"corrupt-kind", 1, 0, 'Y'}, {"idle-us", 1, 0, 'U'}, {"gap-file", 1, 0, 'F'},
         {0, 0, 0, 0}};
     struct drv_opts *o = &D.o;
     *o = (struct drv_opts){.plugin = "libnccl-net-linkguard.so", .conns = 1, .depth = 8,
@@ -209,6 +212,7 @@ static void parse_args(int argc, char **argv)
         case 'M': o->gap_list_ms = atof(optarg); break;
         case 'Z': drv_log_times = 1; break;
         case 'U': o->idle_us = atoi(optarg); break;
+        case 'F': o->gap_file = optarg; break;
         default: usage();
         }
     }
