@@ -30,8 +30,23 @@ by design, not a soak result). A fault after which this did not happen in time i
 (`unsettled`) and the soak goes on.
 
 The verdict comes from the drivers: zero corrupted, lost (missing), duplicated, reordered and
-never-written messages, no error returned by the plugin, no failure. The gap of each fault is
-taken from the drivers' gap lists as in bench/failover_gap.py.
+never-written messages, no error returned by the plugin, no failure. From the drivers' gap lists
+(every gap of at least 2 ms between two completions of one comm, on every driver) each fault
+gets:
+
+  gap         the largest gap that starts in [fault - 50 ms, repair) and reaches the fault: a
+              gap the fault caused starts at the last completion before it; one that began
+              earlier was already under way (the machine's own noise)
+  return gap  the largest gap that starts in [repair, next fault): the return to the primary
+              (rebuild, graceful switch back) and whatever else happened before the next fault
+  stall       the longest wait for a completion counted from the fault, up to the repair: like
+              the gap, but it also covers a gap already under way when the fault came
+  control     the largest gap that ends in the 300 ms before the fault, when nothing happened
+              (the tail of the settling wait): this machine's own noise with four drivers
+
+and the plugin's log lines from the fault to the next one, and what the previous fault was and
+how long before this one it was repaired (a fault soon after one on the other rail can meet a
+standby path that has not recovered yet).
 """
 
 from __future__ import annotations
@@ -50,18 +65,28 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.failover_gap import DAEMON_ARGS, Watcher, drain_stamped, freeze_build, stats
+from bench.failover_gap import (
+    DAEMON_ARGS,
+    Watcher,
+    _gap_info,
+    drain_stamped,
+    freeze_build,
+    stats,
+)
 from bench.lab_iperf import machine
 from bench.plugin_driver import build_plugin, lab_starter, start_stream_pair
 from linkguard_lab.demo import PAIRS, HostDaemon, driver_env, start_daemons
 from linkguard_lab.lab import Lab, unique_prefix
-from linkguard_lab.timeline import Gap, largest_gap, report_gaps
+from linkguard_lab.timeline import Gap, largest_gap, largest_stall, report_gaps
 
 PAIRS_RUN = {  # name: (port, driver args)
     "dev0": (7000, ["--dev", "0", "--bidir", "--conns", "2", "--size", "256K"]),
     "dev1": (7001, ["--dev", "1", "--bidir", "--conns", "1", "--size", "1000003"]),
 }
 LIST_MS = 2.0  # gaps listed by the drivers; a long run at full speed has many of ~1 ms
+MARGIN_NS = 50_000_000  # a fault's gap may start this long before it (the last completion)
+CONTROL_NS = 300_000_000  # the quiet stretch before each fault whose largest gap is the control
+KEEP_MS = 20.0  # gaps at least this long are kept in the JSON (fault_log, big_gaps)
 KINDS = (("cut", 3), ("nicdown", 2), ("blackhole", 2), ("flap", 2), ("drain", 2))
 
 
@@ -215,24 +240,38 @@ def verdict(done: list[dict[str, Any]], results: dict[str, Any], watch: Watcher,
             totals["messages_received"] += sum(c["completed"] for c in rep.get("comms", [])
                                                if not c["send"])
             gaps += report_gaps(f"{name}:{role}", rep)
-    by_kind: dict[str, list[float]] = defaultdict(list)
+    by_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for k, f in enumerate(done):
-        nxt = done[k + 1]["fault_ns"] if k + 1 < len(done) else f["repair_ns"] + 10**10
-        g = largest_gap(gaps, f["fault_ns"], nxt)
+        t0, t1 = f["fault_ns"], f["repair_ns"]
+        nxt = done[k + 1]["fault_ns"] if k + 1 < len(done) else t1 + 10**10
+        g = largest_gap([x for x in gaps if t0 - MARGIN_NS <= x.start_ns < t1], t0, nxt)
+        r = largest_gap([x for x in gaps if t1 <= x.start_ns < nxt], t1, nxt)
         f["gap_ms"] = round(g.ms, 3) if g else LIST_MS
-        if g:
-            f["gap"] = {"pair_role": g.role, "comm": g.comm, "send": g.send,
-                        "start_ms": round((g.start_ns - f["fault_ns"]) / 1e6, 3)}
-        f["lines"] = [f"{((p.when_ns or 0) - f['fault_ns']) / 1e6:+.1f} ms {p.role}: {p.msg}"
-                      for p in watch.plugin if p.kind != "info" or "rebuilt" in p.msg
-                      or _LOST.search(p.msg) or "no working path" in p.msg
-                      or "works again" in p.msg
-                      if f["fault_ns"] <= (p.when_ns or 0) < nxt]
-        by_kind[f["kind"]].append(f["gap_ms"])
+        f["gap"] = _gap_info(g, t0)
+        f["return_gap_ms"] = round(r.ms, 3) if r else LIST_MS
+        f["return_gap"] = _gap_info(r, t0)
+        f["stall_ms"] = round(largest_stall(gaps, t0, t1) or LIST_MS, 3)
+        c = largest_gap([x for x in gaps if x.end_ns <= t0], t0 - CONTROL_NS, t0)
+        f["control_ms"] = round(c.ms, 3) if c else LIST_MS
+        if k:
+            prev = done[k - 1]
+            f["prev"] = {"what": prev["what"], "rail": prev["rail"],
+                         "repaired_ms_before": round((t0 - prev["repair_ns"]) / 1e6, 1)}
+        f["lines"] = [f"{((p.when_ns or 0) - t0) / 1e6:+.1f} ms {p.role}: {p.msg}"
+                      for p in watch.plugin if t0 - MARGIN_NS <= (p.when_ns or 0) < nxt]
+        for key in ("gap_ms", "return_gap_ms", "stall_ms", "control_ms"):
+            by_kind[f["kind"]][key].append(f[key])
     lines = watch.plugin
     return {
-        "faults": len(done), "by_kind": {k: len(v) for k, v in by_kind.items()},
-        "gap_ms_by_kind": {k: stats(list(v)) for k, v in by_kind.items()},
+        "faults": len(done), "by_kind": {k: len(v["gap_ms"]) for k, v in by_kind.items()},
+        "gap_ms_by_kind": {k: stats(v["gap_ms"]) for k, v in by_kind.items()},
+        "return_gap_ms_by_kind": {k: stats(v["return_gap_ms"]) for k, v in by_kind.items()},
+        "stall_ms_by_kind": {k: stats(v["stall_ms"]) for k, v in by_kind.items()},
+        "control_ms_by_kind": {k: stats(v["control_ms"]) for k, v in by_kind.items()},
+        "gap_ms_all": stats([f["gap_ms"] for f in done]),
+        "line_counts": line_counts(lines),
+        "big_gaps": [[g.role, g.comm, g.start_ns, g.end_ns] for g in sorted(
+            gaps, key=lambda g: g.start_ns) if g.ms >= KEEP_MS],
         "unsettled": unsettled, "drivers_ok": bool(all_ok), "totals": dict(totals),
         "gap_list_dropped": sum(int(r.report.get("gaps", {}).get("list_dropped", 0) or 0)
                                 for pair in results.values() for r in pair),
@@ -243,6 +282,29 @@ def verdict(done: list[dict[str, Any]], results: dict[str, Any], watch: Watcher,
         "lossless": bool(all_ok and totals["errors"] == 0
                          and all(totals[k] == 0 for k in counters)),
     }
+
+
+_COUNTED = {  # plugin lines counted over the run, by what they say
+    "standby_lost": _LOST,
+    "rebuilt": _REBUILT,
+    "rebuild_failed": re.compile(r"rebuilding the \w+ path on NIC \S+ failed"),
+    "switch_reproposed": re.compile(r"no RESYNC for epoch"),
+    "no_working_path": re.compile(r"no working path"),
+}
+
+
+def line_counts(lines: list[Any]) -> dict[str, int]:
+    """Switch lines by kind (sender and receiver each log one per connection and switch), and
+    the other path news of the run."""
+    out: dict[str, int] = defaultdict(int)
+    for p in lines:
+        if p.kind in ("failover", "reintegration", "switch", "warn"):
+            side = (p.conn or "?").split()[0]
+            out[f"{p.kind}_{side}"] += 1
+        for name, rx in _COUNTED.items():
+            if rx.search(p.msg):
+                out[name] += 1
+    return dict(sorted(out.items()))
 
 
 def main() -> None:
@@ -270,8 +332,9 @@ def main() -> None:
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
     brief = {k: res[k] for k in ("faults", "by_kind", "unsettled", "drivers_ok", "totals",
-                                 "failover_lines", "reintegration_lines", "lossless",
-                                 "gap_ms_by_kind")}
+                                 "failover_lines", "reintegration_lines", "line_counts",
+                                 "lossless", "gap_ms_by_kind", "return_gap_ms_by_kind",
+                                 "stall_ms_by_kind", "control_ms_by_kind")}
     print(json.dumps(brief, indent=1))
     sys.exit(0 if res["lossless"] else 1)
 
