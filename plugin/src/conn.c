@@ -28,6 +28,9 @@ struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, int nstreams, uint3
     c->chunk_size = chunk_size;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->mb_mu, NULL);
+    pthread_mutex_init(&c->wmu, NULL);
+    pthread_mutex_init(&c->mr_mu, NULL);
+    c->wrap = lg_wrap != NULL;
     for (int i = 0; i < LG_WINDOW; i++) {
         c->reqs[i].magic = LG_REQ_MAGIC;
         c->reqs[i].conn = c;
@@ -160,6 +163,7 @@ void lg_path_retire(struct lg_path *p, int say_bye)
         p->fail_ns = lg_now_ns();
         __atomic_store_n(&p->fail_noted, 1, __ATOMIC_RELEASE);
     }
+    lg_wrap_fence(p); /* wrap mode: the inner comm first (no late write lands after it) */
     if (say_bye && p->ctrl.task.fd >= 0) {
         /* Best effort: the peer then takes our EOF for a fence, not for our death. */
         struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_FENCE};
@@ -185,6 +189,7 @@ void lg_path_free(struct lg_path *p)
 {
     if (!p)
         return;
+    lg_wrap_fence(p);
     /* Once more: a kick that raced the first detach may have queued a task again. */
     struct lg_task *tasks[LG_MAX_STREAMS + 1];
     int n = path_tasks(p, tasks);
@@ -210,6 +215,13 @@ void lg_conn_free(struct lg_conn *c)
         n += path_tasks(all[i], tasks + n);
     if (n)
         lg_tasks_detach(tasks, n);
+    for (int i = 0; i < np; i++)
+        lg_wrap_fence(all[i]);
+    while (c->mrs) { /* NCCL deregisters before it closes; this is a leak guard */
+        struct lg_inner_mr *mr = c->mrs;
+        c->mrs = mr->next;
+        lg_inner_mr_dereg(lg_wrap->in, mr);
+    }
     for (int i = 0; i < np; i++) {
         path_close_fds(all[i]);
         pthread_mutex_destroy(&all[i]->ctrl_mu);
@@ -220,6 +232,8 @@ void lg_conn_free(struct lg_conn *c)
             lg_lsock_unref(c->lsock[i]);
     pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->wmu);
+    pthread_mutex_destroy(&c->mr_mu);
     c->magic = 0;
     free(c);
 }
@@ -283,13 +297,22 @@ static void path_lost(struct lg_path *p, int err, int eof, const char *why)
                         (unsigned long long)c->nonce);
         }
     } else if (!c->protected_) {
-        /* Built without a standby path: nothing to fail over to. */
+        /* Built without a standby path: nothing to fail over to. An EOF with nothing in
+         * flight is a close whose BYE lost the race to a data stream's EOF (e.g. an inner
+         * comm that linkguard fenced, in wrap mode): noted quietly, the next call fails. */
+        int quiet = eof && !left;
         if (lg_conn_fail(c, ncclRemoteError, "%s path on %s to %s: %s", pname, p->nic, p->peer,
-                         p->why))
-            LG_WARN("%s conn %016llx: %s path on NIC %s to %s failed (%s) with %llu "
-                    "request(s) in flight; the connection has no backup path",
-                    kind, (unsigned long long)c->nonce, pname, p->nic, p->peer, p->why,
-                    (unsigned long long)left);
+                         p->why)) {
+            if (quiet)
+                LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s to %s ended (%s) with "
+                        "nothing in flight", kind, (unsigned long long)c->nonce, pname, p->nic,
+                        p->peer, p->why);
+            else
+                LG_WARN("%s conn %016llx: %s path on NIC %s to %s failed (%s) with %llu "
+                        "request(s) in flight; the connection has no backup path",
+                        kind, (unsigned long long)c->nonce, pname, p->nic, p->peer, p->why,
+                        (unsigned long long)left);
+        }
     }
     lg_monitor_wake(c); /* the monitor fails over (failover.c) */
 }

@@ -96,6 +96,7 @@
 #include "nccl_net_abi.h"
 #include "progress.h"
 #include "wire.h"
+#include "wrap.h"
 
 #define LG_CONN_MAGIC 0x4c47434fu /* "LGCO" */
 #define LG_REQ_MAGIC 0x4c475251u  /* "LGRQ" */
@@ -171,6 +172,7 @@ struct lg_path {
     char why[128];
     int ready;            /* sender, rebuilt path: READY came */
     int retired;          /* sockets closed, tasks detached (monitor) */
+    struct lg_wpath w;    /* wrap mode: the inner comm carrying this path's data */
 };
 
 struct lg_req {
@@ -190,6 +192,9 @@ struct lg_req {
     size_t cap;
     uint64_t placed;  /* bytes placed (atomic) */
     uint64_t total;   /* message size from the chunk headers; UINT64_MAX until known */
+    /* wrap mode (under conn->wmu) */
+    struct lg_inner_mr *imr; /* NCCL's registration of the buffer */
+    void *ireq;              /* the inner request of its current post, NULL: none */
 };
 
 struct lg_conn {
@@ -240,6 +245,14 @@ struct lg_conn {
     int error; /* ncclResult_t once the connection cannot deliver (atomic) */
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
+    /* wrap mode (wrap.h): data through the inner plugin's comms */
+    int wrap;
+    pthread_mutex_t wmu;     /* inner data calls vs commits and fences */
+    pthread_mutex_t mr_mu;   /* mrs, and each path's w.comm/w.ready */
+    struct lg_inner_mr *mrs; /* registrations (list through ->next) */
+    uint64_t w_test;         /* oldest message whose inner request is not seen complete */
+    uint64_t w_post;         /* receiver: next message to post an inner receive for (the
+                              * sender uses cursor_seq) */
 };
 
 #define LG_HOLD_NONE 0
@@ -299,13 +312,19 @@ static inline struct lg_path *lg_conn_active_path(struct lg_conn *c)
 }
 
 /* conn_send.c */
-ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, void **request);
+ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
+                           struct lg_inner_mr *imr, void **request);
 void lg_send_stream_handler(struct lg_task *t, uint32_t events);
 void lg_send_ctrl_handler(struct lg_task *t, uint32_t events);
 
 /* conn_recv.c */
 ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
-                           void **request);
+                           struct lg_inner_mr *imr, void **request);
+/* A receive is complete (`size` bytes placed): marks it, advances the placed count, acks when
+ * due. -1 on a protocol error (the path failed). */
+int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size);
+/* Acks what is placed and not yet acknowledged, on path p. */
+void lg_recv_flush_ack(struct lg_path *p);
 void lg_recv_stream_handler(struct lg_task *t, uint32_t events);
 void lg_recv_ctrl_handler(struct lg_task *t, uint32_t events);
 

@@ -22,7 +22,7 @@ static uint32_t waiter_bit(const struct lg_stream *s)
 }
 
 ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
-                           void **request)
+                           struct lg_inner_mr *imr, void **request)
 {
     if (n != 1) {
         LG_WARN("irecv with %d buffers, but maxRecvs is 1", n);
@@ -48,6 +48,7 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
     r->cap = sizes[0];
     r->tag = tags ? tags[0] : 0;
     r->optional = optional;
+    r->imr = imr;
     __atomic_store_n(&r->placed, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->total, LG_TOTAL_UNKNOWN, __ATOMIC_RELAXED);
     __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
@@ -55,6 +56,10 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
     __atomic_store_n(&c->posted, seq + 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->mu);
     *request = r;
+    if (c->wrap) {
+        lg_wrap_pump(c);
+        return ncclSuccess;
+    }
     /* Streams that hold a chunk header for a receive not posted yet sleep until now. */
     uint32_t waiting = __atomic_exchange_n(&c->rx_waiting, 0, __ATOMIC_SEQ_CST);
     if (waiting) {
@@ -76,7 +81,7 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
 #define LG_ACK_NOW_BYTES (256u << 10)
 #define LG_ACK_NOW_MSGS 4
 
-static void flush_ack(struct lg_path *p)
+void lg_recv_flush_ack(struct lg_path *p)
 {
     struct lg_conn *c = p->conn;
     uint64_t placed = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
@@ -92,7 +97,7 @@ static void flush_ack(struct lg_path *p)
 }
 
 /* Inside a placement step. -1 on a protocol error (the path failed). */
-static int recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
+int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
 {
     struct lg_conn *c = p->conn;
     uint64_t seq = r->seq; /* read before DONE: the slot may be reused right after */
@@ -109,7 +114,7 @@ static int recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
     }
     if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
                     placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >= LG_ACK_NOW_MSGS))
-        flush_ack(p);
+        lg_recv_flush_ack(p);
     return 0;
 }
 
@@ -305,7 +310,7 @@ static void recv_stream_run(struct lg_task *t)
         if (gate_enter(s) == s->rx.epoch) {
             uint64_t placed = __atomic_add_fetch(&r->placed, h->len, __ATOMIC_ACQ_REL);
             if (placed == h->total)
-                rc = recv_complete(p, r, h->total);
+                rc = lg_recv_complete(p, r, h->total);
         }
         gate_exit(s);
         if (rc < 0)
@@ -320,7 +325,7 @@ void lg_recv_stream_handler(struct lg_task *t, uint32_t events)
     if (lg_params.poll_inline && !s->rx.have_hdr)
         set_mode(s, 0); /* after a switch: the active path's streams go inline, others not */
     recv_stream_run(t);
-    flush_ack(s->path);
+    lg_recv_flush_ack(s->path);
 }
 
 static void on_recv_ctrl(struct lg_path *p, const struct lg_ctrl *f)
@@ -376,7 +381,12 @@ ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
     struct lg_conn *c = r->conn;
     lg_monitor_health_poll();
     int complete = req_complete(r);
-    if (!complete && lg_params.poll_inline) {
+    if (!complete && c->wrap) {
+        if (c->kind == LG_CONN_SEND)
+            poll_inline(c); /* acks */
+        lg_wrap_pump(c);
+        complete = req_complete(r);
+    } else if (!complete && lg_params.poll_inline) {
         poll_inline(c);
         complete = req_complete(r);
     }

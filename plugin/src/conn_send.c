@@ -14,7 +14,8 @@
 
 #define LG_WORKER_RUN_CHUNKS 16
 
-ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, void **request)
+ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
+                           struct lg_inner_mr *imr, void **request)
 {
     int err = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
     if (err)
@@ -32,6 +33,7 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, 
     r->data = data;
     r->size = size;
     r->tag = tag;
+    r->imr = imr;
     r->nchunks = lg_chunk_count(size, c->chunk_size);
     __atomic_store_n(&r->writers, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
@@ -41,7 +43,7 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, 
      * chunks by themselves when they finish their current one. */
     uint64_t want = LG_MIN(lg_chunk_count(size, c->chunk_size), (uint64_t)c->nstreams);
     uint32_t wake = 0;
-    for (int i = 0; i < c->nstreams && want && c->hold == LG_HOLD_NONE; i++) {
+    for (int i = 0; i < c->nstreams && want && c->hold == LG_HOLD_NONE && !c->wrap; i++) {
         int k = (int)((seq + (uint64_t)i) % (uint64_t)c->nstreams);
         if (c->parked & (1u << k)) {
             wake |= 1u << k;
@@ -51,6 +53,10 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, 
     c->parked &= ~wake;
     pthread_mutex_unlock(&c->mu);
     *request = r;
+    if (c->wrap) {
+        lg_wrap_pump(c);
+        return ncclSuccess;
+    }
 
     uint32_t ph = lg_conn_enter(c);
     struct lg_path *p = lg_conn_active_path(c);
@@ -74,6 +80,8 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag, 
  * switch holds chunks back). */
 static int may_grab(struct lg_conn *c, struct lg_stream *s)
 {
+    if (c->wrap) /* the inner plugin carries the data (wrap.c) */
+        return 0;
     if (c->cursor_seq >= __atomic_load_n(&c->posted, __ATOMIC_RELAXED) ||
         c->hold == LG_HOLD_ALL || (c->hold == LG_HOLD_BOUNDARY && c->cursor_chunk == 0))
         return 0;
@@ -202,6 +210,10 @@ static void on_send_ctrl(struct lg_path *p, const struct lg_ctrl *f)
     struct lg_conn *c = p->conn;
     if (f->type == LG_CTRL_HB || f->type == LG_CTRL_RESYNC || f->type == LG_CTRL_READY) {
         lg_fo_on_frame(p, f);
+        return;
+    }
+    if (f->type == LG_CTRL_INNER) {
+        lg_wrap_on_frame(p, f);
         return;
     }
     if (f->type != LG_CTRL_ACK) {

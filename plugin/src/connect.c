@@ -83,7 +83,9 @@ static struct lg_connecting *connect_start(int dev, const struct lg_handle *h)
 {
     const struct lg_device *d = lg_core_device(dev);
     struct lg_connecting *cg = calloc(1, sizeof(*cg));
-    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, (int)lg_params.streams,
+    /* Wrap mode: the inner plugin carries the data; one idle data socket per path keeps the
+     * hello format (nstreams >= 1). */
+    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, lg_wrap ? 1 : (int)lg_params.streams,
                                     (uint32_t)lg_params.chunk_size);
     if (!cg || !c) {
         free(cg);
@@ -145,7 +147,7 @@ static int send_hello(struct lg_connecting *cg, int p, int k)
     struct lg_hello h = {.path = (uint8_t)p, .stream = (uint8_t)k, .nstreams = (uint8_t)c->nstreams,
                          .paths_mask = (uint8_t)(1 | (cg->path_live[1] ? 2 : 0)),
                          .chunk_size = c->chunk_size, .listen_id = c->listen_id,
-                         .conn_nonce = c->nonce};
+                         .conn_nonce = c->nonce, .flags = c->wrap ? LG_HELLO_F_WRAP : 0};
     lg_hello_encode(buf, &h);
     size_t *sent = &cg->hello_sent[p][k];
     while (*sent < LG_HELLO_SIZE) {

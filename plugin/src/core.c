@@ -14,6 +14,7 @@
 #include "monitor.h"
 #include "params.h"
 #include "progress.h"
+#include "wrap.h"
 
 #define LG_CTX_MAGIC 0x4c474358u /* "LGCX" */
 
@@ -28,7 +29,7 @@ struct lg_mr {
     struct lg_conn *conn;
     void *data;
     size_t size;
-    void *path_mr[LG_NPATHS]; /* per-path registrations (an inner plugin's, in wrap mode) */
+    struct lg_inner_mr *imr;  /* wrap mode: the inner registrations, one per path */
 };
 
 static pthread_mutex_t lg_core_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -108,6 +109,9 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
         raise_nofile();
         log_devices(flavor);
     }
+    /* Wrap mode (the failover plugin only: the standalone transport is what gets wrapped). */
+    if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_start(&lg_devs, logger)) != ncclSuccess)
+        goto out;
     if (!lg_core_running) {
         if (lg_progress_start((int)lg_params.threads) != 0) {
             rc = ncclSystemError;
@@ -186,6 +190,8 @@ ncclResult_t lg_core_get_properties(int dev, ncclNetProperties_v12_t *props)
         LG_WARN("getProperties: no device %d", dev);
         return ncclInvalidArgument;
     }
+    if (lg_wrap)
+        return lg_wrap_get_properties(dev, props);
     memset(props, 0, sizeof(*props));
     /* DESIGN.md: describe the primary; advertise what both members support (both are this
      * TCP transport: host memory, single receives). */
@@ -235,20 +241,29 @@ static struct lg_conn *as_conn(void *comm, enum lg_conn_kind kind, const char *c
     return c;
 }
 
-ncclResult_t lg_core_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle)
+static ncclResult_t reg_mr(void *comm, void *data, size_t size, int type, uint64_t offset,
+                           int fd, void **mhandle)
 {
-    struct lg_conn *c = as_conn(comm, 0, "regMr");
+    struct lg_conn *c = as_conn(comm, 0, fd >= 0 ? "regMrDmaBuf" : "regMr");
     if (!c)
         return ncclInternalError;
-    if (type != NCCL_PTR_HOST) {
-        LG_WARN("regMr: memory type %d is not supported (host memory only)", type);
+    const int ptr = c->wrap ? lg_wrap->props[c->dev].ptrSupport : NCCL_PTR_HOST;
+    if (!(type & ptr) || (fd >= 0 && !(ptr & NCCL_PTR_DMABUF))) {
+        LG_WARN("%s: memory type %d is not supported by dev %d (ptrSupport 0x%x)",
+                fd >= 0 ? "regMrDmaBuf" : "regMr", type, c->dev, ptr);
         return ncclInternalError;
     }
     struct lg_mr *mr = calloc(1, sizeof(*mr));
     if (!mr)
         return ncclSystemError;
-    /* TCP needs no registration; the handle still covers both paths so that a transport
-     * that does (wrap mode) can register on each. */
+    if (c->wrap) { /* with the inner comm of every path, now and after rebuilds */
+        ncclResult_t rc = lg_wrap_reg_mr(c, data, size, type, offset, fd, &mr->imr);
+        if (rc != ncclSuccess) {
+            free(mr);
+            return rc;
+        }
+    }
+    /* TCP needs no registration. */
     mr->magic = LG_MR_MAGIC;
     mr->conn = c;
     mr->data = data;
@@ -258,12 +273,19 @@ ncclResult_t lg_core_reg_mr(void *comm, void *data, size_t size, int type, void 
     return ncclSuccess;
 }
 
+ncclResult_t lg_core_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle)
+{
+    return reg_mr(comm, data, size, type, 0, -1, mhandle);
+}
+
 ncclResult_t lg_core_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
                                    uint64_t offset, int fd, void **mhandle)
 {
-    (void)comm, (void)data, (void)size, (void)type, (void)offset, (void)fd, (void)mhandle;
-    LG_WARN("regMrDmaBuf: not supported (ptrSupport is NCCL_PTR_HOST)");
-    return ncclInternalError;
+    if (fd < 0) {
+        LG_WARN("regMrDmaBuf: bad file descriptor %d", fd);
+        return ncclInvalidArgument;
+    }
+    return reg_mr(comm, data, size, type, offset, fd, mhandle);
 }
 
 ncclResult_t lg_core_dereg_mr(void *comm, void *mhandle)
@@ -274,48 +296,74 @@ ncclResult_t lg_core_dereg_mr(void *comm, void *mhandle)
         LG_WARN("deregMr: not a linkguard memory handle");
         return ncclInternalError;
     }
+    ncclResult_t rc = mr->imr ? lg_wrap_dereg_mr(mr->conn, mr->imr) : ncclSuccess;
     __atomic_sub_fetch(&mr->conn->nmr, 1, __ATOMIC_RELAXED);
     mr->magic = 0;
     free(mr);
-    return ncclSuccess;
+    return rc;
+}
+
+/* The inner registrations behind NCCL's memory handle (wrap mode); NULL without one. */
+static int inner_mr(void *mhandle, const char *call, struct lg_inner_mr **out)
+{
+    struct lg_mr *mr = mhandle;
+    *out = NULL;
+    if (!mr)
+        return 0;
+    if (mr->magic != LG_MR_MAGIC) {
+        LG_WARN("%s: not a linkguard memory handle", call);
+        return -1;
+    }
+    *out = mr->imr;
+    return 0;
 }
 
 ncclResult_t lg_core_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
                            void **request)
 {
-    (void)mhandle;
+    struct lg_inner_mr *imr;
     struct lg_conn *c = as_conn(send_comm, LG_CONN_SEND, "isend");
-    if (!c)
+    if (!c || inner_mr(mhandle, "isend", &imr) != 0)
         return ncclInternalError;
     if (size > LG_MAX_MSG_BYTES) {
         LG_WARN("isend of %zu bytes exceeds maxP2pBytes (%llu)", size, LG_MAX_MSG_BYTES);
         return ncclInternalError;
     }
-    return lg_conn_isend(c, data, size, tag, request);
+    return lg_conn_isend(c, data, size, tag, imr, request);
 }
 
 ncclResult_t lg_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                            void **mhandles, void **request)
 {
-    (void)mhandles;
+    struct lg_inner_mr *imr = NULL;
     struct lg_conn *c = as_conn(recv_comm, LG_CONN_RECV, "irecv");
-    if (!c)
+    if (!c || (mhandles && inner_mr(mhandles[0], "irecv", &imr) != 0))
         return ncclInternalError;
-    return lg_conn_irecv(c, n, data, sizes, tags, request);
+    return lg_conn_irecv(c, n, data, sizes, tags, imr, request);
 }
 
 ncclResult_t lg_core_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
                             void **request)
 {
-    (void)recv_comm, (void)n, (void)data, (void)sizes, (void)mhandles;
-    /* Host memory needs no flush; NULL means "already complete" to NCCL. */
+    struct lg_conn *c = as_conn(recv_comm, LG_CONN_RECV, "iflush");
+    struct lg_inner_mr *imrs[NCCL_PROXY_MAX_SUBS] = {0};
     *request = NULL;
-    return ncclSuccess;
+    if (!c || n < 1 || n > NCCL_PROXY_MAX_SUBS)
+        return ncclInternalError;
+    if (!c->wrap)
+        return ncclSuccess; /* host memory needs no flush; NULL means "already complete" */
+    for (int i = 0; mhandles && i < n; i++)
+        if (inner_mr(mhandles[i], "iflush", &imrs[i]) != 0)
+            return ncclInternalError;
+    return lg_wrap_iflush(c, n, data, sizes, imrs, request);
 }
 
 ncclResult_t lg_core_test(void *request, int *done, int *sizes)
 {
     struct lg_req *r = request;
+    ncclResult_t frc;
+    if (lg_wrap && lg_wrap_flush_test(request, done, &frc))
+        return frc;
     if (!r || r->magic != LG_REQ_MAGIC) {
         LG_WARN("test: not a linkguard request");
         return ncclInternalError;

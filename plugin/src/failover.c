@@ -463,15 +463,26 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
     int later = fo->sw_phase != LG_SW_NONE && fo->sw_epoch > epoch; /* ours is still coming */
     struct lg_path *old = c->active_path;
     int from = c->active;
+    /* Wrap mode: the inner sends are NCCL's thread's; hold it off across the rewind. On the
+     * same comm nothing is sent again: what it carries still arrives, in order. */
+    int wrap_same = c->wrap && old == p;
+    if (c->wrap)
+        pthread_mutex_lock(&c->wmu);
     pthread_mutex_lock(&c->mu);
     uint64_t cur = c->cursor_seq;
-    uint64_t replay = lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk, &c->acked, n);
+    uint64_t replay = wrap_same ? 0 : lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk,
+                                                          &c->acked, n);
     __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
     __atomic_store_n(&c->active, target, __ATOMIC_RELEASE);
     c->active_path = p;
     __atomic_store_n(&c->hold, later ? LG_HOLD_ALL : LG_HOLD_NONE, __ATOMIC_RELAXED);
     c->parked = (uint32_t)((1ull << c->nstreams) - 1);
     pthread_mutex_unlock(&c->mu);
+    if (c->wrap) {
+        if (!wrap_same)
+            lg_wrap_tx_forget(c);
+        pthread_mutex_unlock(&c->wmu);
+    }
     /* The active control channel is read by test(); the others wake a worker. */
     if (old && old != p && lg_path_up(old))
         lg_task_set_events(&old->ctrl.task, lg_path_ctrl_events(old, 0));
@@ -492,12 +503,13 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
     }
     fo->trigger_ns = 0;
     fo->hb_force = 1;
-    if (old && old != p && old->index == 0 && !old->retired) {
-        /* Fence the primary we left; it is rebuilt fresh when healthy again. */
-        struct lg_fo_slot *sl = &fo->slot[0];
+    if (old && old != p && (old->index == 0 || c->wrap) && !old->retired) {
+        /* Fence the primary we left; it is rebuilt fresh when healthy again. Wrap mode fences
+         * a backup left at reintegration too (see wrap.h), and rebuilds it at once. */
+        struct lg_fo_slot *sl = &fo->slot[old->index];
         sl->noted = 1;
         sl->delay_ns = MS(lg_params.rejoin_ms);
-        sl->next_try_ns = now + sl->delay_ns;
+        sl->next_try_ns = old->index == 0 ? now + sl->delay_ns : now;
         lg_path_retire(old, 1);
     }
 }
@@ -577,7 +589,9 @@ static void tx_step(struct lg_conn *c, uint64_t now)
             struct lg_fo_slot_view *s = &v.slot[i];
             uint8_t local = nic_code(fo->slot[i].local_state);
             uint8_t peer = LG_HB_NIC(fo->peer_flags, i);
-            s->up = lg_path_up(p);
+            /* Wrap mode: a path to switch to needs its inner comm; the active one may still
+             * be completing its handshake (connect time). */
+            s->up = lg_path_up(p) && (!c->wrap || i == c->active || lg_wrap_carries(&p->w));
             s->silent = s->up && !fo->late && silent(p, now);
             s->peer_failed = peer_failed(c, i);
             s->down = local == LG_HB_NIC_DOWN || peer == LG_HB_NIC_DOWN;
@@ -604,11 +618,20 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     struct lg_fo *fo = &c->fo;
     struct lg_path *p = c->paths[target], *old = c->active_path;
     int from = c->active;
+    if (c->wrap) /* NCCL's thread posts inner receives on the committed path: hold it off */
+        pthread_mutex_lock(&c->wmu);
     pthread_mutex_lock(&c->mu);
     __atomic_store_n(&c->active, target, __ATOMIC_RELEASE);
     c->active_path = p;
     __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->mu);
+    if (c->wrap) {
+        if (old != p)
+            lg_wrap_rx_forget(c);
+        pthread_mutex_unlock(&c->wmu);
+        if (old && old != p)
+            lg_wrap_fence(old); /* before the RESYNC: nothing late lands after it */
+    }
     /* From here every reader drops what is not of `epoch`; wait for those inside a step
      * that began before (seq_cst pairs with gate_enter in conn_recv.c). */
     for (int pi = 0; pi < LG_NPATHS; pi++) {
@@ -638,8 +661,8 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
             (unsigned long long)base, ms_since(t0, now));
     fo->trigger_ns = 0;
     fo->hb_force = 1;
-    if (old && old != p && old->index == 0 && !old->retired) {
-        fo->slot[0].noted = 1;
+    if (old && old != p && (old->index == 0 || c->wrap) && !old->retired) {
+        fo->slot[old->index].noted = 1;
         lg_path_retire(old, 1);
     }
 }
@@ -672,8 +695,9 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
 {
     struct lg_fo *fo = &c->fo;
     uint64_t hb = MS(lg_params.heartbeat_ms);
+    int handshaking = lg_wrap_step(c, now); /* wrap mode: inner comms of new paths */
     if (!c->protected_ || __atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
-        return now + 20 * hb;
+        return now + (handshaking ? MS(1) : 20 * hb);
     if (c->kind == LG_CONN_SEND)
         /* test() reads the active control channel only while NCCL polls: read it here too,
          * so heartbeats are seen on an idle connection. */
@@ -708,6 +732,8 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
     uint64_t next = now + hb;
     if (fo->sw_phase != LG_SW_NONE || fo->slot[0].rj.path || fo->slot[1].rj.path)
         next = now + MS(2);
+    if (handshaking)
+        next = now + MS(1);
     struct lg_path *pa = c->paths[c->active];
     if (lg_path_up(pa)) { /* wake up right when the active path would count as silent */
         uint64_t due = __atomic_load_n(&pa->last_rx_ns, __ATOMIC_RELAXED) +

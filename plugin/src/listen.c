@@ -113,6 +113,7 @@ static int file_socket(struct lg_listen *l, struct lg_acc_sock *a, uint64_t now)
     struct lg_hello h;
     if (lg_hello_decode(a->buf, &h) != 0 || h.listen_id != l->listen_id || h.path != a->path ||
         (h.flags & LG_HELLO_F_REJOIN) || /* for a live connection: the monitor takes those */
+        !(h.flags & LG_HELLO_F_WRAP) != !lg_wrap || /* both wrap an inner plugin, or neither */
         h.chunk_size > (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20))
         return -1;
     struct lg_group *g = NULL, *free_g = NULL;

@@ -89,7 +89,8 @@ static int send_hello(struct lg_conn *c, struct lg_rejoin *rj, int k)
                          .nstreams = (uint8_t)c->nstreams,
                          .paths_mask = (uint8_t)(1 | (1 << slot)), .chunk_size = c->chunk_size,
                          .listen_id = c->listen_id, .conn_nonce = c->nonce,
-                         .flags = LG_HELLO_F_REJOIN, .gen = rj->gen};
+                         .flags = LG_HELLO_F_REJOIN | (c->wrap ? LG_HELLO_F_WRAP : 0),
+                         .gen = rj->gen};
     lg_hello_encode(buf, &h);
     while (rj->hello_sent[k] < LG_HELLO_SIZE) {
         struct iovec iov = {buf + rj->hello_sent[k], LG_HELLO_SIZE - rj->hello_sent[k]};
@@ -146,7 +147,8 @@ int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, 
         lg_rejoin_abort(c, slot);
         return -1;
     }
-    if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE))
+    /* Wrap mode: READY says the receiver accepted the inner comm; ours must be there too. */
+    if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) || (c->wrap && !lg_wrap_carries(&p->w)))
         return 0;
     rj->path = NULL;
     lg_rejoin_publish(c, slot, p);
@@ -183,8 +185,12 @@ static void rx_build(struct lg_conn *c, int slot, uint64_t now)
     c->fo.slot[slot].up_since_ns = now;
     c->fo.slot[slot].noted = 0;
     c->fo.hb_force = 1;
-    struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
-    lg_path_ctrl_send(p, &ready);
+    if (c->wrap) {
+        p->w.ready_owed = 1; /* once the inner comm is accepted (wrap.c) */
+    } else {
+        struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
+        lg_path_ctrl_send(p, &ready);
+    }
     LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s rebuilt (gen %u) from %s",
             (unsigned long long)c->nonce, slot ? "backup" : "primary", p->nic, p->gen, p->peer);
 }
@@ -193,7 +199,7 @@ int lg_rejoin_file(const struct lg_hello *h, int fd, uint64_t now)
 {
     struct lg_conn *c = lg_monitor_find_locked(h->conn_nonce, h->listen_id);
     if (!c || !c->protected_ || __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) ||
-        h->nstreams != c->nstreams || h->chunk_size != c->chunk_size || h->stream > c->nstreams)
+        !(h->flags & LG_HELLO_F_WRAP) != !c->wrap || h->nstreams != c->nstreams || h->chunk_size != c->chunk_size || h->stream > c->nstreams)
         return -1;
     int slot = h->path;
     struct lg_rejoin *rj = &c->fo.slot[slot].rj;

@@ -35,7 +35,7 @@ int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h)
     h->conn_nonce = lg_get64(in + 24);
     h->flags = in[10];
     h->gen = lg_get32(in + 32);
-    if ((h->flags & ~LG_HELLO_F_REJOIN) || h->path >= LG_NPATHS || h->nstreams < 1 || h->nstreams > LG_MAX_STREAMS ||
+    if ((h->flags & ~(LG_HELLO_F_REJOIN | LG_HELLO_F_WRAP)) || h->path >= LG_NPATHS || h->nstreams < 1 || h->nstreams > LG_MAX_STREAMS ||
         h->stream > h->nstreams || h->chunk_size < 1 || !(h->paths_mask & 1) ||
         (h->paths_mask >> LG_NPATHS) != 0)
         return -1;

@@ -28,6 +28,8 @@ struct lg_hello {
     uint32_t gen;        /* rejoin: generation of the path being rebuilt (0 at connect) */
 };
 #define LG_HELLO_F_REJOIN 0x1 /* rebuilds one path of a live connection (reconnect.c) */
+#define LG_HELLO_F_WRAP 0x2   /* wrap mode: data goes through the inner plugin (wrap.h); both
+                               * sides must agree */
 
 void lg_hello_encode(uint8_t out[LG_HELLO_SIZE], const struct lg_hello *h);
 /* 0, or -1 for a bad magic/version/field (garbage or a stranger on our port). */
@@ -44,6 +46,9 @@ enum lg_ctrl_type {
     LG_CTRL_RESYNC = 5, /* recv->send: committed `epoch` on path `flags`; value = messages
                          * placed: replay from there */
     LG_CTRL_READY = 6,  /* recv->send on a rebuilt path: accepted, value = its gen */
+    LG_CTRL_INNER = 7,  /* recv->send, wrap mode: part `flags` (0..LG_INNER_PARTS-1) of the
+                         * inner plugin's listen handle for the path of gen `epoch`; value =
+                         * 8 handle bytes (the 16-byte frame cannot carry all 128 at once) */
     LG_CTRL_TYPE_MAX
 };
 #define LG_BYE_CLOSE 0 /* the connection is being closed */
@@ -55,6 +60,8 @@ enum lg_ctrl_type {
 #define LG_HB_NIC_DOWN 2u
 #define LG_HB_NIC(flags, i) (((flags) >> (2 * (i))) & 3u)
 #define LG_HB_PATH_FAILED(i) (0x10u << (i))
+#define LG_INNER_PART_BYTES 8
+#define LG_INNER_PARTS 16 /* x 8 bytes = NCCL_NET_HANDLE_MAXSIZE (128) */
 struct lg_ctrl {
     uint8_t type;
     uint8_t flags;

@@ -28,6 +28,7 @@ from ops_helpers import run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.plugin_driver import (
+    LGTCP_SO,
     DriverResult,
     StreamPair,
     build_plugin,
@@ -59,9 +60,26 @@ _LINE = re.compile(r"(?P<kind>send|recv) conn (?P<id>[0-9a-f]+): (?P<what>failov
                    r"switched): .*?switch took (?P<ms>[\d.]+) ms")
 
 
+# Every scenario runs twice: on linkguard's own TCP transport, and in wrap mode with the
+# standalone build of that transport as the inner plugin (its own sockets, its own
+# connect/accept, closed to fence a path), the way an RDMA plugin would be wrapped.
+TRANSPORTS = {
+    "native": {},
+    "wrap": {"LINKGUARD_INNER": str(LGTCP_SO), "LGTCP_IFS": "rail0,rail1"},
+}
+_transport: dict[str, str] = {}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
     build_plugin()
+
+
+@pytest.fixture(scope="module", autouse=True, params=list(TRANSPORTS))
+def transport(request: pytest.FixtureRequest) -> str:
+    _transport.clear()
+    _transport.update(TRANSPORTS[request.param])
+    return request.param
 
 
 class Run:
@@ -73,7 +91,7 @@ class Run:
         self.d = {h: daemons.start(lab, h, *daemon_args) for h in ("a", "b")}
         self.pair: StreamPair = start_stream_pair(
             lab_starter(lab, "b"), lab_starter(lab, "a"), f"{lab.mgmt_address('b')}:{port}",
-            duration_s=120, args=ARGS, env={**PLUGIN_ENV, **(env or {})},
+            duration_s=120, args=ARGS, env={**PLUGIN_ENV, **_transport, **(env or {})},
             server_env={"LINKGUARD_SHM": str(self.d["b"].shm_path)},
             client_env={"LINKGUARD_SHM": str(self.d["a"].shm_path)}, timeout=150)
         self.wait_traffic()
@@ -207,7 +225,9 @@ def test_blackhole_is_found_by_silence(lab: Lab, daemons: Daemons) -> None:
     run.wait_switches("failover", t, timeout_s=5)
     assert time.monotonic_ns() - t < 2e9  # default LINKGUARD_SILENT_TIMEOUT_MS is 300
     assert run.d["a"].nic("rail0").state == NicState.UP  # no daemon saw anything
-    assert run.lines(r"failover: .*no data and no heartbeat for \d+ ms", t)
+    # Found by silence: the sender's own, or the receiver's, which it declares to the sender.
+    assert run.lines(r"failover: .*(no data and no heartbeat for \d+ ms|declared failed by "
+                     r"the peer)", t), run.lines(r"send conn .*failover: ", t)
     run.assert_on(1)
     t = stamp()
     lab.unblackhole("a", 0)

@@ -1,0 +1,576 @@
+/* Wrap mode, phase 2: paths whose data goes through the inner plugin (see wrap.h). */
+#include "wrap.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "core.h"
+#include "inner_pair.h"
+#include "inner_props.h"
+#include "le.h"
+#include "log.h"
+#include "monitor.h"
+#include "params.h"
+#include "util.h"
+
+#define LG_FLUSH_MAGIC 0x4c47464cu /* "LGFL" */
+#define LG_INNER_PARTS_ALL ((1u << LG_INNER_PARTS) - 1)
+
+_Static_assert(LG_INNER_PARTS * LG_INNER_PART_BYTES == NCCL_NET_HANDLE_MAXSIZE,
+               "INNER frames carry a whole NCCL handle");
+
+struct lg_wrap *lg_wrap;
+
+static const char *kind_str(const struct lg_conn *c)
+{
+    return c->kind == LG_CONN_SEND ? "send" : "recv";
+}
+
+static const char *slot_name(int i) { return i ? "backup" : "primary"; }
+
+/* ---- init ------------------------------------------------------------------------------- */
+
+static int map_devices(struct lg_wrap *w, struct lg_device_table *t, char *err, size_t len)
+{
+    struct lg_inner *in = w->in;
+    static struct lg_inner_devid devs[LG_INNER_MAX_DEVS];
+    static struct lg_nic_id nics[2 * LG_MAX_DEVS];
+    static char pci[2 * LG_MAX_DEVS][4096];
+    static struct lg_inner_pair pairs[LG_MAX_DEVS];
+    for (int i = 0; i < in->ndev; i++)
+        devs[i] = (struct lg_inner_devid){.name = in->dev[i].props.name,
+                                          .pci_real = in->dev[i].pci_real,
+                                          .port = in->dev[i].props.port};
+    int nnic = 0;
+    for (int d = 0; d < t->count; d++)
+        for (int k = 0; k < 1 + t->dev[d].has_backup; k++, nnic++) {
+            const char *name = t->dev[d].nic[k].name;
+            int ok = lg_nic_pci_real(lg_params.sysfs_root, name, pci[nnic], sizeof(pci[0]));
+            nics[nnic] = (struct lg_nic_id){.netdev = name, .pci_real = ok == 0 ? pci[nnic] : NULL};
+        }
+    if (lg_inner_pairs_from_table(t, devs, in->ndev, nics, nnic, pairs, LG_MAX_DEVS, err,
+                                  len) < 0)
+        return -1;
+    const char *names[LG_MAX_DEVS], *inner_names[LG_INNER_MAX_DEVS];
+    for (int d = 0; d < t->count; d++) {
+        const struct lg_inner_pair *p = &pairs[d];
+        const ncclNetProperties_v12_t *pb = p->has_backup ? &in->dev[p->m[1].dev].props : NULL;
+        w->inner_dev[d][0] = p->m[0].dev;
+        w->inner_dev[d][1] = p->has_backup ? p->m[1].dev : -1;
+        if (lg_inner_vdev_name(w->name[d], sizeof(w->name[d]), in->dev[p->m[0].dev].props.name,
+                               pb ? pb->name : NULL) < 0 ||
+            lg_inner_props_merge(&in->dev[p->m[0].dev].props, pb, d, w->name[d], &w->props[d],
+                                 err, len) < 0) {
+            if (!err[0])
+                snprintf(err, len, "device %d: inner device names too long", d);
+            return -1;
+        }
+        names[d] = w->name[d];
+    }
+    for (int i = 0; i < in->ndev; i++)
+        inner_names[i] = in->dev[i].props.name;
+    return lg_inner_names_check(names, t->count, inner_names, in->ndev, err, len);
+}
+
+/* The inner plugin's log goes through here. Its WARNs are about one path (a comm that
+ * linkguard fenced, or whose link died), which linkguard fails over: they become INFO lines
+ * that say so. linkguard WARNs itself when a call or a connection really fails. */
+static ncclDebugLogger_t lg_wrap_log_to;
+
+static void inner_logger(ncclDebugLogLevel level, unsigned long flags, const char *file,
+                         int line, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    if (!lg_wrap_log_to)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (level == NCCL_LOG_WARN)
+        lg_wrap_log_to(NCCL_LOG_INFO, flags | NCCL_NET, file, line,
+                       "inner plugin WARN (linkguard fails the path over): %s", msg);
+    else
+        lg_wrap_log_to(level, flags, file, line, "%s", msg);
+}
+
+ncclResult_t lg_wrap_start(struct lg_device_table *t, ncclDebugLogger_t logger)
+{
+    if (!lg_params.inner[0] || lg_wrap)
+        return ncclSuccess;
+    struct lg_wrap *w = calloc(1, sizeof(*w));
+    if (!w)
+        return ncclSystemError;
+    lg_wrap_log_to = logger;
+    ncclResult_t rc = lg_inner_open_env(logger ? inner_logger : NULL, NULL, &w->in);
+    if (rc == ncclSuccess)
+        rc = lg_inner_start(w->in, 0, NCCL_NET_TRAFFIC_CLASS_UNDEF, &w->ctx);
+    if (rc != ncclSuccess) { /* WARNed by the loader */
+        if (w->in)
+            lg_inner_close(w->in);
+        free(w);
+        return rc;
+    }
+    char err[256] = "";
+    if (map_devices(w, t, err, sizeof(err)) != 0) {
+        LG_WARN("LINKGUARD_INNER=%s: cannot pair the inner plugin's devices with the NICs: %s",
+                lg_params.inner, err);
+        free(w); /* the inner stays initialised: never dlclosed after init */
+        return ncclInvalidUsage;
+    }
+    for (int d = 0; d < t->count; d++)
+        LG_INFO(NCCL_INIT | NCCL_NET, "dev %d: %s = inner '%s' dev %d (NIC %s), backup inner "
+                "dev %d (NIC %s)", d, w->name[d], w->in->name, w->inner_dev[d][0],
+                t->dev[d].nic[0].name, w->inner_dev[d][1],
+                t->dev[d].has_backup ? t->dev[d].nic[1].name : "none");
+    lg_wrap = w;
+    return ncclSuccess;
+}
+
+ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props)
+{
+    *props = lg_wrap->props[dev];
+    return ncclSuccess;
+}
+
+/* ---- registrations ------------------------------------------------------------------------ */
+
+/* Under mr_mu: registers `mr` on every path whose comm is there. */
+static ncclResult_t reg_on_paths(struct lg_conn *c, struct lg_inner_mr *mr)
+{
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_path *p = c->paths[i];
+        if (!p || !lg_wrap_carries(&p->w))
+            continue;
+        ncclResult_t rc = lg_inner_mr_add(lg_wrap->in, mr, i, p->w.comm);
+        if (rc != ncclSuccess)
+            return rc;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t lg_wrap_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
+                            uint64_t offset, int fd, struct lg_inner_mr **out)
+{
+    void *none[LG_INNER_NPATHS] = {NULL, NULL};
+    struct lg_inner_mr *mr;
+    /* An empty registration first (keeps the DMA-BUF fd), then the paths under the lock. */
+    ncclResult_t rc = fd >= 0 ? lg_inner_mr_reg_dmabuf(lg_wrap->in, none, data, size, type,
+                                                       offset, fd, &mr)
+                              : lg_inner_mr_reg(lg_wrap->in, none, data, size, type, &mr);
+    if (rc != ncclSuccess)
+        return rc;
+    pthread_mutex_lock(&c->mr_mu);
+    rc = reg_on_paths(c, mr);
+    if (rc == ncclSuccess) {
+        mr->next = c->mrs;
+        c->mrs = mr;
+    }
+    pthread_mutex_unlock(&c->mr_mu);
+    if (rc != ncclSuccess) {
+        lg_inner_mr_dereg(lg_wrap->in, mr);
+        return rc;
+    }
+    *out = mr;
+    return ncclSuccess;
+}
+
+ncclResult_t lg_wrap_dereg_mr(struct lg_conn *c, struct lg_inner_mr *mr)
+{
+    pthread_mutex_lock(&c->mr_mu);
+    for (struct lg_inner_mr **pp = &c->mrs; *pp; pp = &(*pp)->next)
+        if (*pp == mr) {
+            *pp = mr->next;
+            break;
+        }
+    ncclResult_t rc = lg_inner_mr_dereg(lg_wrap->in, mr);
+    pthread_mutex_unlock(&c->mr_mu);
+    return rc;
+}
+
+/* ---- data (NCCL's thread, under wmu) --------------------------------------------------- */
+
+static void inner_failed(struct lg_path *p, const char *call, ncclResult_t rc)
+{
+    char why[96];
+    snprintf(why, sizeof(why), "inner %s failed: %s", call, lg_inner_strerror(rc));
+    lg_conn_path_failed(p, 0, why);
+}
+
+static void tx_pump(struct lg_conn *c, struct lg_path *p)
+{
+    struct lg_inner *in = lg_wrap->in;
+    pthread_mutex_lock(&c->mu);
+    uint64_t end = c->cursor_seq;
+    pthread_mutex_unlock(&c->mu);
+    /* Completions come in posted order. */
+    for (; c->w_test < end; c->w_test++) {
+        struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
+        int done = 0;
+        if (r->ireq) {
+            ncclResult_t rc = in->ops->test(in, r->ireq, &done, NULL);
+            if (rc != ncclSuccess) {
+                inner_failed(p, "test", rc);
+                return;
+            }
+            if (!done)
+                break;
+            r->ireq = NULL;
+            __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
+        }
+    }
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        uint64_t seq = c->cursor_seq;
+        int go = c->hold == LG_HOLD_NONE && seq < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+        pthread_mutex_unlock(&c->mu);
+        if (!go)
+            return;
+        struct lg_req *r = &c->reqs[seq % LG_WINDOW];
+        void *ireq = NULL;
+        /* The inner reads the buffer until its send completes: completion waits for it. */
+        __atomic_store_n(&r->writers, 1, __ATOMIC_RELEASE);
+        ncclResult_t rc = in->ops->isend(in, p->w.comm, (void *)r->data, r->size, r->tag,
+                                         lg_inner_mr_handle(r->imr, p->index), NULL, &ireq);
+        if (rc != ncclSuccess || !ireq) {
+            __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
+            if (rc != ncclSuccess)
+                inner_failed(p, "isend", rc);
+            return; /* NULL: the inner's back-pressure, try again at the next call */
+        }
+        r->ireq = ireq;
+        pthread_mutex_lock(&c->mu);
+        c->cursor_seq = seq + 1;
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+static void rx_pump(struct lg_conn *c, struct lg_path *p)
+{
+    struct lg_inner *in = lg_wrap->in;
+    for (; c->w_test < c->w_post; c->w_test++) {
+        struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
+        int done = 0, size = 0;
+        ncclResult_t rc = in->ops->test(in, r->ireq, &done, &size);
+        if (rc != ncclSuccess) {
+            inner_failed(p, "test", rc);
+            return;
+        }
+        if (!done)
+            break;
+        r->ireq = NULL;
+        if (size < 0 || (size_t)size > r->cap) {
+            lg_conn_path_failed(p, 0, "inner receive completed with a bad size");
+            return;
+        }
+        __atomic_store_n(&r->total, (uint64_t)size, __ATOMIC_RELAXED);
+        __atomic_store_n(&r->placed, (uint64_t)size, __ATOMIC_RELAXED);
+        if (lg_recv_complete(p, r, (uint64_t)size) != 0)
+            return;
+    }
+    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+    while (c->w_post < posted) {
+        struct lg_req *r = &c->reqs[c->w_post % LG_WINDOW];
+        uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+        if (r->seq != c->w_post || !(st & LG_REQ_POSTED) || (st & LG_REQ_DONE))
+            break;
+        void *buf = r->buf, *mh = lg_inner_mr_handle(r->imr, p->index), *ireq = NULL;
+        size_t size = r->cap;
+        int tag = r->tag;
+        /* Never the optional-completion marker: a receive completes only once placed. */
+        ncclResult_t rc = in->ops->irecv(in, p->w.comm, 1, &buf, &size, &tag, &mh, NULL, &ireq);
+        if (rc != ncclSuccess) {
+            inner_failed(p, "irecv", rc);
+            return;
+        }
+        if (!ireq)
+            break;
+        r->ireq = ireq;
+        c->w_post++;
+    }
+    lg_recv_flush_ack(p);
+}
+
+void lg_wrap_pump(struct lg_conn *c)
+{
+    /* The monitor holds wmu only across a commit or a fence: skip a beat rather than wait. */
+    if (pthread_mutex_trylock(&c->wmu) != 0)
+        return;
+    uint32_t ph = lg_conn_enter(c);
+    pthread_mutex_lock(&c->mu);
+    struct lg_path *p = c->active_path;
+    pthread_mutex_unlock(&c->mu);
+    if (p && lg_path_up(p) && lg_wrap_carries(&p->w)) {
+        if (c->kind == LG_CONN_SEND)
+            tx_pump(c, p);
+        else
+            rx_pump(c, p);
+    }
+    lg_conn_exit(c, ph);
+    pthread_mutex_unlock(&c->wmu);
+}
+
+/* ---- switches (monitor) ------------------------------------------------------------------ */
+
+void lg_wrap_tx_forget(struct lg_conn *c)
+{
+    /* Every inner send went to the path being left (or to one fenced before): drop them.
+     * The rewound cursor posts the unacknowledged ones again on the new path. */
+    for (uint64_t s = c->w_test; s < c->w_test + LG_WINDOW; s++) {
+        struct lg_req *r = &c->reqs[s % LG_WINDOW];
+        if (r->ireq) {
+            r->ireq = NULL;
+            __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
+        }
+    }
+    c->w_test = c->cursor_seq;
+}
+
+void lg_wrap_rx_forget(struct lg_conn *c)
+{
+    /* The receives were posted on the comm being left: the new one gets them all again. */
+    for (uint64_t s = c->w_test; s < c->w_post; s++)
+        c->reqs[s % LG_WINDOW].ireq = NULL;
+    c->w_post = c->w_test;
+}
+
+void lg_wrap_fence(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    struct lg_inner *in = lg_wrap ? lg_wrap->in : NULL;
+    if (!c->wrap || !in)
+        return;
+    pthread_mutex_lock(&c->wmu);
+    int was = __atomic_exchange_n(&p->w.dead, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&c->wmu);
+    if (was)
+        return;
+    pthread_mutex_lock(&c->mr_mu);
+    void *comm = p->w.comm;
+    for (struct lg_inner_mr *mr = c->mrs; comm && mr; mr = mr->next)
+        if (mr->comm[p->index] == comm)
+            lg_inner_mr_drop(in, mr, p->index);
+    pthread_mutex_unlock(&c->mr_mu);
+    if (comm)
+        c->kind == LG_CONN_SEND ? in->ops->closeSend(in, comm) : in->ops->closeRecv(in, comm);
+    if (p->w.lcomm)
+        in->ops->closeListen(in, p->w.lcomm);
+    if (p->w.cg) {
+        if (p->w.cg->comm)
+            in->ops->closeSend(in, p->w.cg->comm);
+        free(p->w.cg);
+    }
+    p->w.lcomm = NULL;
+    p->w.cg = NULL;
+}
+
+/* ---- handshake (monitor) ------------------------------------------------------------------ */
+
+void lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f)
+{
+    struct lg_conn *c = p->conn;
+    if (!c->wrap || c->kind != LG_CONN_SEND || f->flags >= LG_INNER_PARTS ||
+        f->epoch != p->gen) {
+        lg_conn_path_failed(p, 0, "INNER frame out of place");
+        return;
+    }
+    lg_put64(p->w.handle + LG_INNER_PART_BYTES * f->flags, f->value);
+    uint32_t got = __atomic_or_fetch(&p->w.parts, 1u << f->flags, __ATOMIC_ACQ_REL);
+    if (got == LG_INNER_PARTS_ALL)
+        lg_monitor_wake(c);
+}
+
+/* The comm is there: register every buffer on it, then let the path carry. */
+static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_t now)
+{
+    struct lg_inner *in = lg_wrap->in;
+    ncclResult_t rc = ncclSuccess;
+    pthread_mutex_lock(&c->mr_mu);
+    for (struct lg_inner_mr *mr = c->mrs; mr && rc == ncclSuccess; mr = mr->next) {
+        lg_inner_mr_drop(in, mr, p->index); /* a fenced comm's, if any was left */
+        rc = lg_inner_mr_add(in, mr, p->index, comm);
+    }
+    p->w.comm = comm;
+    __atomic_store_n(&p->w.ready, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->mr_mu);
+    if (rc != ncclSuccess) {
+        inner_failed(p, "regMr", rc);
+        return;
+    }
+    LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s (gen %u): inner '%s' %s comm ready "
+            "in %.1f ms", kind_str(c), (unsigned long long)c->nonce, slot_name(p->index), p->nic,
+            p->gen, lg_wrap->in->name, c->kind == LG_CONN_SEND ? "send" : "recv",
+            (now - p->w.t0) / 1e6);
+    if (p->w.ready_owed) {
+        p->w.ready_owed = 0;
+        struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
+        lg_path_ctrl_send(p, &ready);
+    }
+    lg_monitor_wake(c);
+}
+
+static int rx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t now)
+{
+    struct lg_inner *in = lg_wrap->in;
+    if (!p->w.lcomm) {
+        _Alignas(16) uint8_t handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+        ncclResult_t rc = in->ops->listen(in, lg_wrap->ctx, dev, handle, &p->w.lcomm);
+        if (rc != ncclSuccess) {
+            inner_failed(p, "listen", rc);
+            return 0;
+        }
+        for (int k = 0; k < LG_INNER_PARTS; k++) {
+            struct lg_ctrl f = {.type = LG_CTRL_INNER, .flags = (uint8_t)k, .epoch = p->gen,
+                                .value = lg_get64(handle + LG_INNER_PART_BYTES * k)};
+            lg_path_ctrl_send(p, &f);
+        }
+    }
+    void *comm = NULL;
+    ncclResult_t rc = in->ops->accept(in, p->w.lcomm, &comm);
+    if (rc != ncclSuccess) {
+        inner_failed(p, "accept", rc);
+        return 0;
+    }
+    if (!comm)
+        return 1;
+    in->ops->closeListen(in, p->w.lcomm);
+    p->w.lcomm = NULL;
+    comm_ready(c, p, comm, now);
+    return 0;
+}
+
+static int tx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t now)
+{
+    if (__atomic_load_n(&p->w.parts, __ATOMIC_ACQUIRE) != LG_INNER_PARTS_ALL)
+        return 1;
+    if (!p->w.cg) {
+        p->w.cg = malloc(sizeof(*p->w.cg));
+        if (!p->w.cg) {
+            lg_conn_path_failed(p, 0, "out of memory for the inner connect");
+            return 0;
+        }
+        lg_inner_connecting_init(p->w.cg, dev, p->w.handle, sizeof(p->w.handle));
+    }
+    int st = lg_inner_connecting_step(lg_wrap->in, lg_wrap->ctx, p->w.cg);
+    if (st < 0) {
+        lg_conn_path_failed(p, 0, "inner connect failed");
+        return 0;
+    }
+    if (st == 0)
+        return 1;
+    void *comm = p->w.cg->comm;
+    free(p->w.cg);
+    p->w.cg = NULL;
+    comm_ready(c, p, comm, now);
+    return 0;
+}
+
+static int handshake(struct lg_conn *c, struct lg_path *p, uint64_t now)
+{
+    if (!p || p->retired || !lg_path_up(p) || __atomic_load_n(&p->w.ready, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&p->w.dead, __ATOMIC_ACQUIRE))
+        return 0;
+    if (!p->w.t0)
+        p->w.t0 = now;
+    int64_t limit = p->gen ? lg_params.rejoin_timeout_ms : lg_params.connect_timeout_ms;
+    if (now - p->w.t0 > (uint64_t)limit * 1000000ull) {
+        char why[96];
+        snprintf(why, sizeof(why), "inner %s not done after %lld ms",
+                 c->kind == LG_CONN_SEND ? "connect" : "accept", (long long)limit);
+        lg_conn_path_failed(p, 0, why);
+        return 0;
+    }
+    int dev = lg_wrap->inner_dev[c->dev][p->index];
+    if (dev < 0) {
+        lg_conn_path_failed(p, 0, "no inner device for this NIC");
+        return 0;
+    }
+    return c->kind == LG_CONN_SEND ? tx_handshake(c, p, dev, now)
+                                   : rx_handshake(c, p, dev, now);
+}
+
+int lg_wrap_step(struct lg_conn *c, uint64_t now)
+{
+    int busy = 0;
+    if (!c->wrap)
+        return 0;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        busy |= handshake(c, c->paths[i], now);
+        busy |= handshake(c, c->fo.slot[i].rj.path, now); /* sender: a rebuild in progress */
+    }
+    return busy;
+}
+
+/* ---- flush -------------------------------------------------------------------------------- */
+
+struct lg_flush {
+    uint32_t magic;
+    struct lg_conn *conn;
+    struct lg_path *path; /* compared, dereferenced only while still in conn->paths[] */
+    int slot;
+    uint32_t gen;
+    void *ireq;
+};
+
+ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
+                            struct lg_inner_mr **mrs, void **request)
+{
+    struct lg_inner *in = lg_wrap->in;
+    void *mh[NCCL_PROXY_MAX_SUBS] = {0};
+    *request = NULL;
+    if (n < 1 || n > NCCL_PROXY_MAX_SUBS)
+        return ncclInternalError;
+    pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&c->mu);
+    struct lg_path *p = c->active_path;
+    pthread_mutex_unlock(&c->mu);
+    ncclResult_t rc = ncclSuccess;
+    void *ireq = NULL;
+    if (p && lg_wrap_carries(&p->w)) {
+        for (int i = 0; i < n; i++)
+            mh[i] = lg_inner_mr_handle(mrs[i], p->index);
+        rc = in->ops->iflush(in, p->w.comm, n, data, sizes, mh, &ireq);
+    }
+    /* No comm: the data came through one that is closed now, and closing waited for it. */
+    if (rc == ncclSuccess && ireq) {
+        struct lg_flush *f = malloc(sizeof(*f));
+        if (f) {
+            *f = (struct lg_flush){.magic = LG_FLUSH_MAGIC, .conn = c, .path = p,
+                                   .slot = p->index, .gen = p->gen, .ireq = ireq};
+            *request = f;
+        } else {
+            rc = ncclSystemError;
+        }
+    }
+    pthread_mutex_unlock(&c->wmu);
+    return rc;
+}
+
+int lg_wrap_flush_test(void *request, int *done, ncclResult_t *rc)
+{
+    struct lg_flush *f = request;
+    if (!f || f->magic != LG_FLUSH_MAGIC)
+        return 0;
+    struct lg_conn *c = f->conn;
+    *rc = ncclSuccess;
+    *done = 0;
+    pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&c->mu);
+    struct lg_path *p = c->paths[f->slot];
+    int gone = p != f->path || p->gen != f->gen || __atomic_load_n(&p->w.dead, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&c->mu);
+    /* A fenced comm took its requests with it; its flush has nothing left to wait for. */
+    if (gone)
+        *done = 1;
+    else
+        *rc = lg_wrap->in->ops->test(lg_wrap->in, f->ireq, done, NULL);
+    pthread_mutex_unlock(&c->wmu);
+    if (*done || *rc != ncclSuccess) {
+        f->magic = 0;
+        free(f);
+    }
+    return 1;
+}

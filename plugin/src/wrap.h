@@ -1,0 +1,105 @@
+/* Wrap mode, phase 2: the paths of a connection carry data through the inner plugin's comms
+ * (inner.h) while linkguard keeps the control channel, sequence numbers, failover, fencing and
+ * replay (conn.h). One inner send/recv comm per path:
+ *
+ *  - Handshake (monitor thread, lg_wrap_step). Once a path's control channel is up (at connect
+ *    or after a rebuild) the receiver calls the inner listen on that NIC's inner device and
+ *    sends the handle in LG_INNER_PARTS INNER frames on the path's control channel; the
+ *    sender assembles it in a buffer that stays put across its non-blocking connect attempts;
+ *    the receiver drives the inner accept. Every registered buffer of the connection is then
+ *    registered with the new comm, and the path carries. A rebuilt path is announced READY by
+ *    the receiver only once its comm is accepted, and the sender takes it into the connection
+ *    only once its own comm is connected too.
+ *  - Data (NCCL's thread, lg_wrap_pump from isend/irecv/test). Messages go whole, one inner
+ *    isend/irecv each, on the committed path only, in sequence order; the receiver posts
+ *    receives in order and acknowledges placed messages on the control channel as in native
+ *    mode. A send completes when the ack covers it AND its inner send completed (the inner no
+ *    longer reads the buffer); the optional-receive-completion marker is never passed on, so
+ *    every receive completes only once its data is placed.
+ *  - Switch. The receiver, before its RESYNC, closes the inner comm of the path it leaves
+ *    (fence: the inner guarantees that no write lands after close) and forgets the inner
+ *    receives posted on it; the sender, at its commit, forgets the inner sends of the old path
+ *    and posts everything from the receiver's count again on the new one. Any path left by a
+ *    switch (the backup at reintegration too) is fenced and rebuilt: receives posted on a
+ *    standby comm could otherwise match a later replay into stale buffers.
+ * Locks: c->wmu serialises the inner data calls of NCCL's thread with the monitor's commits
+ * and fences (NCCL's thread only try-locks it); c->mr_mu guards the connection's list of
+ * registrations and each path's comm/ready pair. Order: wmu, then mu; mr_mu alone. */
+#ifndef LG_WRAP_H
+#define LG_WRAP_H
+
+#include <stdint.h>
+
+#include "devices.h"
+#include "inner.h"
+#include "inner_mr.h"
+
+struct lg_conn;
+struct lg_path;
+struct lg_ctrl;
+
+/* Process-wide: the inner plugin and what each linkguard device is made of. */
+struct lg_wrap {
+    struct lg_inner *in;
+    struct lg_inner_ctx *ctx;
+    int inner_dev[LG_MAX_DEVS][2]; /* inner device of the primary / backup NIC (-1: none) */
+    char name[LG_MAX_DEVS][2 * 64 + 2];
+    ncclNetProperties_v12_t props[LG_MAX_DEVS];
+};
+/* NULL in native mode; set once by lg_wrap_start and never freed (the inner's threads may
+ * outlive us). */
+extern struct lg_wrap *lg_wrap;
+
+/* Per path (struct lg_path member `w`). */
+struct lg_wpath {
+    void *comm;   /* the inner send/recv comm; set with `ready` under c->mr_mu */
+    int ready;    /* atomic */
+    int dead;     /* atomic, set under c->wmu: no inner call on `comm` from then on */
+    void *lcomm;  /* receiver: the inner listen comm of the handshake */
+    struct lg_inner_connecting *cg; /* sender: connect in progress */
+    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender: from the INNER frames */
+    uint32_t parts; /* sender: frames received, bit i = part i (atomic) */
+    uint64_t t0;    /* handshake start */
+    int ready_owed; /* receiver, rebuilt path: READY goes out once the comm is accepted */
+};
+
+/* Init (the linkguard flavor, LINKGUARD_INNER set): opens and starts the inner plugin, maps
+ * every device's NICs to inner devices and merges their properties. Trims `t` of backups
+ * that have no inner device. WARNs and fails on any problem. */
+ncclResult_t lg_wrap_start(struct lg_device_table *t, ncclDebugLogger_t logger);
+ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props);
+
+/* A path carries data: its comm is there and not fenced. */
+static inline int lg_wrap_carries(const struct lg_wpath *w)
+{
+    return __atomic_load_n(&w->ready, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&w->dead, __ATOMIC_ACQUIRE);
+}
+
+/* NCCL's thread: post and complete inner sends/receives on the committed path. */
+void lg_wrap_pump(struct lg_conn *c);
+/* Handlers: an INNER frame on the sender's side. */
+void lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f);
+/* Monitor: drives the handshakes; 1 while one is in progress (run again soon). */
+int lg_wrap_step(struct lg_conn *c, uint64_t now);
+/* Closes a path's inner comm (after its registrations) and handshake leftovers; idempotent.
+ * Not under wmu or mr_mu. */
+void lg_wrap_fence(struct lg_path *p);
+/* Monitor, at a commit to another path, under c->wmu held across the change of the committed
+ * path (and the sender's rewind): forget the inner requests posted on the path left, which
+ * the caller then fences (the receiver before its RESYNC goes out). */
+void lg_wrap_rx_forget(struct lg_conn *c);
+void lg_wrap_tx_forget(struct lg_conn *c);
+
+/* Registrations of a connection: on every path that carries now, and on each path's comm as
+ * it comes (rebuilds). */
+ncclResult_t lg_wrap_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
+                            uint64_t offset, int fd, struct lg_inner_mr **out);
+ncclResult_t lg_wrap_dereg_mr(struct lg_conn *c, struct lg_inner_mr *mr);
+/* iflush on the committed path's comm: a linkguard flush request, or NULL (nothing to do). */
+ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
+                            struct lg_inner_mr **mrs, void **request);
+/* test() of a flush request; 0 if `request` is not one. */
+int lg_wrap_flush_test(void *request, int *done, ncclResult_t *rc);
+
+#endif
