@@ -92,7 +92,7 @@ def freeze_build() -> dict[str, Any]:
     build) must not swap binaries under it. Returns what was measured: paths, the plugin's
     sha256, the commit, and whether plugin/ had uncommitted changes."""
     tmp = Path(tempfile.mkdtemp(prefix="lgbench-", dir="/tmp"))
-    for src in (pd.DRIVER, demo.SHM_DUMP, pd.LINKGUARD_SO):
+    for src in (pd.DRIVER, demo.SHM_DUMP, pd.LINKGUARD_SO, pd.LGTCP_SO):
         shutil.copy2(src, tmp / src.name)
     pd.DRIVER = tmp / pd.DRIVER.name
     demo.SHM_DUMP = tmp / demo.SHM_DUMP.name
@@ -102,7 +102,8 @@ def freeze_build() -> dict[str, Any]:
                           text=True, check=False).stdout.strip()
     dirty = subprocess.run([*git, "status", "--porcelain", "--", "plugin"], capture_output=True,
                            text=True, check=False).stdout.strip()
-    return {"dir": str(tmp), "plugin": str(so), "commit": head,
+    return {"dir": str(tmp), "plugin": str(so), "inner": str(tmp / pd.LGTCP_SO.name),
+            "commit": head,
             "plugin_sha256": hashlib.sha256(so.read_bytes()).hexdigest()[:16],
             "plugin_tree_dirty": bool(dirty)}
 
@@ -225,7 +226,8 @@ class Trial:
 def run_scenario(sc: Scenario, trials: int, size: str, conns: int, pace_us: float,
                  max_missed: int, seed: int, log: Callable[[str], None],
                  plugin: Path | None = None, idle_us: int = 0,
-                 workdir: Path | None = None) -> dict[str, Any]:
+                 workdir: Path | None = None,
+                 extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     rng = random.Random(seed)
     per_trial_s = 1.0 + sc.fail_wait_s + 0.3 + 0.3 + sc.back_wait_s + sc.cooldown_s
     bound_s = trials * per_trial_s + 60
@@ -251,7 +253,7 @@ def run_scenario(sc: Scenario, trials: int, size: str, conns: int, pace_us: floa
             pair = start_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
                               f"{lab.mgmt_address('b')}:7000", bound_s, args,
                               env={"LINKGUARD_PAIRS": PAIRS, "NCCL_DEBUG": "INFO",
-                                   "NCCL_DEBUG_SUBSYS": "NET"},
+                                   "NCCL_DEBUG_SUBSYS": "NET", **(extra_env or {})},
                               server_env=driver_env(lab, "b"), client_env=driver_env(lab, "a"),
                               timeout=bound_s + 60, on_line=watch.on_line,
                               **({"plugin": plugin} if plugin else {}), **per_role)
@@ -419,12 +421,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-build", action="store_true", help="use plugin/build as it is")
+    ap.add_argument("--wrap", action="store_true",
+                    help="wrap mode: LINKGUARD_INNER = the standalone lgtcp build")
     a = ap.parse_args()
     if not a.no_build:
         build_plugin()
     build = freeze_build()
     results = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "build": build,
-               "daemon_args": DAEMON_ARGS, "list_min_ms": LIST_MS, "scenarios": []}
+               "daemon_args": DAEMON_ARGS, "list_min_ms": LIST_MS, "wrap": a.wrap,
+               "scenarios": []}
     try:
         run_all(a, build, results)
     finally:
@@ -439,7 +444,9 @@ def run_all(a: argparse.Namespace, build: dict[str, Any], results: dict[str, Any
         res = run_scenario(sc, a.trials, a.size, a.conns, a.pace_us, a.max_missed, a.seed,
                            lambda s: print(s, file=sys.stderr, flush=True),
                            plugin=Path(build["plugin"]), idle_us=a.idle_us,
-                           workdir=Path(build["dir"]))
+                           workdir=Path(build["dir"]),
+                           extra_env={"LINKGUARD_INNER": build["inner"],
+                                      "LGTCP_IFS": "rail0,rail1"} if a.wrap else None)
         res["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
         results["scenarios"].append(res)
         print(json.dumps({"scenario": name, "switched": res["switched"],
