@@ -138,16 +138,17 @@ class Watcher:
             return [p for p in self.plugin if p.kind == kind and (p.when_ns or 0) >= after_ns
                     and role in (None, p.role)]
 
-    def wait(self, pred: Callable[[], Any], timeout_s: float, alive: Callable[[], bool]
-             ) -> Any:
-        """Poll until pred() is truthy (returned), the drivers die, or the time is up."""
+    def wait(self, pred: Callable[[], Any], timeout_s: float, alive: Callable[[], bool],
+             period_s: float = 0.02) -> Any:
+        """Poll until pred() is truthy (returned), the drivers die, or the time is up. Each
+        turn reads both daemons' events (a process each): a longer period loads the CPUs less."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.poll()
             got = pred()
             if got or time.monotonic() >= deadline or not alive():
                 return got
-            time.sleep(0.02)
+            time.sleep(period_s)
 
 
 # --- scenarios -----------------------------------------------------------------------------

@@ -44,9 +44,15 @@ gets:
   control     the largest gap that ends in the 300 ms before the fault, when nothing happened
               (the tail of the settling wait): this machine's own noise with four drivers
 
-and the plugin's log lines from the fault to the next one, and what the previous fault was and
-how long before this one it was repaired (a fault soon after one on the other rail can meet a
-standby path that has not recovered yet).
+  switch gap  the largest gap that starts at or after fault - 50 ms and overlaps [fault, the
+              last failover line before the repair + 50 ms]: the switch itself, as in
+              bench/failover_gap.py, without what happens later on the standby path
+
+and the plugin's log lines and the daemons' state changes from the fault to the next one, what
+the previous fault was and how long before this one it was repaired, the 1-minute load
+average, and what the kernel counted meanwhile: TCP retransmissions and retransmission
+timeouts in each lab host (the counters of the drivers' network namespaces) and packets dropped
+because a CPU's input backlog was full (/proc/net/softnet_stat, all namespaces).
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ from bench.lab_iperf import machine
 from bench.plugin_driver import build_plugin, lab_starter, start_stream_pair
 from linkguard_lab.demo import PAIRS, HostDaemon, driver_env, start_daemons
 from linkguard_lab.lab import Lab, unique_prefix
-from linkguard_lab.timeline import Gap, largest_gap, largest_stall, report_gaps
+from linkguard_lab.timeline import Gap, largest_gap, largest_stall, report_gaps, switch_window
 
 PAIRS_RUN = {  # name: (port, driver args)
     "dev0": (7000, ["--dev", "0", "--bidir", "--conns", "2", "--size", "256K"]),
@@ -86,6 +92,9 @@ PAIRS_RUN = {  # name: (port, driver args)
 LIST_MS = 2.0  # gaps listed by the drivers; a long run at full speed has many of ~1 ms
 MARGIN_NS = 50_000_000  # a fault's gap may start this long before it (the last completion)
 CONTROL_NS = 300_000_000  # the quiet stretch before each fault whose largest gap is the control
+POLL_S = 0.1  # the settling wait's period: each turn starts lg_shm_dump twice or four times
+NET_COUNTERS = {"Tcp": ("RetransSegs",),  # /proc/PID/net/snmp, /proc/PID/net/netstat
+                "TcpExt": ("TCPTimeouts", "TCPLossProbes", "TCPSpuriousRTOs")}
 KEEP_MS = 20.0  # gaps at least this long are kept in the JSON (fault_log, big_gaps)
 KINDS = (("cut", 3), ("nicdown", 2), ("blackhole", 2), ("flap", 2), ("drain", 2))
 
@@ -122,6 +131,39 @@ _REBUILT = re.compile(r"path on NIC \S+ rebuilt")
 
 
 QUIET_NS = 700_000_000  # no path news for this long (> the 300 ms silent timeout + heartbeats)
+
+
+def net_counters(pid: int) -> dict[str, int]:
+    """NET_COUNTERS of the network namespace that process `pid` lives in (a lab host's)."""
+    out: dict[str, int] = {}
+    for name in ("snmp", "netstat"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()
+        except OSError:
+            continue
+        for head, vals in zip(lines[::2], lines[1::2], strict=False):
+            prefix, keys = head.split(":", 1)
+            wanted = NET_COUNTERS.get(prefix, ())
+            for k, v in zip(keys.split(), vals.split(":", 1)[1].split(), strict=False):
+                if k in wanted:
+                    out[k] = int(v)
+    return out
+
+
+def snapshot(hosts: dict[str, int]) -> dict[str, Any]:
+    """What the kernel counted so far, and the load: taken at each fault."""
+    softnet = Path("/proc/net/softnet_stat").read_text().splitlines()
+    return {"load1": float(Path("/proc/loadavg").read_text().split()[0]),
+            "softnet_dropped": sum(int(line.split()[1], 16) for line in softnet),
+            **{host: net_counters(pid) for host, pid in hosts.items()}}
+
+
+def counted(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What the kernel counted between two snapshots (by host, then in all namespaces)."""
+    out: dict[str, Any] = {h: {k: after[h].get(k, 0) - v for k, v in c.items()}
+                           for h, c in before.items() if isinstance(c, dict) and h in after}
+    out["softnet_dropped"] = after["softnet_dropped"] - before["softnet_dropped"]
+    return out
 
 
 def settled(watch: Watcher, since_ns: int, repair_ns: int) -> bool:
@@ -190,21 +232,28 @@ def run(faults: int, seed: int, log: Callable[[str], None], plugin: Path,
             def alive() -> bool:
                 return all(p.running() for p in pairs.values())
 
+            # Host a runs every client, host b every server: dev0's pair stands for each host.
+            hosts = {"a": pairs["dev0"].procs["client"].pid, "b": pairs["dev0"].procs["server"].pid}
             t_start = time.monotonic()
             for i in range(faults):
                 if not alive():
                     log(f"soak: a driver exited before fault {i + 1}")
                     break
                 kind, host, rail = rng.choice(kinds), rng.choice("ab"), rng.randint(0, 1)
+                snap = snapshot(hosts)
                 t0, t1, what = inject(kind, lab, by_host, host, rail, rng)
-                ok = watch.wait(lambda t0=t0, t1=t1: settled(watch, t0, t1), 15.0, alive)
+                ok = watch.wait(lambda t0=t0, t1=t1: settled(watch, t0, t1), 15.0, alive,
+                                period_s=POLL_S)
                 unsettled += not ok
                 time.sleep(0.3)
                 done.append({"i": i, "kind": kind, "host": host, "rail": rail, "what": what,
-                             "fault_ns": t0, "repair_ns": t1, "settled": bool(ok)})
+                             "fault_ns": t0, "repair_ns": t1, "settled": bool(ok),
+                             "at_fault": snap})
                 if (i + 1) % 10 == 0 or not ok:
                     log(f"soak: {i + 1}/{faults} faults, {time.monotonic() - t_start:.0f} s"
                         f"{'' if ok else f' (did not settle after {what})'}")
+            if done:
+                done[-1]["at_end"] = snapshot(hosts)
             for p in pairs.values():
                 for proc in p.procs.values():
                     if proc.poll() is None:
@@ -251,6 +300,13 @@ def verdict(done: list[dict[str, Any]], results: dict[str, Any], watch: Watcher,
         f["return_gap_ms"] = round(r.ms, 3) if r else LIST_MS
         f["return_gap"] = _gap_info(r, t0)
         f["stall_ms"] = round(largest_stall(gaps, t0, t1) or LIST_MS, 3)
+        w = switch_window(watch.plugin, "failover", t0, t1)
+        switched = [p.when_ns for p in watch.plugin if p.kind == "failover" and p.when_ns
+                    and t0 <= p.when_ns < t1]
+        if switched:  # no failover line, no switch to measure
+            sg = largest_gap([x for x in gaps if x.start_ns >= t0 - MARGIN_NS], *w)
+            f["switch_ms"] = round((min(switched) - t0) / 1e6, 3)
+            f["switch_gap_ms"] = round(sg.ms, 3) if sg else LIST_MS
         c = largest_gap([x for x in gaps if x.end_ns <= t0], t0 - CONTROL_NS, t0)
         f["control_ms"] = round(c.ms, 3) if c else LIST_MS
         if k:
@@ -259,8 +315,14 @@ def verdict(done: list[dict[str, Any]], results: dict[str, Any], watch: Watcher,
                          "repaired_ms_before": round((t0 - prev["repair_ns"]) / 1e6, 1)}
         f["lines"] = [f"{((p.when_ns or 0) - t0) / 1e6:+.1f} ms {p.role}: {p.msg}"
                       for p in watch.plugin if t0 - MARGIN_NS <= (p.when_ns or 0) < nxt]
-        for key in ("gap_ms", "return_gap_ms", "stall_ms", "control_ms"):
-            by_kind[f["kind"]][key].append(f[key])
+        f["daemon"] = [f"{(e.time_ns - t0) / 1e6:+.1f} ms {e.host} {e.nic} {e.old} -> {e.new}"
+                       for e in watch.events if t0 - MARGIN_NS <= e.time_ns < nxt]
+        after = done[k + 1]["at_fault"] if k + 1 < len(done) else f.get("at_end")
+        if after:
+            f["counted"] = counted(f["at_fault"], after)
+        for key in ("gap_ms", "return_gap_ms", "stall_ms", "control_ms", "switch_gap_ms"):
+            if key in f:
+                by_kind[f["kind"]][key].append(f[key])
     lines = watch.plugin
     return {
         "faults": len(done), "by_kind": {k: len(v["gap_ms"]) for k, v in by_kind.items()},
@@ -268,6 +330,7 @@ def verdict(done: list[dict[str, Any]], results: dict[str, Any], watch: Watcher,
         "return_gap_ms_by_kind": {k: stats(v["return_gap_ms"]) for k, v in by_kind.items()},
         "stall_ms_by_kind": {k: stats(v["stall_ms"]) for k, v in by_kind.items()},
         "control_ms_by_kind": {k: stats(v["control_ms"]) for k, v in by_kind.items()},
+        "switch_gap_ms_by_kind": {k: stats(v["switch_gap_ms"]) for k, v in by_kind.items()},
         "gap_ms_all": stats([f["gap_ms"] for f in done]),
         "line_counts": line_counts(lines),
         "big_gaps": [[g.role, g.comm, g.start_ns, g.end_ns] for g in sorted(
@@ -334,7 +397,8 @@ def main() -> None:
     brief = {k: res[k] for k in ("faults", "by_kind", "unsettled", "drivers_ok", "totals",
                                  "failover_lines", "reintegration_lines", "line_counts",
                                  "lossless", "gap_ms_by_kind", "return_gap_ms_by_kind",
-                                 "stall_ms_by_kind", "control_ms_by_kind")}
+                                 "stall_ms_by_kind", "control_ms_by_kind",
+                                 "switch_gap_ms_by_kind")}
     print(json.dumps(brief, indent=1))
     sys.exit(0 if res["lossless"] else 1)
 
