@@ -101,6 +101,10 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
         lg_health_init(); /* before discovery: the daemon's table lists the devices */
     if (lg_core_loaded != (int)flavor) {
         lg_params_load(&lg_params, getenv_wrap);
+        /* Wrap mode (the failover plugin only: the standalone transport is what gets
+         * wrapped) starts the inner plugin first: LINKGUARD_PAIRS may name its devices. */
+        if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_open(logger)) != ncclSuccess)
+            goto out;
         if (lg_devices_discover(&lg_devs, flavor == LG_FLAVOR_TCP) < 0) {
             rc = ncclInvalidUsage;
             goto out;
@@ -109,8 +113,7 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
         raise_nofile();
         log_devices(flavor);
     }
-    /* Wrap mode (the failover plugin only: the standalone transport is what gets wrapped). */
-    if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_start(&lg_devs, logger)) != ncclSuccess)
+    if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_start(&lg_devs)) != ncclSuccess)
         goto out;
     if (!lg_core_running) {
         if (lg_progress_start((int)lg_params.threads) != 0) {

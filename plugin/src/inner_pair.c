@@ -1,6 +1,7 @@
 /* Wrap mode: matching inner devices to NICs and building the pairs (see inner_pair.h). */
 #include "inner_pair.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,32 @@ int lg_inner_pairs_from_table(const struct lg_device_table *t, const struct lg_i
             return -1;
     }
     return t->count;
+}
+
+int lg_nic_rdma_id(const char *sysfs_root, const char *ifname, char *dev, size_t len, int *port)
+{
+    char path[PATH_MAX];
+    const char *root = sysfs_root && *sysfs_root ? sysfs_root : "/sys";
+    snprintf(path, sizeof(path), "%s/class/net/%s/device/infiniband", root, ifname);
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    int found = -1;
+    while ((e = readdir(d)) && found < 0)
+        if (e->d_name[0] != '.' && (size_t)snprintf(dev, len, "%s", e->d_name) < len)
+            found = 0;
+    closedir(d);
+    *port = 0;
+    snprintf(path, sizeof(path), "%s/class/net/%s/dev_port", root, ifname);
+    FILE *f = found == 0 ? fopen(path, "re") : NULL;
+    int dp;
+    if (f) {
+        if (fscanf(f, "%d", &dp) == 1 && dp >= 0 && dp < 255)
+            *port = dp + 1; /* dev_port counts from 0, verbs ports from 1 */
+        fclose(f);
+    }
+    return found;
 }
 
 int lg_nic_pci_real(const char *sysfs_root, const char *ifname, char *out, size_t len)

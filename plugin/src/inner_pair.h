@@ -58,6 +58,9 @@ int lg_inner_pairs_from_table(const struct lg_device_table *t, const struct lg_i
                               int ndev, const struct lg_nic_id *nics, int nnic,
                               struct lg_inner_pair *out, int max, char *err, size_t errlen);
 
+/* The RDMA device behind a netdev (<sysfs_root>/class/net/<ifname>/device/infiniband/<dev>)
+ * and its port (dev_port + 1; 0 if unknown); -1 if it has none. */
+int lg_nic_rdma_id(const char *sysfs_root, const char *ifname, char *dev, size_t len, int *port);
 /* realpath of <sysfs_root>/class/net/<ifname>/device into out; -1 if there is none. */
 int lg_nic_pci_real(const char *sysfs_root, const char *ifname, char *out, size_t len);
 

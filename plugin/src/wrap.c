@@ -33,24 +33,101 @@ static const char *slot_name(int i) { return i ? "backup" : "primary"; }
 
 /* ---- init ------------------------------------------------------------------------------- */
 
-static int map_devices(struct lg_wrap *w, struct lg_device_table *t, char *err, size_t len)
+/* A NIC as pairing sees it: its PCI function and its RDMA device and port, from sysfs. */
+struct nic_ids {
+    char pci[4096];
+    char rdma[64];
+};
+
+static void nic_id(const char *netdev, struct nic_ids *buf, struct lg_nic_id *id)
 {
-    struct lg_inner *in = w->in;
-    static struct lg_inner_devid devs[LG_INNER_MAX_DEVS];
-    static struct lg_nic_id nics[2 * LG_MAX_DEVS];
-    static char pci[2 * LG_MAX_DEVS][4096];
-    static struct lg_inner_pair pairs[LG_MAX_DEVS];
+    int port = 0;
+    int pci = lg_nic_pci_real(lg_params.sysfs_root, netdev, buf->pci, sizeof(buf->pci));
+    int rdma = lg_nic_rdma_id(lg_params.sysfs_root, netdev, buf->rdma, sizeof(buf->rdma), &port);
+    *id = (struct lg_nic_id){.netdev = netdev, .rdma_dev = rdma == 0 ? buf->rdma : NULL,
+                             .rdma_port = rdma == 0 ? port : 0,
+                             .pci_real = pci == 0 ? buf->pci : NULL};
+}
+
+static void inner_ids(const struct lg_inner *in, struct lg_inner_devid *devs)
+{
     for (int i = 0; i < in->ndev; i++)
         devs[i] = (struct lg_inner_devid){.name = in->dev[i].props.name,
                                           .pci_real = in->dev[i].pci_real,
                                           .port = in->dev[i].props.port};
+}
+
+/* LINKGUARD_PAIRS may name inner devices ("mlx5_0:mlx5_1"): each such name becomes the netdev
+ * of its NIC (by RDMA device and port, or PCI function), whose address carries linkguard's
+ * control channel; device discovery then reads netdevs only. */
+static int translate_pairs(const struct lg_inner *in, char *err, size_t len)
+{
+    static struct lg_ifinfo ifs[LG_MAX_IFS];
+    static struct nic_ids bufs[LG_MAX_IFS];
+    static struct lg_nic_id nics[LG_MAX_IFS];
+    static struct lg_inner_devid devs[LG_INNER_MAX_DEVS];
+    static char out[1024];
+    const char *spec = lg_params.pairs;
+    if (!spec || !spec[0])
+        return 0;
+    int nifs = lg_ifaces_scan(ifs, LG_MAX_IFS);
+    for (int i = 0; i < nifs; i++)
+        nic_id(ifs[i].name, &bufs[i], &nics[i]);
+    inner_ids(in, devs);
+    size_t o = 0;
+    for (const char *p = spec; *p;) {
+        size_t n = strcspn(p, ",:");
+        char name[IFNAMSIZ + 64];
+        snprintf(name, sizeof(name), "%.*s", (int)n, p);
+        const char *use = name;
+        int is_if = 0, dev = -1, ndev = 0;
+        for (int i = 0; i < nifs; i++)
+            is_if |= !strcmp(ifs[i].name, name);
+        for (int i = 0; i < in->ndev; i++)
+            if (!strcmp(devs[i].name, name))
+                dev = i, ndev++;
+        if (!is_if && ndev > 1) {
+            snprintf(err, len, "'%s' names several inner devices (ports of one NIC?); name "
+                     "their netdevs instead", name);
+            return -1;
+        }
+        if (!is_if && ndev == 1) {
+            int k = lg_inner_nic_match(nics, nifs, &devs[dev]);
+            if (k < 0) {
+                snprintf(err, len, "inner device '%s' matches %s network interface (by RDMA "
+                         "device or PCI path): linkguard's control channel needs its netdev",
+                         name, k == LG_MATCH_NONE ? "no" : "more than one");
+                return -1;
+            }
+            use = nics[k].netdev;
+        }
+        int w = snprintf(out + o, sizeof(out) - o, "%s%s", use, p[n] ? (p[n] == ':' ? ":" : ",")
+                                                                     : "");
+        if (w < 0 || (size_t)w >= sizeof(out) - o) {
+            snprintf(err, len, "too long");
+            return -1;
+        }
+        o += (size_t)w;
+        p += n + (p[n] ? 1 : 0);
+    }
+    if (strcmp(out, spec))
+        LG_INFO(NCCL_INIT | NCCL_NET, "LINKGUARD_PAIRS=\"%s\" is \"%s\" in netdevs", spec, out);
+    lg_params.pairs = out;
+    return 0;
+}
+
+static int map_devices(struct lg_wrap *w, struct lg_device_table *t, char *err, size_t len)
+{
+    struct lg_inner *in = w->in;
+    static struct lg_inner_devid devs[LG_INNER_MAX_DEVS];
+    static struct nic_ids bufs[2 * LG_MAX_DEVS];
+    static struct lg_nic_id nics[2 * LG_MAX_DEVS];
+    static struct lg_inner_pair pairs[LG_MAX_DEVS];
+    inner_ids(in, devs);
     int nnic = 0;
     for (int d = 0; d < t->count; d++)
-        for (int k = 0; k < 1 + t->dev[d].has_backup; k++, nnic++) {
-            const char *name = t->dev[d].nic[k].name;
-            int ok = lg_nic_pci_real(lg_params.sysfs_root, name, pci[nnic], sizeof(pci[0]));
-            nics[nnic] = (struct lg_nic_id){.netdev = name, .pci_real = ok == 0 ? pci[nnic] : NULL};
-        }
+        for (int k = 0; k < 1 + t->dev[d].has_backup; k++, nnic++)
+            nic_id(t->dev[d].nic[k].name, &bufs[nnic], &nics[nnic]);
     if (lg_inner_pairs_from_table(t, devs, in->ndev, nics, nnic, pairs, LG_MAX_DEVS, err,
                                   len) < 0)
         return -1;
@@ -97,9 +174,12 @@ static void inner_logger(ncclDebugLogLevel level, unsigned long flags, const cha
         lg_wrap_log_to(level, flags, file, line, "%s", msg);
 }
 
-ncclResult_t lg_wrap_start(struct lg_device_table *t, ncclDebugLogger_t logger)
+/* Opened and started, not yet mapped onto the device table (between the two init steps). */
+static struct lg_wrap *lg_wrap_opened;
+
+ncclResult_t lg_wrap_open(ncclDebugLogger_t logger)
 {
-    if (!lg_params.inner[0] || lg_wrap)
+    if (!lg_params.inner[0] || lg_wrap || lg_wrap_opened)
         return ncclSuccess;
     struct lg_wrap *w = calloc(1, sizeof(*w));
     if (!w)
@@ -115,10 +195,24 @@ ncclResult_t lg_wrap_start(struct lg_device_table *t, ncclDebugLogger_t logger)
         return rc;
     }
     char err[256] = "";
+    if (translate_pairs(w->in, err, sizeof(err)) != 0) {
+        LG_WARN("LINKGUARD_PAIRS=\"%s\" (wrap mode): %s", lg_params.pairs, err);
+        free(w); /* the inner stays initialised: never dlclosed after init */
+        return ncclInvalidUsage;
+    }
+    lg_wrap_opened = w;
+    return ncclSuccess;
+}
+
+ncclResult_t lg_wrap_start(struct lg_device_table *t)
+{
+    struct lg_wrap *w = lg_wrap_opened;
+    if (!w || lg_wrap)
+        return ncclSuccess;
+    char err[256] = "";
     if (map_devices(w, t, err, sizeof(err)) != 0) {
         LG_WARN("LINKGUARD_INNER=%s: cannot pair the inner plugin's devices with the NICs: %s",
                 lg_params.inner, err);
-        free(w); /* the inner stays initialised: never dlclosed after init */
         return ncclInvalidUsage;
     }
     for (int d = 0; d < t->count; d++)

@@ -63,10 +63,13 @@ struct lg_wpath {
     int ready_owed; /* receiver, rebuilt path: READY goes out once the comm is accepted */
 };
 
-/* Init (the linkguard flavor, LINKGUARD_INNER set): opens and starts the inner plugin, maps
- * every device's NICs to inner devices and merges their properties. Trims `t` of backups
- * that have no inner device. WARNs and fails on any problem. */
-ncclResult_t lg_wrap_start(struct lg_device_table *t, ncclDebugLogger_t logger);
+/* Init of the linkguard flavor with LINKGUARD_INNER set, in two steps around device
+ * discovery. lg_wrap_open: opens and starts the inner plugin, and rewrites inner device names
+ * in LINKGUARD_PAIRS as the netdevs of their NICs. lg_wrap_start: maps every device's NICs
+ * to inner devices and merges their properties; wrap mode is on from then. Both WARN and
+ * fail on any problem; without LINKGUARD_INNER both do nothing. */
+ncclResult_t lg_wrap_open(ncclDebugLogger_t logger);
+ncclResult_t lg_wrap_start(struct lg_device_table *t);
 ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props);
 
 /* A path carries data: its comm is there and not fenced. */

@@ -238,6 +238,18 @@ static void test_sysfs(void)
     struct lg_nic_id n = {"rail0", NULL, 0, real};
     CHECK_EQ(lg_inner_dev_match(&d, 1, &n), 0);
     CHECK_EQ(lg_nic_pci_real(root, "veth0", real, sizeof(real)), -1); /* virtual: none */
+    /* Its RDMA device and port, as the kernel lays them out (port 2 of a dual-port HCA). */
+    char rdma[64];
+    int port = -1;
+    CHECK_EQ(lg_nic_rdma_id(root, "rail0", rdma, sizeof(rdma), &port), -1);
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s/infiniband/mlx4_0 && echo 1 > "
+             "%s/class/net/rail0/dev_port", path, root);
+    CHECK_EQ(system(cmd), 0);
+    CHECK_EQ(lg_nic_rdma_id(root, "rail0", rdma, sizeof(rdma), &port), 0);
+    CHECK(!strcmp(rdma, "mlx4_0") && port == 2);
+    struct lg_inner_devid ports[2] = {{"mlx4_0", inner_real, 1}, {"mlx4_0", inner_real, 2}};
+    struct lg_nic_id n2 = {"rail0", rdma, port, real};
+    CHECK_EQ(lg_inner_dev_match(ports, 2, &n2), 1); /* the RDMA name and port decide */
     free(inner_real);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
     CHECK_EQ(system(cmd), 0);

@@ -80,3 +80,18 @@ def test_a_bad_inner_plugin_fails_init_with_a_warn(env: dict[str, str], culprit:
     assert proc.returncode != 0
     assert report["ok"] is False and report["errors"][0]["call"] == "init"
     assert "WARN" in proc.stderr and culprit in proc.stderr, proc.stderr[-2000:]
+
+
+def test_pairs_may_name_inner_devices(tmp_path: Path) -> None:
+    """LINKGUARD_PAIRS=fake0 names an RDMA device: sysfs says it is the device of netdev lo
+    (class/net/lo/device/infiniband/fake0, as the kernel lays it out), so lo carries the
+    control channel and the inner device fake0 the data."""
+    (tmp_path / "class/net/lo/device/infiniband/fake0").mkdir(parents=True)
+    report, proc = props({**WRAP, "LINKGUARD_INNER": str(FAKE_SO), "LINKGUARD_PAIRS": "fake0",
+                          "LINKGUARD_SYSFS_ROOT": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert [d["name"] for d in report["devices"]] == ["fake0+none"]
+    # Without that sysfs entry the name matches no interface: a clear refusal.
+    report, proc = props({**WRAP, "LINKGUARD_INNER": str(FAKE_SO), "LINKGUARD_PAIRS": "fake0"})
+    assert proc.returncode != 0 and report["errors"][0]["call"] == "init"
+    assert "inner device 'fake0' matches no network interface" in proc.stderr, proc.stderr
