@@ -75,6 +75,11 @@
  *    and a WARN names the connection and both NICs with what became of each path. EOF or reset
  *    without any BYE on both paths means the peer process is gone: fail at once.
  *
+ * Wrap mode (LINKGUARD_INNER; wrap.h): the same protocol, but a path's data goes through one
+ * inner-plugin comm instead of the data streams (whole messages, posted in sequence order on
+ * the committed path from NCCL's thread); the receiver closes the inner comm of a path it
+ * leaves before its RESYNC, and every path left by a switch is fenced and rebuilt.
+ *
  * Threads: NCCL's progress thread calls isend/irecv/test; its service thread calls
  * connect/accept/regMr/close. Socket handlers run serialized per socket (progress.h) on
  * whichever thread gets there: NCCL's thread for small work (isend writes a small message,
