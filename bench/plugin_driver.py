@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -69,6 +70,13 @@ def _finish(proc: subprocess.Popen, timeout: float) -> DriverResult:
     lines = [line for line in (out or "").splitlines() if line.startswith("{")]
     report = json.loads(lines[-1]) if lines else {}
     return DriverResult(report, proc.returncode, err or "")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a loopback driver pair's handle exchange)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def run_pair(server: Starter, client: Starter, mgmt: str, args: Sequence[str] = (),

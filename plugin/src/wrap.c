@@ -294,6 +294,19 @@ static void inner_failed(struct lg_path *p, const char *call, ncclResult_t rc)
     lg_conn_path_failed(p, 0, why);
 }
 
+/* One inner test(): 1 done, 0 not yet, -1 failed (the path fails over). */
+static int inner_test(struct lg_path *p, void *ireq, int *size)
+{
+    struct lg_inner *in = lg_wrap->in;
+    int done = 0;
+    ncclResult_t rc = in->ops->test(in, ireq, &done, size);
+    if (rc != ncclSuccess) {
+        inner_failed(p, "test", rc);
+        return -1;
+    }
+    return done;
+}
+
 static void tx_pump(struct lg_conn *c, struct lg_path *p)
 {
     struct lg_inner *in = lg_wrap->in;
@@ -303,13 +316,10 @@ static void tx_pump(struct lg_conn *c, struct lg_path *p)
     /* Completions come in posted order. */
     for (; c->w_test < end; c->w_test++) {
         struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
-        int done = 0;
         if (r->ireq) {
-            ncclResult_t rc = in->ops->test(in, r->ireq, &done, NULL);
-            if (rc != ncclSuccess) {
-                inner_failed(p, "test", rc);
+            int done = inner_test(p, r->ireq, NULL);
+            if (done < 0)
                 return;
-            }
             if (!done)
                 break;
             r->ireq = NULL;
@@ -347,12 +357,9 @@ static void rx_pump(struct lg_conn *c, struct lg_path *p)
     struct lg_inner *in = lg_wrap->in;
     for (; c->w_test < c->w_post; c->w_test++) {
         struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
-        int done = 0, size = 0;
-        ncclResult_t rc = in->ops->test(in, r->ireq, &done, &size);
-        if (rc != ncclSuccess) {
-            inner_failed(p, "test", rc);
+        int size = 0, done = inner_test(p, r->ireq, &size);
+        if (done < 0)
             return;
-        }
         if (!done)
             break;
         r->ireq = NULL;

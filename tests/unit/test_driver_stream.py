@@ -6,7 +6,6 @@ tells a duplicated, reordered or lost message from a flipped byte."""
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.plugin_driver import (
     build_plugin,
+    free_port,
     gaps_overlapping,
     local_starter,
     run_pair,
@@ -29,11 +29,6 @@ LOOPBACK = {"LINKGUARD_PAIRS": "lo"}
 def built() -> None:
     build_plugin()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stream(args: list[str], timeout: float = 60):

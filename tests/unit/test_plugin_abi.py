@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import ctypes
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from bench.plugin_driver import (
     LINKGUARD_SO,
     VERSIONS,
     build_plugin,
+    free_port,
     local_starter,
     props,
     run_pair,
@@ -48,11 +48,6 @@ def defined_dynamic_symbols(lib: Path) -> set[str]:
 def test_exports_exactly_the_five_tables(lib: Path) -> None:
     assert defined_dynamic_symbols(lib) == EXPORTS
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # Members after `name`, in order (reference §1.4-1.8), and which may be NULL.

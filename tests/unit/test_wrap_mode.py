@@ -10,7 +10,6 @@ The failover suite in wrap mode runs in the lab (tests/lab/test_failover.py, [wr
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from bench.plugin_driver import (
     LINKGUARD_SO,
     VERSIONS,
     build_plugin,
+    free_port,
     local_starter,
     props,
     run_pair,
@@ -35,11 +35,6 @@ WRAP = {"LINKGUARD_PAIRS": "lo", "LGTCP_IFS": "lo", "LINKGUARD_INNER": str(LGTCP
 def built() -> None:
     build_plugin()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_device_is_named_after_its_inner_members() -> None:
