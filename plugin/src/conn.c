@@ -110,7 +110,7 @@ int lg_conn_start(struct lg_conn *c)
     if (c->kind == LG_CONN_SEND) /* every data stream starts with nothing to send */
         c->parked = (uint32_t)((1ull << c->nstreams) - 1);
     c->active_path = c->paths[c->active];
-    c->protected_ = c->paths[0] && c->paths[1];
+    __atomic_store_n(&c->protected_, c->paths[0] && c->paths[1], __ATOMIC_RELEASE);
     for (int pi = 0; pi < LG_NPATHS; pi++)
         if (c->paths[pi] && lg_path_start(c->paths[pi]) != 0)
             return -1;
@@ -296,7 +296,9 @@ static void path_lost(struct lg_path *p, int err, int eof, const char *why)
                 LG_INFO(NCCL_NET, "%s conn %016llx: closed by the peer", kind,
                         (unsigned long long)c->nonce);
         }
-    } else if (!c->protected_) {
+    } else if (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) &&
+               __atomic_load_n(&c->paths[p->index], __ATOMIC_ACQUIRE) == p) {
+        /* (A path still being built is not the connection's: its attempt just fails.) */
         /* Built without a standby path: nothing to fail over to. An EOF with nothing in
          * flight is a close whose BYE lost the race to a data stream's EOF (e.g. an inner
          * comm that linkguard fenced, in wrap mode): noted quietly, the next call fails. */

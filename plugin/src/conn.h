@@ -210,7 +210,9 @@ struct lg_conn {
     int nstreams;
     uint32_t chunk_size;
     int npaths;
-    int protected_; /* built with both paths: failures fail over instead of failing */
+    int protected_; /* has both paths: failures fail over instead of failing (atomic) */
+    int upgradable; /* built without its backup path, which the peer has: the monitor keeps
+                     * trying to add it, and the connection is protected from then on */
     int active;     /* slot of the path carrying data (atomic; changed under mu) */
     uint32_t epoch; /* committed epoch (atomic, seq_cst; changed under mu) */
     struct lg_path *active_path; /* the path object the committed epoch uses (under mu) */

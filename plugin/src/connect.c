@@ -63,7 +63,7 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
 {
     struct lg_path *p = cg->conn->paths[1];
     LG_WARN("send conn %016llx: backup path via NIC %s to %s unavailable (%s%s%s); the "
-            "connection runs unprotected",
+            "connection runs unprotected until that path can be built",
             (unsigned long long)cg->conn->nonce, p->nic, p->peer, why, err ? ": " : "",
             err ? strerror(err) : "");
     for (int k = 0; k <= p->nstreams; k++) {
@@ -75,6 +75,7 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
     cg->path_live[1] = 0;
     cg->conn->paths[1] = NULL; /* the connection starts with its primary path only */
     cg->conn->npaths = 1;
+    cg->conn->upgradable = 1; /* ... and the monitor adds the backup when it can */
     pthread_mutex_destroy(&p->ctrl_mu);
     free(p);
 }

@@ -539,7 +539,7 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
         return;
     }
     struct lg_path *p = c->paths[i];
-    if (!p || lg_path_up(p) || !p->retired || now < sl->next_try_ns)
+    if ((p ? lg_path_up(p) || !p->retired : !c->upgradable) || now < sl->next_try_ns)
         return;
     /* Our daemon must call the NIC usable; so must the peer's, as far as we can hear it. */
     int heard = works(c, 0, now) || works(c, 1, now);
@@ -689,6 +689,29 @@ static void rx_step(struct lg_conn *c, uint64_t now)
     }
 }
 
+/* ---- a connection built without its backup ------------------------------------------------ */
+
+/* The sender keeps trying to build the backup path (as a rebuild: same backoff, same rule that
+ * our daemon must call the NIC usable); the receiver files it like any rebuilt path. Both
+ * send heartbeats meanwhile. */
+static uint64_t add_backup(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo_slot *sl = &c->fo.slot[1];
+    eval_health(c, now);
+    if (c->kind == LG_CONN_SEND)
+        tx_rejoin(c, 1, now);
+    else if (sl->rj.path && now - sl->rj.t0 > MS(lg_params.rejoin_timeout_ms))
+        lg_rejoin_abort(c, 1);
+    /* Heartbeats already: the receiver counts itself protected as soon as it has filed the
+     * path, and judges our primary's silence from then on. */
+    heartbeats(c, now);
+    if (sl->rj.path)
+        return now + MS(2);
+    uint64_t next = now + MS(lg_params.heartbeat_ms);
+    return c->kind == LG_CONN_SEND && sl->next_try_ns > now && sl->next_try_ns < next
+               ? sl->next_try_ns : next;
+}
+
 /* ---- one run ------------------------------------------------------------------------------- */
 
 uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
@@ -696,8 +719,12 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
     struct lg_fo *fo = &c->fo;
     uint64_t hb = MS(lg_params.heartbeat_ms);
     int handshaking = lg_wrap_step(c, now); /* wrap mode: inner comms of new paths */
-    if (!c->protected_ || __atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
-        return now + (handshaking ? MS(1) : 20 * hb);
+    if (__atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
+        return now + 20 * hb;
+    if (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE)) {
+        uint64_t next = c->upgradable ? add_backup(c, now) : now + 20 * hb;
+        return handshaking ? now + MS(1) : next;
+    }
     if (c->kind == LG_CONN_SEND)
         /* test() reads the active control channel only while NCCL polls: read it here too,
          * so heartbeats are seen on an idle connection. */

@@ -188,7 +188,9 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
         }
     }
     group_drop(g); /* sockets of paths the connector gave up on */
-    if (c->paths[0] && c->paths[1]) /* protected: rebuilt paths come to these sockets */
+    /* A connector that gave its backup up adds it later (it knows our address for it). */
+    c->upgradable = l->npaths > 1 && !c->paths[1];
+    if ((c->paths[0] && c->paths[1]) || c->upgradable) /* rebuilt paths come to these */
         for (int p = 0; p < l->npaths; p++) {
             lg_lsock_ref(l->ls[p]);
             c->lsock[p] = l->ls[p];

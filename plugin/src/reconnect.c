@@ -39,6 +39,17 @@ void lg_rejoin_publish(struct lg_conn *c, int slot, struct lg_path *p)
     /* NCCL's thread may still hold the old pointer inside one call: wait it out. */
     lg_conn_quiesce_inline(c);
     lg_path_free(old);
+    if (c->paths[0] && c->paths[1] && !__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE)) {
+        /* A connection built without its backup has it now. Its primary's control channel
+         * was quiet until now (no heartbeats while unprotected; in wrap mode no data on our
+         * sockets either): silence counts from here. */
+        __atomic_store_n(&c->paths[0]->last_rx_ns, lg_now_ns(), __ATOMIC_RELAXED);
+        c->upgradable = 0;
+        __atomic_store_n(&c->protected_, 1, __ATOMIC_RELEASE);
+        LG_INFO(NCCL_NET, "%s conn %016llx: backup path on NIC %s built after the start; the "
+                "connection is protected from now on", c->kind == LG_CONN_SEND ? "send" : "recv",
+                (unsigned long long)c->nonce, p->nic);
+    }
 }
 
 void lg_rejoin_abort(struct lg_conn *c, int slot)
@@ -198,7 +209,8 @@ static void rx_build(struct lg_conn *c, int slot, uint64_t now)
 int lg_rejoin_file(const struct lg_hello *h, int fd, uint64_t now)
 {
     struct lg_conn *c = lg_monitor_find_locked(h->conn_nonce, h->listen_id);
-    if (!c || !c->protected_ || __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) ||
+    if (!c || (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !c->upgradable) ||
+        __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) ||
         !(h->flags & LG_HELLO_F_WRAP) != !c->wrap || h->nstreams != c->nstreams || h->chunk_size != c->chunk_size || h->stream > c->nstreams)
         return -1;
     int slot = h->path;
@@ -212,7 +224,8 @@ int lg_rejoin_file(const struct lg_hello *h, int fd, uint64_t now)
         struct sockaddr_in peer = {0};
         socklen_t len = sizeof(peer);
         getpeername(fd, (struct sockaddr *)&peer, &len);
-        const char *nic = c->paths[slot] ? c->paths[slot]->nic : "?";
+        const struct lg_device *d = lg_core_device(c->dev);
+        const char *nic = c->paths[slot] ? c->paths[slot]->nic : d ? d->nic[slot].name : "?";
         rj->path = lg_path_alloc(c, slot, nic,
                                  lg_addr_format(peer.sin_addr.s_addr, ntohs(peer.sin_port)).s);
         if (!rj->path)

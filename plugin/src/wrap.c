@@ -169,7 +169,7 @@ static void inner_logger(ncclDebugLogLevel level, unsigned long flags, const cha
     va_end(ap);
     if (level == NCCL_LOG_WARN)
         lg_wrap_log_to(NCCL_LOG_INFO, flags | NCCL_NET, file, line,
-                       "inner plugin WARN (linkguard fails the path over): %s", msg);
+                       "inner plugin warning (linkguard fails this path over): %s", msg);
     else
         lg_wrap_log_to(level, flags, file, line, "%s", msg);
 }
