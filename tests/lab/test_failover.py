@@ -161,6 +161,17 @@ class Run:
         # Which rail carries the data, not how fast: a loaded 2-core machine may move little.
         assert on > 1 << 20 and off < on / 20, (rail, on, off, self.tail())
 
+    def away_and_back(self, fault: Callable[[], Any], repair: Callable[[], Any]) -> None:
+        """`fault` moves every connection to the backup rail, `repair` brings them back."""
+        t = stamp()
+        fault()
+        self.wait_switches("failover", t, timeout_s=5)
+        self.assert_on(1)
+        t = stamp()
+        repair()
+        self.wait_switches("reintegrated", t)
+        self.assert_on(0)
+
     def finish(self, expect_error: bool = False,
                warn_ok: str | None = None) -> tuple[DriverResult, DriverResult]:
         """End both drivers early (SIGUSR1: a clean end) and check what they report: no
@@ -210,14 +221,7 @@ def test_cut_then_restore(lab: Lab, daemons: Daemons, host: str) -> None:
 
 def test_nicdown_then_nicup(lab: Lab, daemons: Daemons) -> None:
     run = Run(lab, daemons)
-    t = stamp()
-    lab.nicdown("a", 0)
-    run.wait_switches("failover", t, timeout_s=5)
-    run.assert_on(1)
-    t = stamp()
-    lab.nicup("a", 0)
-    run.wait_switches("reintegrated", t)
-    run.assert_on(0)
+    run.away_and_back(lambda: lab.nicdown("a", 0), lambda: lab.nicup("a", 0))
     run.finish()
 
 
@@ -321,14 +325,7 @@ def test_backup_down_at_start_is_added_later(lab: Lab, daemons: Daemons) -> None
         len([ln for ln in run.pair.stderr_lines() if ln.role == role and ln.read_ns >= t and
              "built after the start; the connection is protected" in ln.text]) >= PER_ROLE
         for role in ("server", "client")), 20, "every connection adding its backup path")
-    t = stamp()
-    lab.cut("a", 0)
-    run.wait_switches("failover", t, timeout_s=5)
-    run.assert_on(1)
-    t = stamp()
-    lab.restore("a", 0)
-    run.wait_switches("reintegrated", t)
-    run.assert_on(0)
+    run.away_and_back(lambda: lab.cut("a", 0), lambda: lab.restore("a", 0))
     run.finish(warn_ok=r"backup path via NIC rail1 .* unavailable")
 
 
