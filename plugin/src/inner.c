@@ -21,10 +21,18 @@ const char *lg_inner_strerror(ncclResult_t rc)
     return (unsigned)rc < sizeof(names) / sizeof(names[0]) ? names[rc] : "unknown error";
 }
 
+static __thread int lg_inner_on_path; /* see lg_inner_path_calls */
+
+void lg_inner_path_calls(int on) { lg_inner_on_path = on; }
+
 ncclResult_t lg_inner_failed(struct lg_inner *in, const char *call, ncclResult_t rc)
 {
-    LG_WARN("inner plugin '%s' (%s, ncclNetPlugin_v%d): %s failed: %s (%d)", in->name, in->lib,
-            in->version, call, lg_inner_strerror(rc), (int)rc);
+    if (lg_inner_on_path) /* one path of a connection: the caller fails it over, and says so */
+        LG_INFO(NCCL_NET, "inner plugin '%s' (%s, ncclNetPlugin_v%d): %s failed on a path: %s "
+                "(%d)", in->name, in->lib, in->version, call, lg_inner_strerror(rc), (int)rc);
+    else
+        LG_WARN("inner plugin '%s' (%s, ncclNetPlugin_v%d): %s failed: %s (%d)", in->name,
+                in->lib, in->version, call, lg_inner_strerror(rc), (int)rc);
     return rc == ncclSuccess ? ncclInternalError : rc;
 }
 

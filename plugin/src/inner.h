@@ -122,6 +122,9 @@ void lg_inner_connecting_init(struct lg_inner_connecting *cg, int dev, const voi
 int lg_inner_connecting_step(struct lg_inner *in, struct lg_inner_ctx *ctx,
                              struct lg_inner_connecting *cg);
 
+/* Calls on one path of a connection (wrap.c brackets them, per thread): their failures are
+ * failed over, so they are logged as INFO instead of WARN. */
+void lg_inner_path_calls(int on);
 /* Internal (the adapters): WARNs a failed call and returns rc. */
 ncclResult_t lg_inner_failed(struct lg_inner *in, const char *call, ncclResult_t rc);
 const char *lg_inner_strerror(ncclResult_t rc);

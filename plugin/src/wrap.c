@@ -405,10 +405,12 @@ void lg_wrap_pump(struct lg_conn *c)
     struct lg_path *p = c->active_path;
     pthread_mutex_unlock(&c->mu);
     if (p && lg_path_up(p) && lg_wrap_carries(&p->w)) {
+        lg_inner_path_calls(1);
         if (c->kind == LG_CONN_SEND)
             tx_pump(c, p);
         else
             rx_pump(c, p);
+        lg_inner_path_calls(0);
     }
     lg_conn_exit(c, ph);
     pthread_mutex_unlock(&c->wmu);
@@ -589,8 +591,11 @@ static int handshake(struct lg_conn *c, struct lg_path *p, uint64_t now)
         lg_conn_path_failed(p, 0, "no inner device for this NIC");
         return 0;
     }
-    return c->kind == LG_CONN_SEND ? tx_handshake(c, p, dev, now)
-                                   : rx_handshake(c, p, dev, now);
+    lg_inner_path_calls(1);
+    int busy = c->kind == LG_CONN_SEND ? tx_handshake(c, p, dev, now)
+                                       : rx_handshake(c, p, dev, now);
+    lg_inner_path_calls(0);
+    return busy;
 }
 
 int lg_wrap_step(struct lg_conn *c, uint64_t now)
