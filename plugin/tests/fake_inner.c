@@ -2,21 +2,17 @@
  * It exports v8, v10 and v11; v11 is "lazy" like nccl-rdma-sharp-plugins: the exported table
  * holds only {name, init} until init fills in the rest. FAKE_INNER_MODE, read at each init:
  *   ok (default) | initfail | nodev | listenfail | nullfn (test is NULL after init) |
- *   offload (device 1 is UNPACK) | keepmarker (irecv leaves the marker in *request).
+ *   offload (device 1 is UNPACK) | keepmarker (irecv leaves the marker in *request) |
+ *   flush (v11 has an iflush, counted in fake_inner_stats.flushes).
  * Data never moves: requests complete at once. fake_inner_stats records what came in. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "fake_inner.h"
 #include "nccl_net_abi.h"
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
-struct fake_inner_stats {
-    int init_calls, finalize_calls;
-    int connect_tc;        /* trafficClass seen by v10 connect or v11 init */
-    void *irecv_req_in;    /* *request as irecv received it */
-    size_t last_send_size;
-};
 FAKE_EXPORT struct fake_inner_stats fake_inner_stats;
 
 static char mode[32] = "ok";
@@ -127,6 +123,7 @@ static ncclResult_t f_irecv(void **r)
 static ncclResult_t f_test(void *r, int *done, int *sizes)
 {
     (void)r;
+    fake_inner_stats.tests++;
     *done = 1;
     if (sizes)
         sizes[0] = (int)fake_inner_stats.last_send_size;
@@ -134,6 +131,14 @@ static ncclResult_t f_test(void *r, int *done, int *sizes)
 }
 
 static ncclResult_t f_close(void *c) { (void)c; return ncclSuccess; }
+
+static ncclResult_t f_iflush(void *c, int n, void **d, int *sz, void **mh, void **r)
+{
+    (void)c, (void)n, (void)d, (void)sz, (void)mh;
+    fake_inner_stats.flushes++;
+    *r = &req;
+    return ncclSuccess;
+}
 
 /* ---- v8 ---- */
 static ncclResult_t f_init_v8(ncclDebugLogger_t log) { (void)log; return read_mode(); }
@@ -227,6 +232,8 @@ static ncclResult_t f_init_v11(void **ctx, uint64_t id, ncclNetCommConfig_v11_t 
     ncclNetPlugin_v11 = full;
     if (is("nullfn"))
         ncclNetPlugin_v11.test = NULL;
+    if (is("flush"))
+        ncclNetPlugin_v11.iflush = f_iflush;
     fake_inner_stats.connect_tc = cfg ? cfg->trafficClass : -100;
     *ctx = malloc(8);
     return *ctx ? ncclSuccess : ncclSystemError;

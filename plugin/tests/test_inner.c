@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fake_inner.h"
 #include "inner.h"
 #include "inner_mr.h"
 #include "inner_props.h"
@@ -26,6 +27,8 @@
 #include "log.h"
 #include "params.h"
 #include "util.h"
+#include "conn.h"
+#include "wrap.h"
 
 #define MARKER ((void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION)
 #define NMSG 4
@@ -228,12 +231,6 @@ static void check_lgtcp(int version)
 
 /* ---- the fake: lazy table, init rules, defaults, the marker ------------------------------- */
 
-struct fake_inner_stats {
-    int init_calls, finalize_calls;
-    int connect_tc;
-    void *irecv_req_in;
-    size_t last_send_size;
-};
 static struct fake_inner_stats *fst;
 static char fake_path[PATH_MAX];
 
@@ -415,6 +412,56 @@ static void check_call_errors(void)
     lg_inner_close(in);
 }
 
+/* Wrap mode's iflush: forwarded to the committed path's inner comm as a linkguard request
+ * that test() completes through the inner's test; once that comm is fenced (closed), the
+ * flush has nothing left to wait for and completes without calling the inner. */
+static void check_wrap_flush(void)
+{
+    struct lg_inner *in = fake_open(11, "flush");
+    struct lg_inner_ctx *ctx = NULL;
+    if (!in || lg_inner_start(in, 4, -1, &ctx) != ncclSuccess)
+        return;
+    static struct lg_wrap w;
+    w.in = in;
+    w.ctx = ctx;
+    lg_wrap = &w;
+    char handle[NCCL_NET_HANDLE_MAXSIZE], buf[64];
+    void *l = NULL, *s = NULL, *r = NULL, *req = NULL, *data[1] = {buf};
+    int sizes[1] = {64}, done = 0;
+    struct lg_inner_mr *mrs[1] = {NULL};
+    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
+    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
+    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
+    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, 1, 4096);
+    struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
+    CHECK(c->wrap == 1 && p != NULL);
+    p->w.comm = r;
+    p->w.ready = 1;
+    c->active_path = p;
+    int flushes = fst->flushes, tests = fst->tests;
+    CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
+    CHECK(req != NULL && fst->flushes == flushes + 1);
+    ncclResult_t rc = ncclInternalError;
+    CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
+    CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1);
+    CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
+    lg_wrap_fence(p);
+    CHECK(lg_wrap_carries(&p->w) == 0);
+    done = 0;
+    CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
+    CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1); /* no inner call */
+    /* No committed comm: nothing to flush, NULL (complete) as for host memory. */
+    CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
+    CHECK(req == NULL && fst->flushes == flushes + 2);
+    CHECK_EQ(lg_wrap_flush_test(buf, &done, &rc), 0); /* not one of ours */
+    lg_conn_free(c);
+    in->ops->closeSend(in, s);
+    in->ops->closeListen(in, l);
+    lg_wrap = NULL;
+    in->ops->finalize(in, ctx);
+    lg_inner_close(in);
+}
+
 int main(void)
 {
     find_build_dir();
@@ -440,5 +487,6 @@ int main(void)
     check_start_error(10, "nodev", "has no devices", NULL);
     check_start_error(0, "nullfn", "test is NULL after init", NULL);
     check_call_errors();
+    check_wrap_flush();
     LG_TEST_DONE();
 }
