@@ -22,6 +22,7 @@ HostDaemon (one linkguardd in a lab host) is shared with bench/failover_gap.py a
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -518,8 +519,15 @@ def _render(s: dict[str, Any], watch: _Watch) -> list[str]:
     return out
 
 
-def _sigterm(signum: int, frame: object) -> None:
-    # Turn SIGTERM into an exception so run_demo's finally still tears the lab down.
+def _sigterm(demo_pid: int, signum: int, frame: object) -> None:
+    # Turn SIGTERM into an exception so run_demo's finally still tears the lab down, in the
+    # demo's own process only. A forked child inherits this handler: pyroute2 forks one to open
+    # each namespace's netlink socket and SIGTERMs it once it has handed the socket over. Had
+    # it raised there, the child would have unwound a copy of the demo's stack and run its
+    # teardown: the lab's namespaces deleted and the daemons' shm files removed under the
+    # running demo ("no link a-r0", or the daemon's events never seen).
+    if os.getpid() != demo_pid:
+        os._exit(128 + signum)
     raise SystemExit(128 + signum)
 
 
@@ -531,7 +539,7 @@ def demo(prefix: str | None, fault_s: float) -> None:
     require_root()
     if not (PLUGIN_BUILD / "lg_nccl_driver").exists():
         raise LabError("plugin/build/lg_nccl_driver is missing: run `make demo` (it builds it)")
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    previous = signal.signal(signal.SIGTERM, functools.partial(_sigterm, os.getpid()))
     try:
         summary = run_demo(prefix, fault_s=fault_s)
     finally:

@@ -176,3 +176,43 @@ def test_real_process_without_root() -> None:
     assert res.returncode == 2
     assert res.stderr == "linkguard-lab: must run as root (network namespaces need " \
                          "CAP_SYS_ADMIN)\n"
+
+
+# --- the demo's SIGTERM handler ------------------------------------------------------------
+def test_demo_sigterm_unwinds_only_the_demo_process(tmp_path: Path) -> None:
+    """A child forked while the demo's handler is installed (pyroute2 forks one per namespace
+    socket and SIGTERMs it when done) exits at once: it must not raise into a copy of the
+    demo's stack and run its `finally` (the teardown that deleted the lab under the demo)."""
+    import functools
+    import signal
+
+    from linkguard_lab.demo import _sigterm
+
+    marker = tmp_path / "teardown-ran"
+    previous = signal.signal(signal.SIGTERM, functools.partial(_sigterm, os.getpid()))
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: stands for pyroute2's helper inside run_demo's try
+            try:
+                try:
+                    os.close(r)
+                    os.write(w, b"x")
+                    signal.pause()
+                finally:
+                    marker.write_text("the child ran the parent's teardown")
+            except BaseException:  # noqa: BLE001 - never back into pytest in a forked child
+                os._exit(99)
+            os._exit(0)
+        os.close(w)
+        os.read(r, 1)  # the child's handler is in place
+        os.close(r)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
+        assert not marker.exists()
+        with pytest.raises(SystemExit) as exc:  # in the demo's own process it unwinds
+            _sigterm(os.getpid(), signal.SIGTERM, None)
+        assert exc.value.code == 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
