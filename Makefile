@@ -7,7 +7,7 @@ DESTDIR ?=
 STAMPS  := .build
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c demo bench \
-        install lint clean distclean
+        bench-failover bench-soak install lint clean distclean
 
 all: build
 
@@ -61,6 +61,14 @@ demo: build
 
 bench: build
 	$(PY) -m bench.lab_iperf
+
+# The long failover benchmarks (root; each builds and removes its own lab; not part of `test`).
+# Method and results: BENCHMARKS.md, "Failover gap" (~20 min) and "Soak" (~8 min).
+bench-failover: build
+	$(PY) -m bench.failover_gap --trials 50
+
+bench-soak: build
+	$(PY) -m bench.soak --faults 200
 
 # Installs daemon, CLI, unit, example config and the plugin (see docs/operators.md).
 # NCCL_CONF=1 also adds NCCL_NET_PLUGIN=linkguard to $(DESTDIR)/etc/nccl.conf (opt-in).
