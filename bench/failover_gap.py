@@ -410,6 +410,7 @@ def stats(values: list[float | None]) -> dict[str, Any]:
 
 
 def main() -> None:
+    demo.unwind_on_sigterm()  # a SIGTERM tears the lab, daemons and drivers down too
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=50)
     ap.add_argument("--scenarios", default="cut-sender,cut-receiver,blackhole,drain")

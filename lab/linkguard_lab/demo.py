@@ -519,7 +519,13 @@ def _render(s: dict[str, Any], watch: _Watch) -> list[str]:
     return out
 
 
-def _sigterm(demo_pid: int, signum: int, frame: object) -> None:
+def unwind_on_sigterm() -> Any:
+    """From now on SIGTERM unwinds this process like Ctrl-C (its `finally` blocks tear the lab
+    down), and only this process (see sigterm_unwinds). Returns the handler it replaced."""
+    return signal.signal(signal.SIGTERM, functools.partial(sigterm_unwinds, os.getpid()))
+
+
+def sigterm_unwinds(demo_pid: int, signum: int, frame: object) -> None:
     # Turn SIGTERM into an exception so run_demo's finally still tears the lab down, in the
     # demo's own process only. A forked child inherits this handler: pyroute2 forks one to open
     # each namespace's netlink socket and SIGTERMs it once it has handed the socket over. Had
@@ -539,7 +545,7 @@ def demo(prefix: str | None, fault_s: float) -> None:
     require_root()
     if not (PLUGIN_BUILD / "lg_nccl_driver").exists():
         raise LabError("plugin/build/lg_nccl_driver is missing: run `make demo` (it builds it)")
-    previous = signal.signal(signal.SIGTERM, functools.partial(_sigterm, os.getpid()))
+    previous = unwind_on_sigterm()
     try:
         summary = run_demo(prefix, fault_s=fault_s)
     finally:

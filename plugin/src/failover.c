@@ -503,14 +503,15 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
     }
     fo->trigger_ns = 0;
     fo->hb_force = 1;
-    if (old && old != p && (old->index == 0 || c->wrap) && !old->retired) {
-        /* Fence the primary we left; it is rebuilt fresh when healthy again. Wrap mode fences
-         * a backup left at reintegration too (see wrap.h), and rebuilds it at once. */
-        struct lg_fo_slot *sl = &fo->slot[old->index];
+    if (old && old != p && old->index == 0 && !old->retired) {
+        /* Fence the primary we left; it is rebuilt fresh when healthy again. */
+        struct lg_fo_slot *sl = &fo->slot[0];
         sl->noted = 1;
         sl->delay_ns = MS(lg_params.rejoin_ms);
-        sl->next_try_ns = old->index == 0 ? now + sl->delay_ns : now;
+        sl->next_try_ns = now + sl->delay_ns;
         lg_path_retire(old, 1);
+    } else if (old && old != p && c->wrap && !old->retired) {
+        lg_wrap_rearm(old); /* the backup left at reintegration: a fresh inner comm (wrap.h) */
     }
 }
 
@@ -661,9 +662,11 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
             (unsigned long long)base, ms_since(t0, now));
     fo->trigger_ns = 0;
     fo->hb_force = 1;
-    if (old && old != p && (old->index == 0 || c->wrap) && !old->retired) {
-        fo->slot[old->index].noted = 1;
+    if (old && old != p && old->index == 0 && !old->retired) {
+        fo->slot[0].noted = 1;
         lg_path_retire(old, 1);
+    } else if (old && old != p && c->wrap && !old->retired) {
+        lg_wrap_rearm(old); /* fenced before the RESYNC; now its next inner comm */
     }
 }
 

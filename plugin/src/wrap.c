@@ -470,15 +470,38 @@ void lg_wrap_fence(struct lg_path *p)
     p->w.cg = NULL;
 }
 
+void lg_wrap_rearm(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    lg_wrap_fence(p);
+    pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&c->mr_mu);
+    p->w.comm = NULL;
+    __atomic_store_n(&p->w.ready, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->w.dead, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->mr_mu);
+    pthread_mutex_unlock(&c->wmu);
+    p->w.t0 = 0;
+    p->w.igen++;
+}
+
 /* ---- handshake (monitor) ------------------------------------------------------------------ */
 
 void lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 {
     struct lg_conn *c = p->conn;
-    if (!c->wrap || c->kind != LG_CONN_SEND || f->flags >= LG_INNER_PARTS ||
-        f->epoch != p->gen) {
+    if (!c->wrap || c->kind != LG_CONN_SEND || f->flags >= LG_INNER_PARTS) {
         lg_conn_path_failed(p, 0, "INNER frame out of place");
         return;
+    }
+    /* Frames of one path come in order, handled one at a time: a newer inner generation
+     * (the receiver re-armed the path) starts a new handle. */
+    uint32_t igen = __atomic_load_n(&p->w.parts_igen, __ATOMIC_ACQUIRE);
+    if (f->epoch < igen)
+        return;
+    if (f->epoch > igen) {
+        __atomic_store_n(&p->w.parts, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->w.parts_igen, f->epoch, __ATOMIC_RELEASE);
     }
     lg_put64(p->w.handle + LG_INNER_PART_BYTES * f->flags, f->value);
     uint32_t got = __atomic_or_fetch(&p->w.parts, 1u << f->flags, __ATOMIC_ACQ_REL);
@@ -503,10 +526,10 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_
         inner_failed(p, "regMr", rc);
         return;
     }
-    LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s (gen %u): inner '%s' %s comm ready "
-            "in %.1f ms", kind_str(c), (unsigned long long)c->nonce, slot_name(p->index), p->nic,
-            p->gen, lg_wrap->in->name, c->kind == LG_CONN_SEND ? "send" : "recv",
-            (now - p->w.t0) / 1e6);
+    LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s (gen %u): inner '%s' %s comm #%u "
+            "ready in %.1f ms", kind_str(c), (unsigned long long)c->nonce, slot_name(p->index),
+            p->nic, p->gen, lg_wrap->in->name, c->kind == LG_CONN_SEND ? "send" : "recv",
+            p->w.igen, (now - p->w.t0) / 1e6);
     if (p->w.ready_owed) {
         p->w.ready_owed = 0;
         struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
@@ -526,7 +549,7 @@ static int rx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t 
             return 0;
         }
         for (int k = 0; k < LG_INNER_PARTS; k++) {
-            struct lg_ctrl f = {.type = LG_CTRL_INNER, .flags = (uint8_t)k, .epoch = p->gen,
+            struct lg_ctrl f = {.type = LG_CTRL_INNER, .flags = (uint8_t)k, .epoch = p->w.igen,
                                 .value = lg_get64(handle + LG_INNER_PART_BYTES * k)};
             lg_path_ctrl_send(p, &f);
         }
@@ -547,7 +570,8 @@ static int rx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t 
 
 static int tx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t now)
 {
-    if (__atomic_load_n(&p->w.parts, __ATOMIC_ACQUIRE) != LG_INNER_PARTS_ALL)
+    if (__atomic_load_n(&p->w.parts_igen, __ATOMIC_ACQUIRE) != p->w.igen ||
+        __atomic_load_n(&p->w.parts, __ATOMIC_ACQUIRE) != LG_INNER_PARTS_ALL)
         return 1;
     if (!p->w.cg) {
         p->w.cg = malloc(sizeof(*p->w.cg));
@@ -578,7 +602,8 @@ static int handshake(struct lg_conn *c, struct lg_path *p, uint64_t now)
         return 0;
     if (!p->w.t0)
         p->w.t0 = now;
-    int64_t limit = p->gen ? lg_params.rejoin_timeout_ms : lg_params.connect_timeout_ms;
+    int64_t limit = p->gen || p->w.igen ? lg_params.rejoin_timeout_ms
+                                        : lg_params.connect_timeout_ms;
     if (now - p->w.t0 > (uint64_t)limit * 1000000ull) {
         char why[96];
         snprintf(why, sizeof(why), "inner %s not done after %lld ms",

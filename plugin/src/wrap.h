@@ -59,6 +59,8 @@ struct lg_wpath {
     struct lg_inner_connecting *cg; /* sender: connect in progress */
     uint8_t handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender: from the INNER frames */
     uint32_t parts; /* sender: frames received, bit i = part i (atomic) */
+    uint32_t parts_igen; /* sender: the inner generation those frames are of (atomic) */
+    uint32_t igen;  /* inner generation: +1 each time the path gets a new inner comm */
     uint64_t t0;    /* handshake start */
     int ready_owed; /* receiver, rebuilt path: READY goes out once the comm is accepted */
 };
@@ -88,6 +90,9 @@ int lg_wrap_step(struct lg_conn *c, uint64_t now);
 /* Closes a path's inner comm (after its registrations) and handshake leftovers; idempotent.
  * Not under wmu or mr_mu. */
 void lg_wrap_fence(struct lg_path *p);
+/* Monitor: fences a path that stays up (the backup left at a reintegration) and starts the
+ * handshake of its next inner comm on the same control channel. */
+void lg_wrap_rearm(struct lg_path *p);
 /* Monitor, at a commit to another path, under c->wmu held across the change of the committed
  * path (and the sender's rewind): forget the inner requests posted on the path left, which
  * the caller then fences (the receiver before its RESYNC goes out). */

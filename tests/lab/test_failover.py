@@ -200,7 +200,7 @@ def stamp() -> int:
 # ---- carrier loss, admin down, silent loss ---------------------------------------------------
 
 @pytest.mark.parametrize("host", ["a", "b"], ids=["cut-client-side", "cut-server-side"])
-def test_cut_then_restore(lab: Lab, daemons: Daemons, host: str) -> None:
+def test_cut_then_restore(lab: Lab, daemons: Daemons, host: str, transport: str) -> None:
     """A switch-port cut on one host (sender's side for one direction, receiver's side for the
     other): every connection fails over within milliseconds; the restore brings them back."""
     run = Run(lab, daemons)
@@ -216,6 +216,10 @@ def test_cut_then_restore(lab: Lab, daemons: Daemons, host: str) -> None:
     lab.restore(host, 0)
     run.wait_switches("reintegrated", t)
     run.assert_on(0)
+    if transport == "wrap":  # the backup left behind gets a fresh inner comm, on both sides
+        run.wait(lambda: len(run.lines(r"backup path on NIC rail1 \(gen \d+\): inner 'lgtcp' "
+                                       r"(send|recv) comm #1 ready", t)) >= 2 * PER_ROLE,
+                 WAIT_S, "fresh inner comms on the backup paths")
     run.finish()
 
 

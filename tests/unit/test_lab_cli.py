@@ -186,10 +186,10 @@ def test_demo_sigterm_unwinds_only_the_demo_process(tmp_path: Path) -> None:
     import functools
     import signal
 
-    from linkguard_lab.demo import _sigterm
+    from linkguard_lab.demo import sigterm_unwinds
 
     marker = tmp_path / "teardown-ran"
-    previous = signal.signal(signal.SIGTERM, functools.partial(_sigterm, os.getpid()))
+    previous = signal.signal(signal.SIGTERM, functools.partial(sigterm_unwinds, os.getpid()))
     try:
         r, w = os.pipe()
         pid = os.fork()
@@ -212,7 +212,7 @@ def test_demo_sigterm_unwinds_only_the_demo_process(tmp_path: Path) -> None:
         assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
         assert not marker.exists()
         with pytest.raises(SystemExit) as exc:  # in the demo's own process it unwinds
-            _sigterm(os.getpid(), signal.SIGTERM, None)
+            sigterm_unwinds(os.getpid(), signal.SIGTERM, None)
         assert exc.value.code == 128 + signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)

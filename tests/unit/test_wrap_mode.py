@@ -56,8 +56,8 @@ def test_loopback_transfer_through_the_inner_plugin(version: int) -> None:
         assert r.report["corrupt_messages"] == 0 and r.report["missing_messages"] == 0
         assert r.report["bytes_received"] == 2 * 200 * 300001
         # The data went through inner comms (one per connection and side), not our streams.
-        assert r.stderr.count("inner 'lgtcp' send comm ready") == 2, r.stderr[-3000:]
-        assert r.stderr.count("inner 'lgtcp' recv comm ready") == 2, r.stderr[-3000:]
+        assert r.stderr.count("inner 'lgtcp' send comm #0 ready") == 2, r.stderr[-3000:]
+        assert r.stderr.count("inner 'lgtcp' recv comm #0 ready") == 2, r.stderr[-3000:]
         assert "WARN" not in r.stderr, r.stderr[-3000:]
 
 
