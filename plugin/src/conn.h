@@ -41,7 +41,8 @@
  *    or that it declared the path failed; a transport error or EOF on the active path; silence:
  *    nothing read on the active path for LINKGUARD_SILENT_TIMEOUT_MS while the standby is
  *    heard (both control channels are read first, and a monitor run that was itself starved
- *    judges nothing). Either side detects; the sender decides (fo_policy.c); the receiver
+ *    judges nothing; a standby silent that long while the active path is heard is lost, and
+ *    rebuilt). Either side detects; the sender decides (fo_policy.c); the receiver
  *    reports (heartbeat flags) and, for silence or errors on its side, fences the path, which
  *    the sender then sees fail too.
  *  - Switch. Sender: hold chunks back (urgent: at once; graceful: from the next message
@@ -67,8 +68,9 @@
  *    hellos naming the connection nonce and a new generation; the receiver checks its daemon
  *    calls the NIC usable, builds the path and answers READY. Tried when our daemon calls the
  *    NIC UP (or has no opinion: then it is a probe) and the peer's heartbeats do not object,
- *    no sooner than LINKGUARD_REJOIN_MS after the failure, doubling after a failed attempt or
- *    a re-failure within 10 s (flap damping on top of the daemon's). A rebuilt primary becomes
+ *    LINKGUARD_REJOIN_MS after the failure, doubling after a failed attempt or a re-failure
+ *    within 10 s (flap damping on top of the daemon's); at once when a daemon lets the NIC
+ *    back in (it applied its own hold-down) or when no path works any more. A rebuilt primary becomes
  *    active again by a graceful switch (LINKGUARD_REINTEGRATE); the backup returns to standby.
  *  - Both paths dead: keep rebuilding; after LINKGUARD_DEAD_TIMEOUT_MS with no working path
  *    (failed, silent or declared failed) the connection fails: test() returns ncclRemoteError
