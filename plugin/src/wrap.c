@@ -479,10 +479,10 @@ void lg_wrap_rearm(struct lg_path *p)
     p->w.comm = NULL;
     __atomic_store_n(&p->w.ready, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&p->w.dead, 0, __ATOMIC_RELEASE);
+    p->w.igen++; /* under wmu: a flush request of the old comm sees it (lg_wrap_flush_test) */
     pthread_mutex_unlock(&c->mr_mu);
     pthread_mutex_unlock(&c->wmu);
     p->w.t0 = 0;
-    p->w.igen++;
 }
 
 /* ---- handshake (monitor) ------------------------------------------------------------------ */
@@ -642,7 +642,7 @@ struct lg_flush {
     struct lg_conn *conn;
     struct lg_path *path; /* compared, dereferenced only while still in conn->paths[] */
     int slot;
-    uint32_t gen;
+    uint32_t gen, igen; /* the path and the inner comm of that path it was posted on */
     void *ireq;
 };
 
@@ -670,7 +670,8 @@ ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
         struct lg_flush *f = malloc(sizeof(*f));
         if (f) {
             *f = (struct lg_flush){.magic = LG_FLUSH_MAGIC, .conn = c, .path = p,
-                                   .slot = p->index, .gen = p->gen, .ireq = ireq};
+                                   .slot = p->index, .gen = p->gen, .igen = p->w.igen,
+                                   .ireq = ireq};
             *request = f;
         } else {
             rc = ncclSystemError;
@@ -691,7 +692,8 @@ int lg_wrap_flush_test(void *request, int *done, ncclResult_t *rc)
     pthread_mutex_lock(&c->wmu);
     pthread_mutex_lock(&c->mu);
     struct lg_path *p = c->paths[f->slot];
-    int gone = p != f->path || p->gen != f->gen || __atomic_load_n(&p->w.dead, __ATOMIC_ACQUIRE);
+    int gone = p != f->path || p->gen != f->gen || p->w.igen != f->igen ||
+               __atomic_load_n(&p->w.dead, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&c->mu);
     /* A fenced comm took its requests with it; its flush has nothing left to wait for. */
     if (gone)

@@ -444,6 +444,14 @@ static void check_wrap_flush(void)
     ncclResult_t rc = ncclInternalError;
     CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1);
+    /* Re-armed (a fresh inner comm on the same path, wrap.h): the old comm's flush is done. */
+    CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
+    lg_wrap_rearm(p);
+    CHECK(p->w.igen == 1 && p->w.comm == NULL && !lg_wrap_carries(&p->w));
+    p->w.comm = r; /* as if the next handshake had ended (the fake's comms are tokens) */
+    p->w.ready = 1;
+    CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
+    CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1);
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     lg_wrap_fence(p);
     CHECK(lg_wrap_carries(&p->w) == 0);
@@ -452,7 +460,7 @@ static void check_wrap_flush(void)
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1); /* no inner call */
     /* No committed comm: nothing to flush, NULL (complete) as for host memory. */
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
-    CHECK(req == NULL && fst->flushes == flushes + 2);
+    CHECK(req == NULL && fst->flushes == flushes + 3);
     CHECK_EQ(lg_wrap_flush_test(buf, &done, &rc), 0); /* not one of ours */
     lg_conn_free(c);
     in->ops->closeSend(in, s);
