@@ -20,6 +20,7 @@
 #include "core.h"
 #include "health.h"
 #include "lg_test.h"
+#include "lg_test_pair.h"
 #include "params.h"
 #include "util.h"
 
@@ -109,24 +110,6 @@ static void daemon_stop(void)
 }
 
 /* ---- flows --------------------------------------------------------------------------------- */
-
-static int pair_connect(void **s, void **r)
-{
-    char handle[NCCL_NET_HANDLE_MAXSIZE];
-    void *l = NULL;
-    *s = *r = NULL;
-    if (lg_core_listen(0, handle, &l) != ncclSuccess)
-        return -1;
-    uint64_t t0 = lg_now_ns();
-    while ((!*s || !*r) && lg_now_ns() - t0 < 5000000000ull) {
-        if (!*s && lg_core_connect(0, handle, s) != ncclSuccess)
-            break;
-        if (!*r && lg_core_accept(l, r) != ncclSuccess)
-            break;
-    }
-    lg_core_close_listen(l);
-    return *s && *r ? 0 : -1;
-}
 
 struct flow {
     void *s, *r;

@@ -12,6 +12,7 @@
 #include "core.h"
 #include "handle.h"
 #include "lg_test.h"
+#include "lg_test_pair.h"
 #include "util.h"
 
 static void make_devices(void)
@@ -27,25 +28,6 @@ static void make_devices(void)
     t.dev[0].has_backup = 1;
     t.dev[0].speed_mbps = 10000;
     lg_core_test_set_devices(&t, LG_FLAVOR_LINKGUARD);
-}
-
-/* Connects one send/recv pair through the non-blocking calls, like NCCL's proxy. */
-static int pair_connect(void **s, void **r)
-{
-    char handle[NCCL_NET_HANDLE_MAXSIZE];
-    void *l = NULL;
-    *s = *r = NULL;
-    if (lg_core_listen(0, handle, &l) != ncclSuccess)
-        return -1;
-    uint64_t t0 = lg_now_ns();
-    while ((!*s || !*r) && lg_now_ns() - t0 < 5000000000ull) {
-        if (!*s && lg_core_connect(0, handle, s) != ncclSuccess)
-            break;
-        if (!*r && lg_core_accept(l, r) != ncclSuccess)
-            break;
-    }
-    lg_core_close_listen(l);
-    return *s && *r ? 0 : -1;
 }
 
 static void fill(char *b, size_t n, uint64_t seed)
