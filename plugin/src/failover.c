@@ -274,21 +274,30 @@ static void pump(struct lg_path *p)
         lg_task_run(&p->ctrl.task, EPOLLIN);
 }
 
-static void check_silence(struct lg_conn *c, uint64_t now)
+/* Path `quiet` heard nothing for the silent timeout while `heard` did: it fails (and is
+ * rebuilt), whichever of the two carries the data. A silent standby left alone would sit out
+ * its sockets' retransmission backoff and be no target when the active path dies. */
+static void silence_between(struct lg_path *quiet, struct lg_path *heard, uint64_t now,
+                            const char *what)
 {
-    int a = c->active;
-    struct lg_path *pa = c->paths[a], *po = c->paths[1 - a];
-    if (!lg_path_up(pa) || !silent(pa, now) || !lg_path_up(po))
+    if (!lg_path_up(quiet) || !silent(quiet, now) || !lg_path_up(heard))
         return;
     /* Before blaming the path: heartbeats may sit unread in its socket. */
-    pump(pa);
-    pump(po);
-    if (!lg_path_up(pa) || !silent(pa, now) || !lg_path_up(po) || silent(po, now))
+    pump(quiet);
+    pump(heard);
+    if (!lg_path_up(quiet) || !silent(quiet, now) || !lg_path_up(heard) || silent(heard, now))
         return;
     char why[96];
-    snprintf(why, sizeof(why), "no data and no heartbeat for %.0f ms",
-             ms_since(__atomic_load_n(&pa->last_rx_ns, __ATOMIC_RELAXED), now));
-    lg_conn_path_failed(pa, 0, why);
+    snprintf(why, sizeof(why), "%s for %.0f ms", what,
+             ms_since(__atomic_load_n(&quiet->last_rx_ns, __ATOMIC_RELAXED), now));
+    lg_conn_path_failed(quiet, 0, why);
+}
+
+static void check_silence(struct lg_conn *c, uint64_t now)
+{
+    struct lg_path *pa = c->paths[c->active], *po = c->paths[1 - c->active];
+    silence_between(pa, po, now, "no data and no heartbeat");
+    silence_between(po, pa, now, "standby: no heartbeat");
 }
 
 /* ---- heartbeats ----------------------------------------------------------------------------- */
@@ -340,6 +349,11 @@ static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
         fo->stall_since = now;
         fo->stalled_ns = 0;
         fo->stall_logged = 1;
+        for (int i = 0; i < LG_NPATHS; i++) { /* nothing works: rebuild without waiting */
+            fo->slot[i].delay_ns = MS(lg_params.rejoin_ms);
+            if (fo->slot[i].next_try_ns > now)
+                fo->slot[i].next_try_ns = now;
+        }
         LG_INFO(NCCL_NET, "%s conn %016llx: no working path (primary on %s: %s; backup on "
                 "%s: %s); retrying for up to %lld ms", kind_str(c), (unsigned long long)c->nonce,
                 nic_of(c, 0), d0, nic_of(c, 1), d1, (long long)lg_params.dead_timeout_ms);

@@ -248,6 +248,28 @@ def test_blackhole_is_found_by_silence(lab: Lab, daemons: Daemons) -> None:
     run.finish()
 
 
+def test_silent_standby_is_rebuilt(lab: Lab, daemons: Daemons) -> None:
+    """The standby rail goes silent (blackholed, carrier up) while traffic runs on the
+    primary: the standby is declared lost and rebuilt once packets pass again, without
+    disturbing the traffic; then the primary's loss still fails over onto it."""
+    run = Run(lab, daemons)
+    t = stamp()
+    lab.blackhole("a", 1)
+    run.wait(lambda: len(run.lines(r"standby backup path on NIC rail1 .*lost \(standby: no "
+                                   r"heartbeat for \d+ ms", t)) >= 1, WAIT_S,
+             "a standby declared lost for silence")
+    run.assert_on(0)
+    assert not run.lines(r"failover: ", t)  # the data never moved
+    t = stamp()
+    lab.unblackhole("a", 1)
+    run.wait(lambda: all(len([ln for ln in run.pair.stderr_lines() if ln.role == role and
+                              ln.read_ns >= t and "backup path on NIC rail1 rebuilt" in ln.text])
+                         >= PER_ROLE for role in ("server", "client")),
+             40, "every standby rebuilt")  # rebuild attempts back off while packets drop
+    run.away_and_back(lambda: lab.cut("a", 0), lambda: lab.restore("a", 0))
+    run.finish()
+
+
 def test_flap_twenty_times(lab: Lab, daemons: Daemons) -> None:
     """20 quick flaps of a's rail0: damping keeps the NIC out while it flaps (traffic stays on
     the backup); once the penalty decays, traffic comes back. Nothing lost on the way."""
