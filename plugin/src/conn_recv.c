@@ -382,9 +382,11 @@ ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
     lg_monitor_health_poll();
     int complete = req_complete(r);
     if (!complete && c->wrap) {
-        if (c->kind == LG_CONN_SEND)
-            poll_inline(c); /* acks */
         lg_wrap_pump(c);
+        /* A send waits for the inner completion, then for our ack: read the control channel
+         * only once the inner is done with it (one syscall less per poll before that). */
+        if (c->kind == LG_CONN_SEND && __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0)
+            poll_inline(c);
         complete = req_complete(r);
     } else if (!complete && lg_params.poll_inline) {
         poll_inline(c);
