@@ -81,7 +81,7 @@ from bench.failover_gap import (
 )
 from bench.lab_iperf import machine
 from bench.plugin_driver import build_plugin, lab_starter, start_stream_pair
-from linkguard_lab.demo import PAIRS, HostDaemon, driver_env, start_daemons
+from linkguard_lab.demo import PAIRS, HostDaemon, driver_env, start_daemons, unwind_on_sigterm
 from linkguard_lab.lab import Lab, unique_prefix
 from linkguard_lab.timeline import Gap, largest_gap, largest_stall, report_gaps, switch_window
 
@@ -198,7 +198,8 @@ def settled(watch: Watcher, since_ns: int, repair_ns: int) -> bool:
 
 
 def run(faults: int, seed: int, log: Callable[[str], None], plugin: Path,
-        idle_us: int = 0, workdir: Path | None = None) -> dict[str, Any]:
+        idle_us: int = 0, workdir: Path | None = None,
+        extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     rng = random.Random(seed)
     bound_s = faults * 8 + 120
     kinds = [k for k, w in KINDS for _ in range(w)]
@@ -222,7 +223,7 @@ def run(faults: int, seed: int, log: Callable[[str], None], plugin: Path,
                     [*args, "--depth", "8", "--timestamps", "--gap-list-ms", str(LIST_MS),
                      *(["--idle-us", str(idle_us)] if idle_us else [])],
                     env={"LINKGUARD_PAIRS": PAIRS, "NCCL_DEBUG": "INFO",
-                         "NCCL_DEBUG_SUBSYS": "NET"},
+                         "NCCL_DEBUG_SUBSYS": "NET", **(extra_env or {})},
                     server_env=driver_env(lab, "b"), client_env=driver_env(lab, "a"),
                     timeout=bound_s + 60, on_line=tagged, plugin=plugin,
                     **({f"{role}_args": ["--gap-file", str(workdir / f"gaps-{name}-{role}")]
@@ -378,15 +379,21 @@ def main() -> None:
     ap.add_argument("--idle-us", type=int, default=0,
                     help="drivers sleep this long when idle instead of spinning like NCCL")
     ap.add_argument("--no-build", action="store_true", help="use plugin/build as it is")
+    ap.add_argument("--wrap", action="store_true",
+                    help="wrap mode: LINKGUARD_INNER = the standalone lgtcp build")
     a = ap.parse_args()
+    unwind_on_sigterm()  # a SIGTERM tears the lab, daemons and drivers down too
     if not a.no_build:
         build_plugin()
     build = freeze_build()
     try:
         res = run(a.faults, a.seed, lambda s: print(s, file=sys.stderr, flush=True),
-                  Path(build["plugin"]), a.idle_us, Path(build["dir"]))
+                  Path(build["plugin"]), a.idle_us, Path(build["dir"]),
+                  {"LINKGUARD_INNER": build["inner"], "LGTCP_IFS": "rail0,rail1"}
+                  if a.wrap else None)
     finally:
         shutil.rmtree(build["dir"], ignore_errors=True)  # copies and gap files
+    res["wrap"] = a.wrap
     res["machine"] = machine()
     res["build"] = build
     res["idle_us"] = a.idle_us
