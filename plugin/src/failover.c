@@ -238,8 +238,11 @@ static int note_failures(struct lg_conn *c, uint64_t now)
                     "rebuilding it", kind_str(c), (unsigned long long)c->nonce, slot_name(i),
                     p->nic, p->peer, p->why);
         }
-        /* Damping of the rebuild: a path that dies soon after it came back waits longer. */
-        if (sl->up_since_ns && now - sl->up_since_ns < LG_FLAP_WINDOW_NS)
+        /* Damping of the rebuild: a path that dies soon after it came back, while it carried
+         * the data, waits longer (traffic must not thrash). A standby carried nothing: waiting
+         * longer would only leave the active path without a place to go (a failed attempt
+         * still doubles the delay). */
+        if (sl->up_since_ns && now - sl->up_since_ns < LG_FLAP_WINDOW_NS && p == c->active_path)
             sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
         else
             sl->delay_ns = MS(lg_params.rejoin_ms);
