@@ -69,9 +69,10 @@
  *    calls the NIC usable, builds the path and answers READY. Tried when our daemon calls the
  *    NIC UP (or has no opinion: then it is a probe) and the peer's heartbeats do not object,
  *    LINKGUARD_REJOIN_MS after the failure, doubling after a failed attempt or a re-failure
- *    within 10 s while it carried the data (flap damping on top of the daemon's); at once when a daemon lets the NIC
- *    back in (it applied its own hold-down) or when no path works any more. A rebuilt primary becomes
- *    active again by a graceful switch (LINKGUARD_REINTEGRATE); the backup returns to standby.
+ *    within 10 s while it carried the data (flap damping on top of the daemon's); at once
+ *    when a daemon lets the NIC back in (it applied its own hold-down) or when no path works
+ *    any more. A rebuilt primary becomes active again by a graceful switch
+ *    (LINKGUARD_REINTEGRATE); the backup returns to standby.
  *  - Both paths dead: keep rebuilding; after LINKGUARD_DEAD_TIMEOUT_MS with no working path
  *    (failed, silent or declared failed) the connection fails: test() returns ncclRemoteError
  *    and a WARN names the connection and both NICs with what became of each path. EOF or reset
