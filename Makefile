@@ -70,10 +70,11 @@ bench-failover: build
 bench-soak: build
 	$(PY) -m bench.soak --faults 200
 
-# Wrap mode: bandwidth against the inner plugin alone, then the failover gaps over it.
+# Wrap mode: bandwidth against the inner plugin alone, the failover gaps and the soak over it.
 bench-wrap: build
 	$(PY) -m bench.wrap_bw --trials 9 --gib 6
 	$(PY) -m bench.failover_gap --trials 50 --wrap
+	$(PY) -m bench.soak --faults 200 --wrap
 
 # Installs daemon, CLI, unit, example config and the plugin (see docs/operators.md).
 # NCCL_CONF=1 also adds NCCL_NET_PLUGIN=linkguard to $(DESTDIR)/etc/nccl.conf (opt-in).
