@@ -53,7 +53,8 @@ def test_files_land_where_systemd_ldso_and_admins_look(tmp_path: Path, plugin: P
     assert (dest / "etc/linkguard/linkguard.toml.example").read_text() == example
     assert (dest / "etc/default/linkguardd").read_text() == \
         (ROOT / "systemd/linkguardd.default").read_text()
-    assert (usr / "share/doc/linkguard/operators.md").exists()
+    for doc in ("operators.md", "failover.md", "wrap-mode.md"):
+        assert (usr / "share/doc/linkguard" / doc).read_text() == (ROOT / "docs" / doc).read_text()
     assert mode(dest / "etc/linkguard/linkguard.toml") == 0o644
     assert not (dest / "etc/nccl.conf").exists()  # opt-in only
     assert "NCCL_NET_PLUGIN=linkguard" in out.stdout  # ...but documented
