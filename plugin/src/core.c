@@ -365,13 +365,12 @@ ncclResult_t lg_core_test(void *request, int *done, int *sizes)
 {
     struct lg_req *r = request;
     ncclResult_t frc;
+    if (r && r->magic == LG_REQ_MAGIC) /* the common case first: every poll comes here */
+        return lg_req_test(r, done, sizes);
     if (lg_wrap && lg_wrap_flush_test(request, done, &frc))
         return frc;
-    if (!r || r->magic != LG_REQ_MAGIC) {
-        LG_WARN("test: not a linkguard request");
-        return ncclInternalError;
-    }
-    return lg_req_test(r, done, sizes);
+    LG_WARN("test: not a linkguard request");
+    return ncclInternalError;
 }
 
 static ncclResult_t close_conn(void *comm, enum lg_conn_kind kind, const char *call)

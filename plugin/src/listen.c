@@ -222,17 +222,7 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
     }
     for (int i = 0; i < l->nsocks; i++) {
         struct lg_acc_sock *a = &l->socks[i];
-        int drop = 0;
-        while (a->got < LG_HELLO_SIZE) {
-            /* Exactly the hello: what follows belongs to the stream. */
-            ssize_t n = recv(a->fd, a->buf + a->got, LG_HELLO_SIZE - a->got, MSG_DONTWAIT);
-            if (n > 0) {
-                a->got += (size_t)n;
-                continue;
-            }
-            drop = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
-            break;
-        }
+        int drop = lg_sock_read_exact(a->fd, a->buf, LG_HELLO_SIZE, &a->got) != 0;
         if (a->got == LG_HELLO_SIZE && !drop) {
             if (file_socket(l, a, now) != 0) {
                 if (!l->warned++)

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "params.h"
 #include "reconnect.h"
+#include "sock.h"
 #include "util.h"
 
 #define LG_PEND_MAX 256
@@ -171,16 +172,7 @@ static void pend_progress(uint64_t now)
     uint64_t timeout = (uint64_t)lg_params.rejoin_timeout_ms * 1000000ull;
     for (int i = 0; i < M.npend; i++) {
         struct lg_pend *a = &M.pend[i];
-        int drop = 0;
-        while (a->got < LG_HELLO_SIZE) {
-            ssize_t n = recv(a->fd, a->buf + a->got, LG_HELLO_SIZE - a->got, MSG_DONTWAIT);
-            if (n > 0) {
-                a->got += (size_t)n;
-                continue;
-            }
-            drop = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
-            break;
-        }
+        int drop = lg_sock_read_exact(a->fd, a->buf, LG_HELLO_SIZE, &a->got) != 0;
         if (!drop && a->got == LG_HELLO_SIZE) {
             struct lg_hello h;
             if (lg_hello_decode(a->buf, &h) == 0 && (h.flags & LG_HELLO_F_REJOIN) &&

@@ -109,6 +109,20 @@ ssize_t lg_sock_writev(int fd, const struct iovec *iov, int n)
     return r;
 }
 
+int lg_sock_read_exact(int fd, void *buf, size_t len, size_t *got)
+{
+    while (*got < len) {
+        struct iovec iov = {(char *)buf + *got, len - *got};
+        ssize_t n = lg_sock_readv(fd, &iov, 1);
+        if (n > 0) {
+            *got += (size_t)n;
+            continue;
+        }
+        return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) ? -1 : 0;
+    }
+    return 0;
+}
+
 ssize_t lg_sock_readv(int fd, const struct iovec *iov, int n)
 {
     struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};

@@ -24,5 +24,9 @@ void lg_sock_set_role(int fd, enum lg_sock_role role);
  * -1 with errno (EAGAIN: try later). */
 ssize_t lg_sock_writev(int fd, const struct iovec *iov, int n);
 ssize_t lg_sock_readv(int fd, const struct iovec *iov, int n);
+/* Reads what is there of a `len`-byte greeting into buf, never past it (what follows belongs
+ * to the stream); *got counts across calls. 0: keep going (complete when *got == len), -1:
+ * EOF or an error, drop the socket. */
+int lg_sock_read_exact(int fd, void *buf, size_t len, size_t *got);
 
 #endif

@@ -1,11 +1,32 @@
-/* Shared by the in-process transport tests: one send/recv pair on device 0 through the
- * non-blocking listen/connect/accept, driven like NCCL's proxy (the handle stays put). */
+/* Shared by the in-process transport tests: one device over loopback (primary 127.0.0.1,
+ * backup 127.0.0.2) and one send/recv pair on it through the non-blocking
+ * listen/connect/accept, driven like NCCL's proxy (the handle stays put). */
 #ifndef LG_TEST_PAIR_H
 #define LG_TEST_PAIR_H
+
+#include <arpa/inet.h>
+#include <string.h>
 
 #include "core.h"
 #include "nccl_net_abi.h"
 #include "util.h"
+
+/* Device 0 = (nic0 on 127.0.0.1, nic1 on 127.0.0.2); the names are what the daemon's table
+ * (if a test writes one) must call them. */
+static void loopback_devices(const char *nic0, const char *nic1)
+{
+    struct lg_device_table t;
+    memset(&t, 0, sizeof(t));
+    t.count = 1;
+    t.source = "test";
+    strcpy(t.dev[0].nic[0].name, nic0);
+    t.dev[0].nic[0].ip = inet_addr("127.0.0.1");
+    strcpy(t.dev[0].nic[1].name, nic1);
+    t.dev[0].nic[1].ip = inet_addr("127.0.0.2");
+    t.dev[0].has_backup = 1;
+    t.dev[0].speed_mbps = 10000;
+    lg_core_test_set_devices(&t, LG_FLAVOR_LINKGUARD);
+}
 
 /* 0, or -1 when the pair is not connected within 5 s. */
 static int pair_connect(void **s, void **r)

@@ -475,21 +475,6 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
     fprintf(stderr, "%s %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", buf);
 }
 
-static void make_devices(void)
-{
-    struct lg_device_table t;
-    memset(&t, 0, sizeof(t));
-    t.count = 1;
-    t.source = "test";
-    strcpy(t.dev[0].nic[0].name, "lgt0");
-    t.dev[0].nic[0].ip = inet_addr("127.0.0.1");
-    strcpy(t.dev[0].nic[1].name, "lgt1");
-    t.dev[0].nic[1].ip = inet_addr("127.0.0.2");
-    t.dev[0].has_backup = 1;
-    t.dev[0].speed_mbps = 10000;
-    lg_core_test_set_devices(&t, LG_FLAVOR_LINKGUARD);
-}
-
 int main(void)
 {
     char shm[128];
@@ -503,7 +488,7 @@ int main(void)
     setenv("LINKGUARD_DEAD_TIMEOUT_MS", "1500", 1);
     setenv("LINKGUARD_REJOIN_MS", "100", 1);
     setenv("LINKGUARD_REJOIN_MAX_MS", "400", 1);
-    make_devices();
+    loopback_devices("lgt0", "lgt1");
     CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, logger), ncclSuccess);
 
     /* No daemon: transport errors alone, and rebuilds by probing. */

@@ -15,21 +15,6 @@
 #include "lg_test_pair.h"
 #include "util.h"
 
-static void make_devices(void)
-{
-    struct lg_device_table t;
-    memset(&t, 0, sizeof(t));
-    t.count = 1;
-    t.source = "test";
-    strcpy(t.dev[0].nic[0].name, "lo");
-    t.dev[0].nic[0].ip = inet_addr("127.0.0.1");
-    strcpy(t.dev[0].nic[1].name, "lo");
-    t.dev[0].nic[1].ip = inet_addr("127.0.0.2");
-    t.dev[0].has_backup = 1;
-    t.dev[0].speed_mbps = 10000;
-    lg_core_test_set_devices(&t, LG_FLAVOR_LINKGUARD);
-}
-
 static void fill(char *b, size_t n, uint64_t seed)
 {
     for (size_t i = 0; i < n; i++)
@@ -250,7 +235,7 @@ static void test_many_comms(int n)
 int main(void)
 {
     setenv("LINKGUARD_CONNECT_TIMEOUT_MS", "3000", 1);
-    make_devices();
+    loopback_devices("lo", "lo");
     CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, NULL), ncclSuccess);
     int n = 0;
     CHECK_EQ(lg_core_devices(&n), ncclSuccess);
