@@ -200,6 +200,16 @@ struct lg_req {
     size_t cap;
     uint64_t placed;  /* bytes placed (atomic) */
     uint64_t total;   /* message size from the chunk headers; UINT64_MAX until known */
+    /* Completion by coverage: bit k of `cover` is claimed when chunk k is matched (a second
+     * claim in one epoch is a lying peer), `chunks` counts chunks wholly placed; the receive
+     * is complete when every chunk of the message is. Never by byte count: overlapping
+     * chunks would complete it while a stream still writes into the buffer. */
+    uint64_t *cover;      /* cover_words words: &cover_one, or a heap array kept across posts */
+    uint64_t cover_one;
+    uint64_t *cover_heap;
+    uint64_t cover_heap_words;
+    uint64_t cover_words; /* words in use for this post */
+    uint64_t chunks;      /* chunks wholly placed (atomic) */
     /* wrap mode (under conn->wmu) */
     struct lg_inner_mr *imr; /* NCCL's registration of the buffer */
     void *ireq;              /* the inner request of its current post, NULL: none */
@@ -240,6 +250,8 @@ struct lg_conn {
     uint64_t placed;       /* win.base, readable without mu (atomic) */
     uint64_t ack_sent;     /* highest placement count acknowledged to the sender (atomic) */
     uint32_t rx_waiting;   /* data streams waiting for a receive to be posted (atomic bits) */
+    uint32_t rx_open;      /* epoch whose partial receives are reset: chunks of the committed
+                            * epoch are taken only once it equals it (atomic) */
     /* rebuilding paths */
     uint32_t local_ip[LG_NPATHS];  /* our address on each NIC (network order) */
     uint32_t peer_ip[LG_NPATHS];   /* sender: the receiver's listening sockets */
@@ -286,6 +298,10 @@ void lg_conn_free(struct lg_conn *c); /* detaches, closes every fd, frees */
  * which fails over. Any thread. */
 void lg_conn_path_failed(struct lg_path *p, int err, const char *why);
 void lg_conn_path_eof(struct lg_path *p, const char *why);
+/* The peer sent something no honest peer sends (an ack, RESYNC or epoch outside what the
+ * connection's state allows): WARN with the details and fail the connection (any thread). A
+ * lying peer must never get a completion or a replay out of us. */
+void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sets the connection's error once; 1 if this call set it. */
 int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
