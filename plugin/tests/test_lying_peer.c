@@ -1,4 +1,5 @@
-/* A peer that lies (issue #16): each case is one of the findings, driven through the real
+/* A peer that lies (issue #16), and one that closes right after its last receive (issue #13).
+ * Each lie is one of the findings, driven through the real
  * connection code by a scripted peer (lg_test_peer.h). A lie fails the connection with
  * ncclRemoteError and a WARN; it never completes a request early (NCCL would reuse the buffer
  * while we still read or write it) and never leaves the connection stuck. Buffers are given
@@ -229,6 +230,31 @@ static void test_honest_switch(void)
     free(b);
 }
 
+/* Issue #13: a receiver that closes right after its last receive. Its BYE (here on the backup,
+ * while no ACK ever comes on the primary) carries what it placed: those sends complete; one it
+ * never received fails, naming the close. */
+static void test_goodbye_carries_the_final_count(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
+    char *b0 = malloc(64), *b1 = malloc(64);
+    void *r0 = NULL, *r1 = NULL;
+    CHECK_EQ(lg_core_isend(pe.c, b0, 64, 0, NULL, &r0), ncclSuccess);
+    CHECK_EQ(lg_core_isend(pe.c, b1, 64, 0, NULL, &r1), ncclSuccess);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r0, 100, &rc), 0); /* written (and drained), not acked */
+    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_BYE, .flags = LG_BYE_CLOSE,
+                                                 .value = 1}),
+             0);
+    shutdown(pe.ctrl[1], SHUT_WR);
+    CHECK_EQ(peer_poll(&pe, r0, 2000, &rc), 1);
+    CHECK_EQ(peer_poll(&pe, r1, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    peer_close(&pe);
+    free(b0);
+    free(b1);
+}
+
 int main(void)
 {
     setenv(LG_SHM_PATH_ENV, "/nonexistent/linkguard-test", 1); /* no daemon */
@@ -244,6 +270,7 @@ int main(void)
     test_forged_heartbeat();
     test_forged_switch();
     test_honest_switch();
+    test_goodbye_carries_the_final_count();
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }
