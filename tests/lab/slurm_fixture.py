@@ -144,8 +144,8 @@ class SlurmCluster:
         lines = [
             f"ClusterName={self.lab.prefix}",
             # slurmctld knows itself by the host name (the lab's namespaces share the UTS one)
-            f"SlurmctldHost={socket.gethostname().split('.')[0]}"
-            f"({self.lab.mgmt_address(self.head)})",
+            (f"SlurmctldHost={socket.gethostname().split('.')[0]}"
+            f"({self.lab.mgmt_address(self.head)})"),
             "SlurmUser=root", "SlurmdUser=root",
             "AuthType=auth/munge", "CredType=cred/munge",
             f"AuthInfo=socket={self.munge_socket}",
@@ -164,8 +164,8 @@ class SlurmCluster:
             f"HealthCheckInterval={HEALTH_CHECK_INTERVAL_S}",
             f"TaskProlog={TASKPROLOG}",
             *(f"NodeName={n} NodeAddr={self.lab.mgmt_address(n)} {hw}" for n in self.nodes),
-            f"PartitionName=lab Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE "
-            "State=UP",
+            (f"PartitionName=lab Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE "
+            "State=UP"),
         ]
         self.conf.write_text("\n".join(lines) + "\n")
 
