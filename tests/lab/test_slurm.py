@@ -5,7 +5,8 @@ with its linkguardd, slurmctld and srun on the head node c.
   NCCL_NET_PLUGIN and the node's LINKGUARD_SHM) while a rail is cut and restored: every byte
   verified, the step succeeds.
 - Both rails of node a cut: slurmd's periodic health check drains a with linkguard's reason,
-  and resumes it once both are back; a node whose daemon is gone is never drained.
+  and resumes it once both are back; an administrator's drain of b is kept through b's own
+  fault and repair; a node whose daemon is gone is never drained.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from slurm_fixture import SlurmCluster
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.plugin_driver import BUILD, DRIVER, build_plugin
 from linkguard_lab.lab import Lab
-from linkguard_slurm.healthcheck import EXIT_HEALTHY, EXIT_NO_ANSWER
+from linkguard_slurm.healthcheck import EXIT_HEALTHY, EXIT_NO_ANSWER, EXIT_UNHEALTHY
 from linkguardd.states import NicState
 
 pytestmark = pytest.mark.lab
@@ -185,6 +186,23 @@ def test_both_rails_cut_drains_the_node_and_their_return_resumes_it(
              f"node a resumed:\n{cluster.log('healthcheck-a.log')}")
     assert cluster.node("a").reason == ""
     assert "resumed the node" in cluster.log("healthcheck-a.log")
+
+    # An administrator's drain is not linkguard's: kept through b's own fault and repair.
+    admin = "bad DIMM, ticket 4711"
+    cluster.run(["scontrol", "update", "nodename=b", "state=drain", f"reason={admin}"])
+    lab.cut("b", 0)
+    lab.cut("b", 1)
+    nodes["b"].wait_state("rail1", NicState.DOWN)
+    nodes["b"].wait_state("rail0", NicState.DOWN)
+    assert lab.run("b", hc, env={"SLURMD_NODENAME": "b"}).returncode == EXIT_UNHEALTHY
+    assert "someone else's reason: " + admin in cluster.log("healthcheck-b.log")
+    lab.restore("b", 0)
+    lab.restore("b", 1)
+    for rail in ("rail0", "rail1"):
+        nodes["b"].wait_state(rail, NicState.UP)
+    assert lab.run("b", hc, env={"SLURMD_NODENAME": "b"}).returncode == EXIT_HEALTHY
+    assert cluster.node("b").drained and cluster.node("b").reason == admin
+    cluster.run(["scontrol", "update", "nodename=b", "state=resume"])
 
     # Node b's daemon stops, then b loses both rails: nobody can tell, so nothing is drained.
     nodes["b"].stop()
