@@ -9,34 +9,22 @@ this table (render_example_toml).
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 import textwrap
-import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
+
+# The daemon's table helpers: a field with its doc and bounds; the TOML reader and its errors.
+from linkguardd.settings import ConfigError, _setting, check_number, read_toml
 
 DEFAULT_CONFIG_PATH = "/etc/linkguard/slurm.toml"
 ENV_PREFIX = "LINKGUARD_SLURM_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class ConfigError(Exception):
-    """A bad setting; the message names it."""
-
-
-def _setting(default: Any, doc: str, *, minimum: float | None = None,
-             maximum: float | None = None) -> Any:
-    meta = {"doc": doc, "minimum": minimum, "maximum": maximum}
-    if isinstance(default, Mapping):
-        frozen = MappingProxyType(dict(default))
-        return field(default_factory=lambda: frozen, metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -120,16 +108,7 @@ def load(path: str | None = None, overrides: Mapping[str, Any] | None = None) ->
     """Settings from the TOML file at `path` (None: DEFAULT_CONFIG_PATH, which may be missing)
     plus `overrides` (name -> value; None means not given)."""
     file = Path(path or DEFAULT_CONFIG_PATH)
-    try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        if path:
-            raise ConfigError(f"{file}: config file not found") from None
-        data = {}
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{file}: not valid TOML: {e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{file}: cannot read config file: {e}") from None
+    data = read_toml(file, required=bool(path))
     values: dict[str, Any] = {}
     for layer, where in ((data, f"{file}: "), (overrides or {}, "")):
         for key, raw in layer.items():
@@ -156,12 +135,7 @@ def _coerce(spec: SettingSpec, raw: Any, label: str) -> Any:
         raise ConfigError(f"{label}: expected {kind.__name__}, got {type(raw).__name__} "
                           f"{raw!r:.40}")
     if kind in (int, float):
-        if math.isnan(raw):
-            raise ConfigError(f"{label}: must be a number, got nan")
-        if spec.minimum is not None and raw < spec.minimum:
-            raise ConfigError(f"{label}: must be >= {spec.minimum:g}, got {raw:g}")
-        if spec.maximum is not None and raw > spec.maximum:
-            raise ConfigError(f"{label}: must be <= {spec.maximum:g}, got {raw:g}")
+        check_number(raw, spec.minimum, spec.maximum, label)
     if kind is str and "\n" in raw:
         raise ConfigError(f"{label}: must be one line")
     return raw
