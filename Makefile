@@ -7,7 +7,7 @@ DESTDIR ?=
 STAMPS  := .build
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c demo bench \
-        bench-failover bench-wrap bench-soak install lint clean distclean
+        bench-failover bench-wrap bench-soak install wheelhouse constraints lint clean distclean
 
 all: build
 
@@ -21,12 +21,24 @@ $(STAMPS)/host-packages: scripts/host-packages.txt scripts/install-host-packages
 
 venv: $(STAMPS)/venv
 # The editable install also compiles the shm library (setup.py) that the daemon loads.
-$(STAMPS)/venv: pyproject.toml setup.py plugin/include/linkguard_shm.h $(wildcard plugin/src/shm_*.c) \
-                $(STAMPS)/host-packages | $(STAMPS)
+# Every version is pinned by constraints.txt; pyverbs comes from Debian (scripts/link-pyverbs.sh).
+$(STAMPS)/venv: pyproject.toml constraints.txt setup.py plugin/include/linkguard_shm.h \
+                $(wildcard plugin/src/shm_*.c) $(STAMPS)/host-packages | $(STAMPS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	scripts/link-pyverbs.sh $(PY)
 	touch $@
+
+# Re-pins constraints.txt to the newest versions pyproject.toml allows (then `make test`).
+constraints:
+	rm -rf $(STAMPS)/lock-venv
+	$(PYTHON) -m venv $(STAMPS)/lock-venv
+	$(STAMPS)/lock-venv/bin/pip install -q '.[dev]'
+	{ sed -n '/^#/p' constraints.txt; $(STAMPS)/lock-venv/bin/pip freeze --exclude-editable \
+	    | grep -v '^linkguard'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(STAMPS)/lock-venv
 
 setup: host-packages venv proto
 

@@ -74,14 +74,9 @@ if [ "$python" = 1 ]; then
         || die "gRPC stubs missing (daemon/linkguard/v1): run 'make proto' first"
     "$PYTHON" -m venv --clear "$DESTDIR$venv"
     "$DESTDIR$venv/bin/python" -m pip install --quiet --no-cache-dir --upgrade pip
-    "$DESTDIR$venv/bin/python" -m pip install --quiet --no-cache-dir "$SRC"
-    # pyverbs (verbs async events) comes only from Debian's python3-pyverbs: link that one
-    # package in rather than opening the venv to every system package.
-    system_pyverbs=/usr/lib/python3/dist-packages/pyverbs
-    if [ -d "$system_pyverbs" ]; then
-        site=$("$DESTDIR$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-        ln -sfn "$system_pyverbs" "$site/pyverbs"
-    fi
+    "$DESTDIR$venv/bin/python" -m pip install --quiet --no-cache-dir \
+        -c "$SRC/constraints.txt" "$SRC"
+    "$SRC/scripts/link-pyverbs.sh" "$DESTDIR$venv/bin/python"
     if [ -n "$DESTDIR" ]; then
         # scripts and pyvenv.cfg name the staging path; the venv will live at $venv
         grep -rlF "$DESTDIR$venv" "$DESTDIR$venv/bin" "$DESTDIR$venv/pyvenv.cfg" 2>/dev/null \
