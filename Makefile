@@ -93,12 +93,26 @@ bench-wrap: build
 install: build
 	PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) scripts/install.sh $(if $(NCCL_CONF),--nccl-conf)
 
+# One artefact to copy to every host (offline install, the same bytes everywhere): wheels of
+# linkguard and its pinned dependencies, the plugin, unit, config and docs. On a host, as root:
+#   tar xzf linkguard-VERSION-wheelhouse.tar.gz && linkguard-VERSION-wheelhouse/scripts/install.sh
+VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+WHEELHOUSE := dist/linkguard-$(VERSION)-wheelhouse
+wheelhouse: build
+	rm -rf $(WHEELHOUSE) $(WHEELHOUSE).tar.gz
+	mkdir -p $(WHEELHOUSE)/wheels
+	$(PY) -m pip wheel -q --no-cache-dir -c constraints.txt -w $(WHEELHOUSE)/wheels .
+	cp -r --parents README.md constraints.txt docs systemd scripts/install.sh \
+	    scripts/link-pyverbs.sh plugin/build/libnccl-net-linkguard.so $(WHEELHOUSE)/
+	tar -C dist -czf $(WHEELHOUSE).tar.gz $(notdir $(WHEELHOUSE))
+	@echo "$(WHEELHOUSE).tar.gz"
+
 lint: build
 	$(VENV)/bin/ruff check daemon cli lab tests bench
 
 clean:
 	$(MAKE) -C plugin clean
-	rm -rf $(STAMPS) daemon/linkguardd/_lgshm*.so $(PROTO_OUT)
+	rm -rf $(STAMPS) daemon/linkguardd/_lgshm*.so $(PROTO_OUT) dist
 
 distclean: clean
 	rm -rf $(VENV)

@@ -58,6 +58,11 @@ def test_files_land_where_systemd_ldso_and_admins_look(tmp_path: Path, plugin: P
     assert mode(dest / "etc/linkguard/linkguard.toml") == 0o644
     assert not (dest / "etc/nccl.conf").exists()  # opt-in only
     assert "NCCL_NET_PLUGIN=linkguard" in out.stdout  # ...but documented
+    for path, fragment in (("bash-completion/completions/linkguard-cli", "complete -o"),
+                           ("zsh/site-functions/_linkguard-cli", "compdef"),
+                           ("fish/vendor_completions.d/linkguard-cli.fish", "complete --no-files")):
+        text = (usr / "share" / path).read_text()
+        assert "_LINKGUARD_CLI_COMPLETE" in text and fragment in text, path
 
 
 def test_other_prefix_puts_the_unit_in_etc(tmp_path: Path, plugin: Path) -> None:
@@ -198,3 +203,24 @@ def test_no_make_target_is_promised_that_does_not_exist() -> None:
     for path in ("pyproject.toml", "README.md", "docs/operators.md", "CONTRIBUTING.md"):
         for target in re.findall(r"`make ([a-z][\w-]*)", (ROOT / path).read_text()):
             assert target in targets, f"{path} names `make {target}`, which does not exist"
+
+
+@pytest.mark.skipif(os.environ.get("LINKGUARD_TEST_INSTALL_PIP") != "1",
+                    reason="downloads the pinned wheels: set LINKGUARD_TEST_INSTALL_PIP=1")
+def test_the_wheelhouse_installs_offline(tmp_path: Path) -> None:
+    built = subprocess.run(["make", "-s", "wheelhouse"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=1200, check=False)
+    assert built.returncode == 0, built.stderr
+    archive = ROOT / built.stdout.strip().splitlines()[-1]
+    subprocess.run(["tar", "-C", str(tmp_path), "-xzf", str(archive)], check=True, timeout=120)
+    unpacked = tmp_path / archive.name.removesuffix(".tar.gz")
+    env = dict(os.environ, DESTDIR=str(tmp_path / "dest"), PREFIX="/opt/lg",
+               PIP_INDEX_URL="http://127.0.0.1:9/no-index")  # nothing may be downloaded
+    out = subprocess.run([str(unpacked / "scripts/install.sh")], env=env, capture_output=True,
+                         text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr
+    venv = tmp_path / "dest/opt/lg/lib/linkguard/venv"
+    cli = subprocess.run([str(venv / "bin/python"), str(venv / "bin/linkguard-cli"), "--version"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert cli.returncode == 0 and cli.stdout.startswith("linkguard-cli "), cli.stderr
+    assert (tmp_path / "dest/opt/lg/lib/libnccl-net-linkguard.so").exists()
