@@ -230,6 +230,8 @@ void lg_conn_free(struct lg_conn *c)
     for (int i = 0; i < LG_NPATHS; i++)
         if (c->lsock[i])
             lg_lsock_unref(c->lsock[i]);
+    for (int i = 0; i < LG_WINDOW; i++)
+        free(c->reqs[i].cover_heap);
     pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->wmu);
@@ -254,6 +256,18 @@ int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
     if (set)
         lg_monitor_wake(c);
     return set;
+}
+
+void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...)
+{
+    char what[192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    if (lg_conn_fail(c, ncclRemoteError, "the peer broke the protocol: %s", what))
+        LG_WARN("%s conn %016llx: the peer broke the protocol (%s); failing the connection",
+                c->kind == LG_CONN_SEND ? "send" : "recv", (unsigned long long)c->nonce, what);
 }
 
 /* Requests posted but not complete: what a dying path takes down with it. */

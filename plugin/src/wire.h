@@ -93,6 +93,16 @@ static inline uint64_t lg_chunk_count(uint64_t size, uint64_t chunk)
     return size == 0 ? 1 : (size + chunk - 1) / chunk;
 }
 
+/* Which chunk of its message a header describes, if it is cut as the sender cuts (chunk k
+ * at k * chunk, `chunk` bytes long but the last); UINT64_MAX otherwise. */
+static inline uint64_t lg_chunk_index(const struct lg_chunk_hdr *h, uint64_t chunk)
+{
+    if (chunk == 0 || h->offset % chunk || (h->offset >= h->total && h->total))
+        return UINT64_MAX;
+    uint64_t rest = h->total - h->offset;
+    return h->len == (rest < chunk ? rest : chunk) ? h->offset / chunk : UINT64_MAX;
+}
+
 /* ---- sequence window ------------------------------------------------------------------ */
 /* Messages complete out of order (different streams); the cumulative count that an ack
  * carries ("all messages below `base` are placed") advances over a bitmap of the next 64. */
