@@ -44,9 +44,9 @@ def unreachable(socket_path: str, why: str) -> CliError:
     return CliError(
         f"cannot reach linkguardd at {socket_path}: {why}\n"
         "  Is linkguardd running?  systemctl status linkguardd\n"
-        f"  Permissions?  ls -l {socket_path}  (reads use the read-only socket: root or its "
-        "group, linkguard by default; drain/undrain the admin socket: root or its group, "
-        "linkguard-admin by default)\n"
+        f"  Permissions?  ls -l {socket_path}  and  id\n"
+        "    (reads: the read-only socket, root or group linkguard by default;\n"
+        "     drain/undrain: the admin socket, root or group linkguard-admin by default)\n"
         "  Another socket?  --socket PATH (LINKGUARD_SOCKET), --ro-socket PATH "
         "(LINKGUARD_RO_SOCKET)",
         EXIT_UNREACHABLE,

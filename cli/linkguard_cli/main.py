@@ -109,8 +109,8 @@ def output_option(*formats: str) -> Callable[[F], F]:
                       message="%(prog)s %(version)s")
 @click.option("--socket", "socket_path", default=DEFAULT_SOCKET, show_default=True,
               envvar="LINKGUARD_SOCKET", show_envvar=True, metavar="PATH",
-              help="linkguardd's admin socket (drain, undrain; reads too when --ro-socket is "
-                   "not given but this is).")
+              help="linkguardd's admin socket: drain and undrain (and every command, when "
+                   "given without --ro-socket).")
 @click.option("--ro-socket", "ro_socket", default=DEFAULT_RO_SOCKET, show_default=True,
               envvar="LINKGUARD_RO_SOCKET", show_envvar=True, metavar="PATH",
               help="linkguardd's read-only socket (status, watch, events, dom, dump).")
