@@ -319,6 +319,9 @@ int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
 /* Queues/sends a control frame on the path (any thread). */
 void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f);
 void lg_path_ctrl_flush(struct lg_path *p);
+/* Writes what the control channel still queues, waiting at most timeout_ms (close: the BYE
+ * must not be lost to a full socket buffer). */
+void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms);
 /* Reads control frames from a path's ctrl socket; calls `on_frame` for each. */
 int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, const struct lg_ctrl *));
 static inline int lg_path_up(const struct lg_path *p)
@@ -352,6 +355,9 @@ static inline struct lg_path *lg_conn_active_path(struct lg_conn *c)
 ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
                            struct lg_inner_mr *imr, void **request);
 void lg_send_stream_handler(struct lg_task *t, uint32_t events);
+/* The receiver placed every message below n (an ACK, or the count a closing receiver's BYE
+ * carries): completes them, or fails the connection if no honest peer could say so. 0 or -1. */
+int lg_conn_take_ack(struct lg_conn *c, uint64_t n);
 void lg_send_ctrl_handler(struct lg_task *t, uint32_t events);
 
 /* conn_recv.c */

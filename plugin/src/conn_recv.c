@@ -131,7 +131,8 @@ int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
 {
     struct lg_conn *c = p->conn;
     uint64_t seq = r->seq; /* read before DONE: the slot may be reused right after */
-    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
+    /* Counted as placed before NCCL can see it done: a caller that closes right after its
+     * last receive says in its BYE that it holds everything it saw complete. */
     pthread_mutex_lock(&c->mu);
     int adv = lg_seqwin_mark(&c->win, seq);
     uint64_t placed = c->win.base;
@@ -142,6 +143,7 @@ int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
         lg_conn_path_failed(p, 0, "message completed twice");
         return -1;
     }
+    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
     if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
                     placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >= LG_ACK_NOW_MSGS))
         lg_recv_flush_ack(p);
