@@ -143,8 +143,9 @@ def bandwidth_section(mode: str, runs: dict[str, dict[str, dict[str, Any]]],
 
 # --- schema ----------------------------------------------------------------------------------
 
-_TOP: dict[str, type | tuple[type, ...]] = {"schema": str, "mode": str, "ok": bool, "failures": list, "started_utc": str,
-        "duration_s": (int, float), "environment": dict, "lab": dict, "artifacts": list}
+_TOP: dict[str, type | tuple[type, ...]] = {
+    "schema": str, "mode": str, "ok": bool, "failures": list, "started_utc": str,
+    "duration_s": (int, float), "environment": dict, "lab": dict, "artifacts": list}
 
 
 def validate(result: dict[str, Any]) -> list[str]:

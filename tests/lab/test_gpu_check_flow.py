@@ -80,7 +80,8 @@ def test_sigterm_mid_run_still_tears_down_and_reports(tmp_path: Path) -> None:
     deadline = time.monotonic() + 120
     log = tmp_path / "console.log"
     while "cut a rail" not in (log.read_text() if log.exists() else ""):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()  # type: ignore[union-attr]
+        assert proc.poll() is None, f"ended before the cut: {proc.communicate()[0]}"
+        assert time.monotonic() < deadline, "no cut within 120 s"
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)  # the script we started, by its PID
     console, _ = proc.communicate(timeout=120)
