@@ -77,14 +77,16 @@ def test_dry_run_passes_and_cleans_up(tmp_path: Path) -> None:
 
 def test_sigterm_mid_run_still_tears_down_and_reports(tmp_path: Path) -> None:
     proc = start(tmp_path, "--dry-run", "--steady-s", "1", "--fault-s", "20")
-    deadline = time.monotonic() + 120
-    log = tmp_path / "console.log"
-    while "cut a rail" not in (log.read_text() if log.exists() else ""):
-        assert proc.poll() is None, f"ended before the cut: {proc.communicate()[0]}"
-        assert time.monotonic() < deadline, "no cut within 120 s"
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)  # the script we started, by its PID
-    console, _ = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 120
+        log = tmp_path / "console.log"
+        while "cut a rail" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None, f"ended before the cut: {proc.communicate()[0]}"
+            assert time.monotonic() < deadline, "no cut within 120 s"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)  # the script we started, by its PID
+        console, _ = proc.communicate(timeout=120)
     doc = json.loads((tmp_path / "result.json").read_text())
     assert proc.returncode == 1 and not doc["ok"], console
     assert any("SystemExit" in f for f in doc["failures"]), doc["failures"]
