@@ -59,10 +59,10 @@ from linkguard_lab.timeline import ShmEvent, first_event
 from linkguard_lab.topology import check_prefix
 
 WARM_ITERS = 20  # loop iterations both ranks must finish before the cut
-INIT_TIMEOUT_S = 150.0  # CUDA context and NCCL init of both ranks, first iterations
+INIT_TIMEOUT_S = 120.0  # CUDA context and NCCL init of both ranks, first iterations
 BACK_TIMEOUT_S = 30.0  # after the hold-down: both plugins back on rail0
 TAIL_S = 2.0
-BENCH_TIMEOUT_S = 200.0  # one transport's sweep, init included
+BENCH_TIMEOUT_S = 150.0  # one transport's sweep, init included
 POLL_S = 0.1
 # What comes back from a device run: result.json, the failover phase's two NCCL logs,
 # logs.tar.gz, and console.log (run_nccl_check.sh): 5 files, under the 8 that travel back.
@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "dry run 1M,4M)")
     p.add_argument("--budget-mib", type=int, default=None,
                    help="bandwidth: MiB moved per size (default 1024; dry run 32)")
-    p.add_argument("--timeout-s", type=float, default=540.0, help="limit of the whole run")
+    p.add_argument("--timeout-s", type=float, default=390.0, help="limit of the whole run")
     try:
         a = p.parse_args(argv)
     except SystemExit as exc:

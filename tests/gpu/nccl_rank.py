@@ -15,7 +15,8 @@ loop   all-reduce (sum) of a float32 tensor whose exact result is known, checked
 bench  all-reduce bus bandwidth per size (busbw = algbw * 2(W-1)/W, nccl-tests' definition),
        timed with the host clock around synchronised loops after a warm-up; each size ends
        with one checked all-reduce of the pattern.
-The result (JSON) goes to --out, also on an exception (then the exit status is 1).
+The result (JSON) goes to --out, also on an exception (then the exit status is 1); bench
+rewrites it after every size.
 Only this file's helpers above main() run without torch (the unit tests import them).
 """
 
@@ -180,7 +181,15 @@ def run_bench(a: argparse.Namespace, torch: Any, dist: Any, out: dict[str, Any])
         algbw, busbw = bus_bandwidth(size, seconds, a.world)
         rows.append({"bytes": size, "iters": iters, "seconds": seconds, "algbw_gbs": algbw,
                      "busbw_gbs": busbw, "wrong_elements": bad})
+        save(a.out, out)  # a rank killed at the harness's time limit still reports these rows
         print(f"lg-rank: bench {size} busbw {busbw:.3f} GB/s wrong {bad}", flush=True)
+
+
+def save(path: str, out: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f)
+    os.replace(tmp, path)  # a reader never sees half a file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         import torch.distributed as dist
 
+        nccl = torch.cuda.nccl.version()  # a tuple; an int in old releases
         out.update(torch=torch.__version__, cuda=torch.version.cuda,
-                   nccl=".".join(str(v) for v in torch.cuda.nccl.version()),
+                   nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
                    gpu=torch.cuda.get_device_name(a.gpu))
         torch.cuda.set_device(a.gpu)
         dist.init_process_group("nccl", init_method=f"tcp://{a.master}", rank=a.rank,
@@ -203,8 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the harness reads the exception from the result
         out["exception"] = f"{type(exc).__name__}: {exc}"
         out["traceback"] = traceback.format_exc()
-    with open(a.out, "w") as f:
-        json.dump(out, f)
+    save(a.out, out)
     return 0 if out["ok"] else 1
 
 

@@ -52,4 +52,4 @@ mib=$(( $(du -sb "$DEST" | cut -f1) / 1048576 ))
 [ "$mib" -le "$LIMIT_MIB" ] || { echo "prepare: $DEST is $mib MiB (> $LIMIT_MIB)"; exit 1; }
 echo "prepare: $DEST ready ($mib MiB): $(ls "$DEST"/wheels | tr '\n' ' ')"
 echo "prepare: now run on the device (CONTRIBUTING.md, \"GPU check\"):"
-echo "  command: bash tests/gpu/run_nccl_check.sh   carry: [\".gpu\"]   timeout_s: 600"
+echo "  command: bash tests/gpu/run_nccl_check.sh   carry: [\".gpu\"]   timeout_s: 480"

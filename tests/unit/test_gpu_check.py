@@ -269,7 +269,7 @@ def test_loop_checks_every_element_and_stops_on_the_stop_file(
     assert rc == 0 and r["ok"] and r["exception"] is None
     assert r["iterations"] == 6 and r["wrong_elements"] == 0 and r["bad_votes"] == 0
     assert len(r["iters"]) == 6 and r["elements"] == 64
-    assert r["torch"] == "0.0-fake" and r["gpu"] == "fake GPU"
+    assert (r["torch"], r["nccl"], r["gpu"]) == ("0.0-fake", "0.0.0", "fake GPU")
 
 
 def test_loop_counts_a_corrupted_element(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
