@@ -60,7 +60,7 @@ from linkguard_lab.topology import check_prefix
 
 WARM_ITERS = 20  # loop iterations both ranks must finish before the cut
 INIT_TIMEOUT_S = 120.0  # CUDA context and NCCL init of both ranks, first iterations
-BACK_TIMEOUT_S = 30.0  # after the hold-down: both plugins back on rail0
+BACK_TIMEOUT_S = 30.0  # after the hold-down: both plugins back on the restored rail
 TAIL_S = 2.0
 BENCH_TIMEOUT_S = 150.0  # one transport's sweep, init included
 POLL_S = 0.1
@@ -262,17 +262,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     except (Exception, KeyboardInterrupt, SystemExit) as exc:  # noqa: BLE001 - the result says
         result["failures"].append(f"{phase}: {type(exc).__name__}: {exc}")
     finally:
-        ranks.kill()
-        for d in daemons:
-            for name in ("stdout.log", "stderr.log"):
-                with_suffix = work / f"daemon-{d.host}-{name}"
-                if (d.workdir / name).exists():
-                    shutil.copy(d.workdir / name, with_suffix)
-            d.stop()
-        try:
-            lab.down()
-        except LabError as exc:
-            result["failures"].append(f"teardown: {exc}")
+        result["failures"] += teardown(lab, daemons, ranks, work)
         result["lab"]["torn_down"] = not lab.existing_namespaces()
         if not result["lab"]["torn_down"]:
             result["failures"].append(f"teardown: lab {lab.prefix} still has namespaces")
@@ -281,6 +271,27 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         if not a.work:
             shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def teardown(lab: Lab, daemons: list[HostDaemon], ranks: Any, work: Path) -> list[str]:
+    """Ranks, then daemons (their logs kept in `work`), then the namespaces; every step runs
+    even when one before it fails. Returns what went wrong."""
+    problems = []
+    steps: list[tuple[str, Callable[[], None]]] = [("ranks", ranks.kill)]
+    for d in daemons:
+        def stop(d: HostDaemon = d) -> None:
+            for name in ("stdout.log", "stderr.log"):
+                if (d.workdir / name).exists():
+                    shutil.copy(d.workdir / name, work / f"daemon-{d.host}-{name}")
+            d.stop()
+        steps.append((f"daemon {d.host}", stop))
+    steps.append(("lab", lab.down))
+    for what, step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - go on with the rest, then report
+            problems.append(f"teardown: {what}: {type(exc).__name__}: {exc}")
+    return problems
 
 
 def finish(result: dict[str, Any], out: Path, work: Path, clock: Clock) -> None:

@@ -334,6 +334,23 @@ def test_iteration_maxima_split_at_the_cut_and_the_restore() -> None:
     assert nccl_check.iteration_maxima([], 1, 2) is None
 
 
+def test_teardown_goes_on_when_a_step_fails(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    class Ranks:
+        def kill(self) -> None:
+            calls.append("ranks")
+            raise OSError("no such process")
+
+    class Lab:
+        def down(self) -> None:
+            calls.append("lab")
+
+    problems = nccl_check.teardown(Lab(), [], Ranks(), tmp_path)  # type: ignore[arg-type]
+    assert calls == ["ranks", "lab"]
+    assert problems == ["teardown: ranks: OSError: no such process"]
+
+
 # --- verdict and schema ------------------------------------------------------------------------
 
 def good_log() -> dict[str, Any]:
