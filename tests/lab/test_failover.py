@@ -420,7 +420,10 @@ def test_one_stalled_stream_fails_over(lab: Lab, daemons: Daemons, transport: st
     try:
         run.wait(lambda: run.lines(rf"send conn {conn}: failover: ", t), 10,
                  f"conn {conn} failing over from its stalled stream")
-        assert run.lines(r"stalled: message #\d+ got no data", t), run.tail()
+        # Found by the receiver's watchdog, or, on a machine too loaded for it to judge, by the
+        # stalled socket's TCP_USER_TIMEOUT (the dead timeout): both are the stall's own.
+        assert run.lines(r"stalled: message #\d+ got no data|Connection timed out", t), \
+            run.tail()
         assert lab.carrier("a", 0) and run.d["a"].nic("rail0").state == NicState.UP
     finally:
         lab.unstall("a", 0)
