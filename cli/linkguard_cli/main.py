@@ -2,7 +2,8 @@
 
 Exit status: 0 fine; 1 `status` found a NIC that is not UP; 2 usage error, bad argument or
 unknown NIC; 3 the daemon is unreachable (no socket, no permission, no answer in time); 4 the
-daemon refused (drain/undrain needs root or the admin group); 5 the daemon failed otherwise.
+daemon refused (drain/undrain needs root or the admin group); 5 the daemon failed otherwise (for
+`health`: its heartbeat is stale).
 """
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ import click
 
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard_cli import render
-from linkguard_cli.client import EXIT_NOT_UP, EXIT_OK, EXIT_UNREACHABLE, Client
+from linkguard_cli.client import (
+    EXIT_DAEMON_ERROR,
+    EXIT_NOT_UP,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    Client,
+)
 from linkguardd.settings import SETTINGS
 
 DEFAULT_SOCKET = next(s.default for s in SETTINGS if s.name == "grpc_socket")
@@ -33,7 +40,8 @@ def _echo_json(data: Any) -> None:
 EXIT_STATUS_HELP = """\b
 Exit status: 0 fine; 1 `status` found a NIC that is not UP; 2 usage error,
 bad argument or unknown NIC; 3 linkguardd unreachable; 4 not allowed
-(drain/undrain need root or the admin group); 5 the daemon failed."""
+(drain/undrain need root or the admin group); 5 the daemon failed (`health`:
+heartbeat stale)."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_STATUS_HELP)
@@ -155,6 +163,23 @@ def dom(ctx: click.Context, nic: str | None, as_json: bool) -> None:
         _echo_json([render.module_json(m) for m in modules])
         return
     click.echo("\n\n".join(render.module_text(m) for m in modules) or "no NIC is monitored")
+
+
+@cli.command()
+@click.option("--max-heartbeat-age", "max_age", default=render.STALE_HEARTBEAT_S,
+              show_default=True, metavar="SECONDS", type=click.FloatRange(min=0),
+              help="Older than this, the daemon counts as stalled.")
+@click.pass_context
+def health(ctx: click.Context, max_age: float) -> None:
+    """Whether linkguardd answers and its heartbeat is fresh, whatever the NICs' states: a
+    liveness probe. Exits 0 alive, 3 unreachable, 5 heartbeat stale."""
+    d = _client(ctx).status().daemon
+    age = d.heartbeat_age_seconds
+    if age > max_age:
+        click.echo(f"linkguardd pid {d.pid}: heartbeat {age:.3f} s old (limit {max_age:g} s): "
+                   "its loop is stalled", err=True)
+        ctx.exit(EXIT_DAEMON_ERROR)
+    click.echo(f"linkguardd pid {d.pid}: alive, heartbeat {age * 1000:.0f} ms ago")
 
 
 @cli.command()
