@@ -17,7 +17,7 @@
 #   $SYSUSERSDIR/linkguard.conf        the linkguard and linkguard-admin groups
 #   $SYSCONFDIR/linkguard/linkguard.toml(.example), $SYSCONFDIR/default/linkguardd
 #                                      never overwritten once present
-#   $PREFIX/share/doc/linkguard/       operators.md, failover.md, wrap-mode.md, README.md
+#   $PREFIX/share/doc/linkguard/       docs/*.md (operators.md links the others), README.md
 # Opt-in: --nccl-conf appends NCCL_NET_PLUGIN=linkguard to $SYSCONFDIR/nccl.conf, so every NCCL
 # job on the host loads the plugin; --nccl-net-strict adds NCCL_NET=linkguard, so a job fails
 # instead of silently falling back to NCCL's own transport when the plugin cannot load.
@@ -115,8 +115,8 @@ put 0644 "$SRC/systemd/linkguard.sysusers" "$SYSUSERSDIR/linkguard.conf"
 put 0644 "$SRC/systemd/linkguard.toml" "$SYSCONFDIR/linkguard/linkguard.toml.example"
 put_once 0644 "$SRC/systemd/linkguard.toml" "$SYSCONFDIR/linkguard/linkguard.toml"
 put_once 0644 "$SRC/systemd/linkguardd.default" "$SYSCONFDIR/default/linkguardd"
-for doc in operators.md failover.md wrap-mode.md; do # operators.md links the other two
-    put 0644 "$SRC/docs/$doc" "$PREFIX/share/doc/linkguard/$doc"
+for doc in "$SRC"/docs/*.md; do # every page: operators.md links the others
+    put 0644 "$doc" "$PREFIX/share/doc/linkguard/${doc##*/}"
 done
 put 0644 "$SRC/README.md" "$PREFIX/share/doc/linkguard/README.md"
 
