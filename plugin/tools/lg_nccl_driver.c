@@ -36,6 +36,7 @@ struct drv_opts {
     const char *plugin, *mgmt;
     int version, server, dev, conns, depth, bidir, corrupt, close_inflight, optional, props;
     int no_verify; /* benchmark mode: no per-message fill/check (reported) */
+    int eager_close; /* no barrier: close as soon as this side's own requests are done */
     int pingpong;  /* round trips through the plugin */
     const char *tcp_pingpong; /* ADDR:PORT: round trips over plain TCP, no plugin */
     size_t size, recv_extra;
@@ -108,6 +109,9 @@ static void usage(void)
             "  [--version 8..12] [--dev N] [--conns N] [--size BYTES] [--depth N<=32]\n"
             "  [--count N | --bytes TOTAL] [--bidir] [--recv-extra BYTES] [--optional]\n"
             "  [--timeout SEC] [--corrupt] [--close-inflight] [--props] [--verbose]\n"
+            "  [--eager-close]  no barrier: close send, receive and listen comms as soon as\n"
+            "                   this side's requests are done (a receiver that closes right\n"
+            "                   after its last receive; the peer may still be completing)\n"
             "  [--no-verify]   (benchmarks only: skip the per-message fill and check)\n"
             "  [--pingpong | --tcp-pingpong ADDR:PORT]  round trips (plugin / plain TCP)\n"
             "  [--list-params]  the plugin's environment variables (Markdown)\n"
@@ -168,7 +172,7 @@ static void parse_args(int argc, char **argv)
         {"no-verify", 0, 0, 'N'}, {"list-params", 0, 0, 'L'}, {"pingpong", 0, 0, 'R'}, {"tcp-pingpong", 1, 0, 'T'},
         {"duration-s", 1, 0, 'S'}, {"pace-us", 1, 0, 'A'}, {"progress-ms", 1, 0, 'G'},
         {"top-gaps", 1, 0, 'K'}, {"gap-list-ms", 1, 0, 'M'}, {"timestamps", 0, 0, 'Z'},
-        {"corrupt-kind", 1, 0, 'Y'}, {"idle-us", 1, 0, 'U'}, {"gap-file", 1, 0, 'F'},
+        {"corrupt-kind", 1, 0, 'Y'}, {"eager-close", 0, 0, 'E'}, {"idle-us", 1, 0, 'U'}, {"gap-file", 1, 0, 'F'},
         {0, 0, 0, 0}};
     struct drv_opts *o = &D.o;
     *o = (struct drv_opts){.plugin = "libnccl-net-linkguard.so", .conns = 1, .depth = 8,
@@ -198,6 +202,7 @@ static void parse_args(int argc, char **argv)
                 usage();
             break;
         case 'I': o->close_inflight = 1; break;
+        case 'E': o->eager_close = 1; break;
         case 'O': o->optional = 1; break;
         case 'P': o->props = 1; break;
         case 'v': drv_log_level = NCCL_LOG_INFO; break;
@@ -563,12 +568,25 @@ int main(int argc, char **argv)
     if (set == 0)
         D.o.pingpong ? run_pingpong(deadline)
         : D.o.duration > 0 ? stream_run(mfd, deadline) : run(deadline);
-    /* Barrier: neither side closes while the other may still be completing. */
+    /* Barrier: neither side closes while the other may still be completing (unless asked to
+     * behave like a caller that does; the barrier then comes after the closes). */
     char tok = 'D', ptok = 0;
     double bdl = drv_now() + (D.failure || D.nerrors ? 5 : D.o.timeout);
+    if (D.o.eager_close) {
+        int before = D.nerrors;
+        teardown();
+        closes_ok = D.nerrors == before;
+    }
     if (drv_io(mfd, &tok, 1, 1, bdl) != 0 || drv_io(mfd, &ptok, 1, 0, bdl) != 0) {
         if (!D.failure && !D.nerrors)
             D.failure = "peer vanished (management connection)";
+    }
+    if (D.o.eager_close) {
+        close(mfd);
+        if ((rc = drv_finalize(&D.net)) != ncclSuccess)
+            record_error("finalize", rc, -1), closes_ok = 0;
+        free(D.pat.base);
+        return report(closes_ok);
     }
     int before = D.nerrors;
     if (D.o.duration > 0)
