@@ -10,13 +10,16 @@
 #                                      pinned pyroute2/grpcio are not Debian's versions, so they
 #                                      stay out of the system's site-packages.
 #   $PREFIX/bin/{linkguardd,linkguard-cli}   symlinks into the venv
+#   $PREFIX/bin/linkguard-slurm-{healthcheck,taskprolog}   Slurm's HealthCheckProgram and
+#                                      TaskProlog (docs/slurm.md), symlinks into the venv
 #   $PREFIX/lib/libnccl-net-linkguard.so     the NCCL plugin; NCCL_NET_PLUGIN=linkguard makes
 #                                      NCCL dlopen("libnccl-net-linkguard.so") through ld.so
 #   $UNITDIR/linkguardd.service        $PREFIX/lib/systemd/system for /usr and /usr/local (on
 #                                      systemd's search path), else /etc/systemd/system
 #   $SYSUSERSDIR/linkguard.conf        the linkguard and linkguard-admin groups
-#   $SYSCONFDIR/linkguard/linkguard.toml(.example), $SYSCONFDIR/default/linkguardd
-#                                      never overwritten once present
+#   $SYSCONFDIR/linkguard/linkguard.toml(.example), $SYSCONFDIR/default/linkguardd,
+#   $SYSCONFDIR/linkguard/slurm.toml(.example)   never overwritten once present
+#   $PREFIX/share/linkguard/nhc/linkguard.nhc    the check for LBNL NHC (docs/slurm.md)
 #   $PREFIX/share/doc/linkguard/       docs/*.md (operators.md links the others), README.md
 # Opt-in: --nccl-conf appends NCCL_NET_PLUGIN=linkguard to $SYSCONFDIR/nccl.conf, so every NCCL
 # job on the host loads the plugin; --nccl-net-strict adds NCCL_NET=linkguard, so a job fails
@@ -89,7 +92,7 @@ if [ "$python" = 1 ]; then
     fi
     say "$venv"
 fi
-for tool in linkguardd linkguard-cli; do
+for tool in linkguardd linkguard-cli linkguard-slurm-healthcheck linkguard-slurm-taskprolog; do
     mkdir -p "$DESTDIR$PREFIX/bin"
     ln -sfn "../lib/linkguard/venv/bin/$tool" "$DESTDIR$PREFIX/bin/$tool"
     say "$PREFIX/bin/$tool -> ../lib/linkguard/venv/bin/$tool"
@@ -115,6 +118,9 @@ put 0644 "$SRC/systemd/linkguard.sysusers" "$SYSUSERSDIR/linkguard.conf"
 put 0644 "$SRC/systemd/linkguard.toml" "$SYSCONFDIR/linkguard/linkguard.toml.example"
 put_once 0644 "$SRC/systemd/linkguard.toml" "$SYSCONFDIR/linkguard/linkguard.toml"
 put_once 0644 "$SRC/systemd/linkguardd.default" "$SYSCONFDIR/default/linkguardd"
+put 0644 "$SRC/slurm/linkguard-slurm.toml" "$SYSCONFDIR/linkguard/slurm.toml.example"
+put_once 0644 "$SRC/slurm/linkguard-slurm.toml" "$SYSCONFDIR/linkguard/slurm.toml"
+put 0644 "$SRC/slurm/nhc/linkguard.nhc" "$PREFIX/share/linkguard/nhc/linkguard.nhc"
 for doc in "$SRC"/docs/*.md; do # every page: operators.md links the others
     put 0644 "$doc" "$PREFIX/share/doc/linkguard/${doc##*/}"
 done

@@ -178,17 +178,22 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     error. `overrides` (name -> value, None = not given) come from flags or the environment.
     """
     file = Path(path if path is not None else default_path)
+    return build_settings(read_toml(file, required=path is not None), overrides,
+                          source=str(file))
+
+
+def read_toml(file: Path, required: bool) -> dict[str, Any]:
+    """A config file's table; a missing file is {} unless `required` (ConfigError)."""
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        return tomllib.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        if path is not None:
+        if required:
             raise ConfigError(f"{file}: config file not found") from None
-        data = {}
+        return {}
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{file}: not valid TOML: {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{file}: cannot read config file: {e}") from None
-    return build_settings(data, overrides, source=str(file))
 
 
 def build_settings(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = None,
@@ -240,15 +245,20 @@ def _coerce(spec: SettingSpec, raw: Any, label: str) -> Any:
     if kind == "map_float":
         numbers = list(raw.values())
     for n in numbers:
-        if math.isnan(n):
-            raise ConfigError(f"{label}: must be a number, got nan")
-        if spec.minimum is not None and n < spec.minimum:
-            raise ConfigError(f"{label}: must be >= {spec.minimum:g}, got {n:g}")
-        if spec.maximum is not None and n > spec.maximum:
-            raise ConfigError(f"{label}: must be <= {spec.maximum:g}, got {n:g}")
+        check_number(n, spec.minimum, spec.maximum, label)
     if spec.choices and raw not in spec.choices:
         raise ConfigError(f"{label}: must be one of {', '.join(spec.choices)}; got {raw!r}")
     return raw
+
+
+def check_number(n: float, minimum: float | None, maximum: float | None, label: str) -> None:
+    """A number setting is not nan and within its bounds (ConfigError naming `label`)."""
+    if math.isnan(n):
+        raise ConfigError(f"{label}: must be a number, got nan")
+    if minimum is not None and n < minimum:
+        raise ConfigError(f"{label}: must be >= {minimum:g}, got {n:g}")
+    if maximum is not None and n > maximum:
+        raise ConfigError(f"{label}: must be <= {maximum:g}, got {n:g}")
 
 
 def _check_together(s: Settings) -> None:

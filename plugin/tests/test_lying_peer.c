@@ -126,21 +126,31 @@ static uint32_t provoke_switch(struct lg_peer *pe)
     return sw.epoch;
 }
 
+/* A protected send connection with `acked` messages sent, acked and freed, one more posted
+ * (*buf, *req), a switch to the backup provoked, and the peer's RESYNC to message `n` at the
+ * proposed epoch, which it returns. */
+static uint32_t switch_and_resync(struct lg_peer *pe, int acked, uint64_t n, char **buf, void **req)
+{
+    CHECK_EQ(peer_open(pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
+    send_acked(pe, acked);
+    *buf = malloc(64);
+    CHECK_EQ(lg_core_isend(pe->c, *buf, 64, 0, NULL, req), ncclSuccess);
+    uint32_t e = provoke_switch(pe);
+    CHECK(e > 0);
+    CHECK_EQ(peer_frame(pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1, .epoch = e,
+                                                .value = n}),
+             0);
+    return e;
+}
+
 /* 3. A RESYNC below what the receiver already acknowledged: the rewind replayed finished
  * messages from buffers NCCL had reused. */
 static void test_resync_below_acked(void)
 {
     struct lg_peer pe;
-    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
-    send_acked(&pe, 4);
-    char *b = malloc(64);
+    char *b = NULL;
     void *r = NULL;
-    CHECK_EQ(lg_core_isend(pe.c, b, 64, 0, NULL, &r), ncclSuccess);
-    uint32_t e = provoke_switch(&pe);
-    CHECK(e > 0);
-    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1, .epoch = e,
-                                                 .value = 2}),
-             0);
+    switch_and_resync(&pe, 4, 2, &b, &r);
     ncclResult_t rc;
     CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
     CHECK_EQ(rc, ncclRemoteError);
@@ -200,16 +210,9 @@ static void test_forged_switch(void)
 static void test_honest_switch(void)
 {
     struct lg_peer pe;
-    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
-    send_acked(&pe, 2);
-    char *b = malloc(64);
+    char *b = NULL;
     void *r = NULL;
-    CHECK_EQ(lg_core_isend(pe.c, b, 64, 0, NULL, &r), ncclSuccess);
-    uint32_t e = provoke_switch(&pe);
-    CHECK(e > 0);
-    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1, .epoch = e,
-                                                 .value = 2}),
-             0);
+    uint32_t e = switch_and_resync(&pe, 2, 2, &b, &r);
     uint8_t hb[LG_CHUNK_HDR_SIZE];
     struct lg_chunk_hdr h = {0};
     int ok = 0;

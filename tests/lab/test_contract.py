@@ -61,3 +61,17 @@ def test_receiver_closes_right_after_its_last_receive(lab, transport: str) -> No
                           "--bidir", "--eager-close", "--verbose"], env, 7110)
     assert_clean(srv, cli)
     assert srv.report["completions"] == cli.report["completions"] == 64
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_close_with_requests_in_flight_then_reconnect(lab, transport: str) -> None:
+    """As NCCL does on abort: deregister and close every comm with requests still posted, then
+    open new comms for the next round, ten times in one process: every round's new comms
+    connect and move their share without an error, and every close succeeds."""
+    srv, cli = pair(lab, ["--conns", "2", "--bidir", "--size", str(1 << 20), "--count", "16",
+                          "--depth", "8", "--close-inflight", "--rounds", "10"],
+                    TRANSPORTS[transport], 7120)
+    for r in (srv, cli):
+        assert r.ok, (r.report, r.stderr[-3000:])
+        assert r.report["rounds"] == 10 and r.report["rounds_ok"] == 10, r.stderr[-3000:]
+        assert r.report["corrupt_messages"] == 0

@@ -42,8 +42,14 @@ def test_files_land_where_systemd_ldso_and_admins_look(tmp_path: Path, plugin: P
     usr = dest / "usr/local"
     assert (usr / "lib/libnccl-net-linkguard.so").read_bytes() == plugin.read_bytes()
     assert mode(usr / "lib/libnccl-net-linkguard.so") == 0o755
-    for tool in ("linkguardd", "linkguard-cli"):
+    for tool in ("linkguardd", "linkguard-cli", "linkguard-slurm-healthcheck",
+                 "linkguard-slurm-taskprolog"):
         assert os.readlink(usr / "bin" / tool) == f"../lib/linkguard/venv/bin/{tool}"
+    slurm_example = (ROOT / "slurm/linkguard-slurm.toml").read_text()
+    assert (dest / "etc/linkguard/slurm.toml").read_text() == slurm_example
+    assert (dest / "etc/linkguard/slurm.toml.example").read_text() == slurm_example
+    assert (usr / "share/linkguard/nhc/linkguard.nhc").read_text() == \
+        (ROOT / "slurm/nhc/linkguard.nhc").read_text()
     unit = (usr / "lib/systemd/system/linkguardd.service").read_text()
     assert "\nExecStart=/usr/local/bin/linkguardd\n" in unit
     assert "Documentation=file:///usr/local/share/doc/linkguard/operators.md" in unit
@@ -54,7 +60,8 @@ def test_files_land_where_systemd_ldso_and_admins_look(tmp_path: Path, plugin: P
     assert (dest / "etc/default/linkguardd").read_text() == \
         (ROOT / "systemd/linkguardd.default").read_text()
     docs = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
-    assert {"operators.md", "failover.md", "wrap-mode.md", "kubernetes.md"} <= set(docs)
+    assert {"operators.md", "failover.md", "wrap-mode.md", "slurm.md",
+            "kubernetes.md"} <= set(docs)
     for doc in docs:  # operators.md links every one of them
         assert (usr / "share/doc/linkguard" / doc).read_text() == (ROOT / "docs" / doc).read_text()
     assert mode(dest / "etc/linkguard/linkguard.toml") == 0o644
