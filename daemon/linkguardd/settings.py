@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 import textwrap
 import tomllib
@@ -60,11 +61,24 @@ class Settings:
     netns: str = _setting(
         "", "Network namespace whose NICs are watched (a name in /var/run/netns or a path). "
         "Empty: the daemon's own.")
-    grpc_socket: str = _setting("/run/linkguard/linkguard.sock",
-                                "Unix socket of the gRPC API (linkguard-cli).")
+    # Two sockets, libvirt's model: the kernel checks the file's mode and group at connect(),
+    # so who may do what is decided before a byte of the API is read.
+    grpc_socket: str = _setting(
+        "/run/linkguard/linkguard.sock", "Admin socket of the gRPC API (mode 0660, group "
+        "admin_group): every call, drain and undrain included.")
+    grpc_ro_socket: str = _setting(
+        "/run/linkguard/linkguard-ro.sock", "Read-only socket of the gRPC API (mode 0660, group "
+        "reader_group): status, watch, events, dom and dump; drain and undrain are refused. "
+        "Empty: not served.")
     admin_group: str = _setting(
-        "", "Group allowed, besides root, to drain and undrain over the API socket. Empty: root "
-        "only. Reading state needs no group.")
+        "linkguard-admin", "Group of the admin socket: its members may drain and undrain. "
+        "Empty, or a group that does not exist: root only.")
+    reader_group: str = _setting(
+        "linkguard", "Group of the read-only socket: its members may read state (health "
+        "checks, dashboards). Empty, or a group that does not exist: root only.")
+    state_dir: str = _setting(
+        "/var/lib/linkguard", "Directory of the state that survives restarts (drains, the "
+        "event sequence): systemd's StateDirectory. Empty: nothing survives a restart.")
     # 9846: in the exporter range 9100-9999 of Prometheus' "Default port allocations" wiki. That
     # range is reported fully allocated since 2023 and could not be checked offline: check and
     # register the port there before a release. Loopback by default: scrape through a proxy.
@@ -292,6 +306,8 @@ def _check_together(s: Settings) -> None:
     for name in ("shm_path", "sysfs_root", "grpc_socket"):
         if not getattr(s, name):
             raise ConfigError(f"{name}: must not be empty")
+    if s.grpc_ro_socket and os.path.abspath(s.grpc_ro_socket) == os.path.abspath(s.grpc_socket):
+        raise ConfigError(f"grpc_ro_socket: must differ from grpc_socket ({s.grpc_socket})")
 
 
 # ---- click -------------------------------------------------------------------------------------

@@ -84,6 +84,8 @@
  *    k * chunk_size) or claimed twice in one epoch. Chunks of a just-committed epoch are taken
  *    only once its partial receives are reset (c->rx_open): only a liar sends them earlier.
  *    tests/test_lying_peer.c drives each through the real code with a scripted peer.
+ *  - No backup path (unprotected): heartbeats still flow, and nothing read from a peer that
+ *    has sent heartbeats for LINKGUARD_DEAD_TIMEOUT_MS fails the connection (never a hang).
  *  - Both paths dead: keep rebuilding; after LINKGUARD_DEAD_TIMEOUT_MS with no working path
  *    (failed, silent or declared failed) the connection fails: test() returns ncclRemoteError
  *    and a WARN names the connection and both NICs with what became of each path. EOF or reset

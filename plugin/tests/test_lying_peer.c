@@ -12,6 +12,7 @@
 #include "lg_test_pair.h"
 #include "lg_test_peer.h"
 #include "linkguard_shm.h"
+#include "params.h"
 
 #define CHUNK 4096
 
@@ -258,6 +259,37 @@ static void test_goodbye_carries_the_final_count(void)
     free(b1);
 }
 
+/* Issue #12: a connection without a backup path whose peer goes silent ends in an error, not a
+ * hang; it sends heartbeats itself, and a peer that never sent one (an older build) is never
+ * judged. */
+static void test_unprotected_silent_peer(void)
+{
+    int64_t saved_dead = lg_params.dead_timeout_ms, saved_silent = lg_params.silent_timeout_ms;
+    lg_params.dead_timeout_ms = 600;
+    lg_params.silent_timeout_ms = 200;
+    for (int with_hb = 1; with_hb >= 0; with_hb--) {
+        struct lg_peer pe;
+        CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 1, 1, CHUNK), 0);
+        char *buf = malloc(64);
+        void *data[1] = {buf}, *r = NULL;
+        size_t size[1] = {64};
+        CHECK_EQ(lg_core_irecv(pe.c, 1, data, size, NULL, NULL, &r), ncclSuccess);
+        struct lg_ctrl hb;
+        CHECK_EQ(peer_expect(&pe, 0, LG_CTRL_HB, &hb, 2000), 0); /* ours */
+        if (with_hb)
+            CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_HB}), 0);
+        ncclResult_t rc;
+        int got = peer_poll(&pe, r, with_hb ? 5000 : 1500, &rc);
+        CHECK_EQ(got, with_hb ? -1 : 0);
+        if (with_hb)
+            CHECK_EQ(rc, ncclRemoteError);
+        peer_close(&pe);
+        free(buf);
+    }
+    lg_params.dead_timeout_ms = saved_dead;
+    lg_params.silent_timeout_ms = saved_silent;
+}
+
 int main(void)
 {
     setenv(LG_SHM_PATH_ENV, "/nonexistent/linkguard-test", 1); /* no daemon */
@@ -274,6 +306,7 @@ int main(void)
     test_forged_switch();
     test_honest_switch();
     test_goodbye_carries_the_final_count();
+    test_unprotected_silent_peer();
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }
