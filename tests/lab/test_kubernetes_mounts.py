@@ -28,7 +28,7 @@ from linkguard_lab.lab import Lab
 pytestmark = pytest.mark.lab
 
 POD_RUN = Path("/run/linkguard")  # where the manifests mount the host directory in a pod
-FILES = ("linkguard.shm", "linkguard.sock")
+FILES = ("linkguard.shm", "linkguard.sock", "linkguard-ro.sock")
 FAST = ("--interfaces", "rail0,rail1", "--hold-down-ms", "500")
 WAIT_S = 20.0
 CLI = LINKGUARDD.parent / "linkguard-cli"
@@ -192,11 +192,12 @@ def test_the_daemon_works_with_only_the_daemonsets_capabilities(lab: Lab,
                                                                 daemons: Daemons) -> None:
     caps = added_capabilities()
     group = grp.getgrnam("nogroup")  # root is not a member: chown to it needs CAP_CHOWN
-    d = daemons.start(lab, "a", *FAST, "--admin-group", group.gr_name, run_dir=True,
-                      wrapper=only(caps))
+    d = daemons.start(lab, "a", *FAST, "--admin-group", group.gr_name, "--reader-group",
+                      group.gr_name, run_dir=True, wrapper=only(caps))
     assert int(status_field(d.pid, "CapEff"), 16) == cap_mask(caps)
     assert status_field(d.pid, "NoNewPrivs") == "1"
-    assert d.grpc_socket.stat().st_gid == group.gr_gid  # CAP_CHOWN
+    for sock in (d.grpc_socket, d.grpc_ro_socket):  # CAP_CHOWN
+        assert sock.stat().st_gid == group.gr_gid, sock
     assert d.c_nics()["rail0"]["state"] == "UP"
     # CAP_NET_ADMIN: the kernel let the module reads through (a veth answers "no module")
     health = wait_for(lambda: (h := dom_monitor(d))["last_duration_s"] > 0 and h, WAIT_S,

@@ -118,16 +118,19 @@ def test_the_configmap_is_a_valid_config_that_keeps_everything_in_the_run_dir() 
     s = daemonset_settings()
     assert os.path.dirname(s.shm_path) == RUN_DIR
     sockets = [spec.name for spec in SETTINGS if spec.name.endswith("socket")]
-    assert sockets and all(os.path.dirname(getattr(s, n)) == RUN_DIR for n in sockets)
+    assert len(sockets) == 2 and all(os.path.dirname(getattr(s, n)) == RUN_DIR for n in sockets)
     assert s.metrics_address == "198.18.0.1:9846"
 
 
-def test_the_daemonset_mounts_the_run_dir_and_the_config() -> None:
-    spec, container = pod_spec("DaemonSet"), daemon_container()
+def test_the_daemonset_mounts_the_run_dir_the_state_dir_and_the_config() -> None:
+    s, spec, container = daemonset_settings(), pod_spec("DaemonSet"), daemon_container()
     run = volumes(spec)[mounts(container)["run"]["name"]]
     assert mounts(container)["run"]["mountPath"] == run["hostPath"]["path"] == RUN_DIR
     assert not mounts(container)["run"].get("readOnly")  # the daemon writes there
     assert run["hostPath"]["type"] == "DirectoryOrCreate"  # a directory, never single files
+    state = volumes(spec)[mounts(container)["state"]["name"]]["hostPath"]
+    assert mounts(container)["state"]["mountPath"] == state["path"] == s.state_dir
+    assert not mounts(container)["state"].get("readOnly")  # drains are written there
     config = mounts(container)["config"]
     assert config["mountPath"] == os.path.dirname(DEFAULT_CONFIG_PATH) and config["readOnly"]
     assert "subPath" not in config  # a subPath mount never sees ConfigMap updates
@@ -140,11 +143,11 @@ def test_the_metrics_port_and_the_probes_match_the_daemon() -> None:
     assert port["containerPort"] == int(s.metrics_address.rsplit(":", 1)[1])
     ready = container["readinessProbe"]["httpGet"]
     assert ready["path"] == "/metrics" and ready["port"] == port["name"]
-    served = {getattr(s, spec.name) for spec in SETTINGS if spec.name.endswith("socket")}
     for probe in ("startupProbe", "livenessProbe"):
         argv = probe_argv(probe)
         assert argv[0] == "linkguard-cli" and argv[-1] in cli.commands
-        assert argv[argv.index("--socket") + 1] in served, f"{probe} asks a socket nobody serves"
+        # read-only callers use the read-only socket (a probe must never be able to drain)
+        assert argv[argv.index("--ro-socket") + 1] == s.grpc_ro_socket, probe
 
 
 def test_the_daemonset_runs_like_the_systemd_unit() -> None:
@@ -192,7 +195,8 @@ def test_the_containerfile_builds_on_debian_12_and_creates_the_configs_groups() 
     prefix = re.search(r"make install PREFIX=(\S+)", text)
     assert prefix and f'ENTRYPOINT ["{prefix.group(1)}/bin/linkguardd"]' in text
     groups = set(re.findall(r"groupadd --system --gid \S+ (\S+)", text))
-    assert daemonset_settings().admin_group in groups
+    s = daemonset_settings()
+    assert {s.admin_group, s.reader_group} <= groups
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {".venv", ".build", "plugin/build"} <= set(ignored)  # no local build leaks in
 
