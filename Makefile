@@ -7,7 +7,8 @@ DESTDIR ?=
 STAMPS  := .build
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c demo bench \
-        bench-failover bench-wrap bench-soak install wheelhouse constraints lint clean distclean
+        bench-failover bench-wrap bench-soak gpu-prep gpu-check gpu-dry-run install wheelhouse \
+        constraints lint clean distclean
 
 all: build
 
@@ -87,6 +88,21 @@ bench-wrap: build
 	$(PY) -m bench.wrap_bw --trials 9 --gib 6
 	$(PY) -m bench.failover_gap --trials 50 --wrap
 	$(PY) -m bench.soak --faults 200 --wrap
+
+# The real-NCCL check (tests/gpu/, CONTRIBUTING.md "GPU check"; root). gpu-prep here, before
+# a GPU-machine run: .gpu/ (wheels, stubs, prebuilt plugin, ip) for the run to carry.
+# gpu-check on a machine with a GPU and torch; gpu-dry-run anywhere (lg_nccl_driver stands in
+# for the ranks; `make test` runs it too, tests/lab/test_gpu_check_flow.py).
+gpu-prep: build
+	tests/gpu/prepare.sh
+
+# The harness and daemons run under the venv; the ranks under RANK_PYTHON (one with torch).
+RANK_PYTHON ?= python3
+gpu-check: build
+	PYTHON=$(PY) LG_GPU_RANK_PYTHON=$(RANK_PYTHON) tests/gpu/run_nccl_check.sh
+
+gpu-dry-run: build
+	PYTHON=$(PY) tests/gpu/run_nccl_check.sh --dry-run
 
 # Installs daemon, CLI, unit, example config and the plugin (see docs/operators.md).
 # NCCL_CONF=1 also adds NCCL_NET_PLUGIN=linkguard to $(DESTDIR)/etc/nccl.conf (opt-in).

@@ -278,6 +278,7 @@ struct lg_conn {
     struct lg_conn *mon_next; /* monitor registry */
     /* failure */
     int error; /* ncclResult_t once the connection cannot deliver (atomic) */
+    int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
     /* wrap mode (wrap.h): data through the inner plugin's comms */
