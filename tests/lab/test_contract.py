@@ -82,10 +82,10 @@ def test_cross_rail_connect_on_a_rail_only_fabric_says_why(lab) -> None:
     are not routed to each other (this lab), the connect fails at once with a WARN naming the
     NIC, the peer's address and the reason, instead of a bare "No route to host"."""
     env = TRANSPORTS["native"]
-    srv, cli = run_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
-                        f"{lab.mgmt_address('b')}:7130", ["--size", "4096", "--count", "4"],
-                        env=env, plugin=LINKGUARD_SO, timeout=8, client_args=["--dev", "0"],
-                        server_args=["--dev", "1"])
+    _srv, cli = run_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
+                         f"{lab.mgmt_address('b')}:7130", ["--size", "4096", "--count", "4"],
+                         env=env, plugin=LINKGUARD_SO, timeout=8, client_args=["--dev", "0"],
+                         server_args=["--dev", "1"])
     assert not cli.ok and cli.report["errors"][0]["call"] == "connect", cli.report
     warn = [ln for ln in cli.stderr.splitlines() if "WARN" in ln and "connect from NIC" in ln]
     assert warn, cli.stderr
