@@ -343,6 +343,11 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
     uint64_t placed = (st & LG_REQ_POSTED) && !(st & LG_REQ_DONE) && r->seq == base
                           ? __atomic_load_n(&r->placed, __ATOMIC_RELAXED) : 0;
     int around = base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) && (later || placed);
+    /* Only while the peer is heard (its heartbeats keep coming): a sender, or its host, that
+     * gets no CPU stalls every stream at once, and that is not this path's fault. */
+    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    if (heard < now && now - heard > 4 * MS(lg_params.heartbeat_ms))
+        around = 0;
     /* Chunks test() would place inline are not late when NCCL is not polling. */
     uint64_t polled = __atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED);
     if (lg_params.poll_inline && polled < now && now - polled > MS(lg_params.stall_ms) / 2)
@@ -375,16 +380,23 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
 static void tx_watchdog(struct lg_conn *c, uint64_t now)
 {
     struct lg_path *p = c->active_path;
-    (void)now;
     if (c->wrap || !lg_params.stall_ms || !lg_path_up(p) ||
         __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) >= __atomic_load_n(&c->posted,
                                                                         __ATOMIC_ACQUIRE))
         return;
+    /* Only while the peer is heard (its heartbeats keep coming): a peer process or host that
+     * gets no CPU is silence, judged elsewhere, not a stalled flow. */
+    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    if (heard < now && now - heard > 4 * MS(lg_params.heartbeat_ms))
+        return;
     for (int k = 0; k < p->nstreams; k++) {
         struct tcp_info ti;
         socklen_t len = sizeof(ti);
+        /* ... and only once TCP itself gave up waiting (a retransmission timeout fired): late
+         * acknowledgements alone are a slow peer, not a dropped flow. */
         if (getsockopt(p->data[k].task.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-            ti.tcpi_unacked == 0 || ti.tcpi_last_ack_recv < (uint32_t)lg_params.stall_ms)
+            ti.tcpi_unacked == 0 || ti.tcpi_last_ack_recv < (uint32_t)lg_params.stall_ms ||
+            (ti.tcpi_retrans == 0 && ti.tcpi_backoff == 0))
             continue;
         char why[128];
         snprintf(why, sizeof(why), "stalled: data stream %d: no TCP acknowledgement for %u ms "
