@@ -33,9 +33,11 @@ class ConfigError(Exception):
 
 def _setting(default: Any, doc: str, *, minimum: float | None = None,
              maximum: float | None = None, choices: tuple[str, ...] = (),
-             merge: bool = False, example: Mapping[str, str] | None = None) -> Any:
+             merge: bool = False, example: Mapping[str, str] | None = None,
+             restart: bool = False) -> Any:
+    """`restart`: SIGHUP cannot apply a change (a file, socket or port opened at start)."""
     meta = {"doc": doc, "minimum": minimum, "maximum": maximum, "choices": choices,
-            "merge": merge, "example": example}
+            "merge": merge, "example": example, "restart": restart}
     if isinstance(default, Mapping):
         frozen = MappingProxyType(dict(default))
         return field(default_factory=lambda: frozen, metadata=meta)
@@ -52,21 +54,23 @@ class Settings:
         "environment rail0:rail1,rail1:rail0). A NIC not listed gets one automatically: same "
         "PCIe switch, else same NUMA node, else the next rail.",
         example={"rail0": "rail1", "rail1": "rail0"})
-    shm_path: str = _setting("/dev/shm/linkguard", "Shared-memory file the NCCL plugin reads.")
+    shm_path: str = _setting("/dev/shm/linkguard", "Shared-memory file the NCCL plugin reads.",
+                             restart=True)
     sysfs_root: str = _setting("/sys", "Where sysfs is mounted (tests point it at a fake tree).")
     netns: str = _setting(
         "", "Network namespace whose NICs are watched (a name in /var/run/netns or a path). "
         "Empty: the daemon's own.")
     grpc_socket: str = _setting("/run/linkguard/linkguard.sock",
-                                "Unix socket of the gRPC API (linkguard-cli).")
+                                "Unix socket of the gRPC API (linkguard-cli).", restart=True)
     admin_group: str = _setting(
         "", "Group allowed, besides root, to drain and undrain over the API socket. Empty: root "
-        "only. Reading state needs no group.")
+        "only. Reading state needs no group.", restart=True)
     # 9846: in the exporter range 9100-9999 of Prometheus' "Default port allocations" wiki. That
     # range is reported fully allocated since 2023 and could not be checked offline: check and
     # register the port there before a release. Loopback by default: scrape through a proxy.
     metrics_address: str = _setting(
-        "127.0.0.1:9846", "host:port of the Prometheus /metrics endpoint. Empty: disabled.")
+        "127.0.0.1:9846", "host:port of the Prometheus /metrics endpoint. Empty: disabled.",
+        restart=True)
     # 50 ms: DESIGN.md requires a heartbeat at least every 100 ms; half of it leaves room for one
     # late wake-up of the event loop before a reader could see a stale heartbeat.
     heartbeat_interval_ms: int = _setting(
@@ -109,7 +113,7 @@ class Settings:
         _P.error_rate_min_interval_ms, "Shortest window a counter rate is computed over.",
         minimum=0)
     log_format: str = _setting(
-        "logfmt", "Log line format on stdout (journald): logfmt key=value, or json.",
+        "logfmt", "Log line format on stderr (journald): logfmt key=value, or json.",
         choices=("logfmt", "json"))
     log_level: str = _setting("info", "Least severe level logged.",
                               choices=("debug", "info", "warning", "error"))
@@ -134,6 +138,7 @@ class SettingSpec:
     choices: tuple[str, ...]
     merge: bool
     example: Mapping[str, str] | None  # shown, commented out, in the example TOML
+    restart: bool  # a change needs a restart: SIGHUP keeps the running value
 
 
 _KIND_TEXT = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
@@ -155,7 +160,7 @@ def _spec(f: Any, hint: Any) -> SettingSpec:
     return SettingSpec(f.name, _kind(hint), default, f.metadata["doc"],
                        "--" + f.name.replace("_", "-"), ENV_PREFIX + f.name.upper(),
                        f.metadata["minimum"], f.metadata["maximum"], f.metadata["choices"],
-                       f.metadata["merge"], f.metadata["example"])
+                       f.metadata["merge"], f.metadata["example"], f.metadata["restart"])
 
 
 _HINTS = get_type_hints(Settings)
@@ -369,7 +374,8 @@ def render_example_toml(commented: bool = True, settings: Settings | None = None
     tables = [s for s in SETTINGS if s.kind.startswith("map")]  # TOML: tables after bare keys
     for spec in scalars + tables:
         out += textwrap.wrap(spec.doc, 98, initial_indent="# ", subsequent_indent="# ")
-        out.append(f"# flag {spec.flag}, environment {spec.env}")
+        out.append(f"# flag {spec.flag}, environment {spec.env}"
+                   + ("; a change needs a restart" if spec.restart else ""))
         if spec.kind.startswith("map"):
             out.append(f"{c}[{spec.name}]")
             table = getattr(values, spec.name)
