@@ -171,8 +171,9 @@ class Metrics:
         latency = HistogramMetricFamily(
             "linkguard_detection_latency_seconds",
             "From a monitor observing the fact behind a transition (a netlink notification, a "
-            "sysfs or module read) to the new state in shared memory, by monitor. Transitions "
-            "of the hold-down timer and of operators are not observed.", labels=["monitor"])
+            "sysfs or module read) to the new state in shared memory, by monitor. A NIC's first "
+            "state, the hold-down timer's and operators' transitions are not observed.",
+            labels=["monitor"])
         for monitor in sorted(set(monitors) | set(self.detection)):
             hist = self.detection.get(monitor, _Histogram())
             latency.add_metric([monitor], hist.cumulative(), sum_value=hist.sum)

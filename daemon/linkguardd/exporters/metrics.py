@@ -9,6 +9,7 @@ import logging
 from linkguardd.exporters.base import EngineState, Update
 from linkguardd.metrics import Metrics
 from linkguardd.metrics_server import MetricsError, MetricsServer
+from linkguardd.states import NicState
 
 log = logging.getLogger(__name__)
 
@@ -41,5 +42,7 @@ class MetricsExporter:
     def export(self, update: Update) -> None:
         seconds = update.detection_ns / 1e9
         for ev in update.events():
+            # a NIC's first state is found, not detected: it stays out of the latency
+            found = ev.old_state == NicState.UNKNOWN
             self.metrics.observe_transition(ev.nic, ev.new_state, ev.reason, update.monitor,
-                                            seconds)
+                                            None if found else seconds)
