@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
-from linkguardd.exporters import Exporter, Update, build_exporters
+from linkguardd.exporters import EngineState, Exporter, Update, build_exporters
 from linkguardd.exporters.history import HistoryExporter
 from linkguardd.exporters.shm import ShmExporter
 from linkguardd.facts import CountersFact, DomFact, Fact, LinkFact, LinkRenamedFact
@@ -43,7 +43,7 @@ class Engine:
 
     def __init__(self, settings: Settings, ifnames: Sequence[str], backups: Mapping[str, str],
                  monitors: Iterable[Monitor], clock: Callable[[], int] = time.monotonic_ns,
-                 exporters: Callable[[Engine], list[Exporter]] = build_exporters) -> None:
+                 exporters: Callable[[EngineState], list[Exporter]] = build_exporters) -> None:
         self.settings = settings
         self.ifnames = list(ifnames)
         self.backups = dict(backups)

@@ -24,6 +24,7 @@ import time
 from typing import Any, TextIO
 
 QUEUE_LINES = 10_000  # records waiting for the writer thread; beyond that they are dropped
+STOP_WAIT_S = 5  # at exit, for a stuck stream to take the last lines (systemd waits 15 s)
 # syslog(3) priorities by Python level (journald's PRIORITY=)
 PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
             logging.CRITICAL: 2}
@@ -127,11 +128,6 @@ class _Writer(logging.StreamHandler):  # type: ignore[type-arg]
         super().emit(record)
 
 
-class _Listener(logging.handlers.QueueListener):
-    def enqueue_sentinel(self) -> None:
-        self.queue.put(self._sentinel)  # at shutdown, waiting for room is right
-
-
 class DaemonLog:
     """setup() once at start, reconfigure() on reload, stop() before exit (flushes)."""
 
@@ -140,7 +136,7 @@ class DaemonLog:
         self.journal = under_journal(self.stream)
         self.handler = _QueueHandler(queue.Queue(queue_lines))
         self.writer = _Writer(self.stream, self.handler)
-        self.listener = _Listener(self.handler.queue, self.writer)
+        self.listener = logging.handlers.QueueListener(self.handler.queue, self.writer)
 
     def setup(self, level: str, fmt: str) -> None:
         root = logging.getLogger()
@@ -156,6 +152,10 @@ class DaemonLog:
 
     def stop(self) -> None:
         """Write what is queued, then stop the thread."""
+        for _ in range(STOP_WAIT_S * 100):  # room for the listener's stop marker
+            if not self.handler.queue.full():  # type: ignore[attr-defined]
+                break
+            time.sleep(0.01)
         self.listener.stop()
         logging.getLogger().removeHandler(self.handler)
         self.stream.flush()

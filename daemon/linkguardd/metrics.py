@@ -80,7 +80,8 @@ class _Histogram:
             self.buckets[index] += 1
 
     def cumulative(self) -> list[tuple[str, float]]:
-        out, running = [], 0
+        out: list[tuple[str, float]] = []
+        running = 0
         for bound, count in zip(DETECTION_BUCKETS, self.buckets):
             running += count
             out.append((repr(bound), running))

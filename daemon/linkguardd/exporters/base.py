@@ -66,11 +66,15 @@ class EngineState(DaemonView, Protocol):
 
     settings: Settings  # the running settings: replaced on reload
     ifnames: list[str]
-    backups: Mapping[str, str]
-    inventory: Mapping[str, NicInfo]
     policy: Policy
     clock: Callable[[], int]
     next_seq: int  # the sequence number the next transition gets
+
+    @property
+    def backups(self) -> Mapping[str, str]: ...
+
+    @property
+    def inventory(self) -> Mapping[str, NicInfo]: ...
 
 
 class Exporter(Protocol):
