@@ -2,6 +2,7 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -230,6 +231,8 @@ void lg_conn_free(struct lg_conn *c)
     for (int i = 0; i < LG_NPATHS; i++)
         if (c->lsock[i])
             lg_lsock_unref(c->lsock[i]);
+    for (int i = 0; i < LG_WINDOW; i++)
+        free(c->reqs[i].cover_heap);
     pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->wmu);
@@ -254,6 +257,18 @@ int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
     if (set)
         lg_monitor_wake(c);
     return set;
+}
+
+void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...)
+{
+    char what[192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    if (lg_conn_fail(c, ncclRemoteError, "the peer broke the protocol: %s", what))
+        LG_WARN("%s conn %016llx: the peer broke the protocol (%s); failing the connection",
+                c->kind == LG_CONN_SEND ? "send" : "recv", (unsigned long long)c->nonce, what);
 }
 
 /* Requests posted but not complete: what a dying path takes down with it. */
@@ -377,6 +392,23 @@ void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f)
     pthread_mutex_unlock(&p->ctrl_mu);
 }
 
+void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms)
+{
+    uint64_t end = lg_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        pthread_mutex_lock(&p->ctrl_mu);
+        int fd = p->ctrl.task.fd;
+        if (fd >= 0)
+            txq_send_locked(p);
+        int left = fd >= 0 && p->txq_off < p->txq_len;
+        pthread_mutex_unlock(&p->ctrl_mu);
+        if (!left || lg_now_ns() >= end)
+            return;
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        poll(&pfd, 1, 10);
+    }
+}
+
 void lg_path_ctrl_flush(struct lg_path *p)
 {
     pthread_mutex_lock(&p->ctrl_mu);
@@ -412,10 +444,16 @@ int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, co
                 lg_conn_path_failed(p, 0, "garbage on the control channel");
                 return -1;
             }
-            if (f.type == LG_CTRL_BYE)
+            if (f.type == LG_CTRL_BYE) {
+                /* A closing receiver's BYE carries its final placed count: the sends it
+                 * received complete even if its last ACK is still unread on another path. */
+                if (f.flags == LG_BYE_CLOSE && p->conn->kind == LG_CONN_SEND &&
+                    lg_conn_take_ack(p->conn, f.value) != 0)
+                    return -1;
                 __atomic_store_n(&p->peer_bye, 1 + (f.flags == LG_BYE_FENCE), __ATOMIC_RELEASE);
-            else
+            } else {
                 on_frame(p, &f);
+            }
         }
         memmove(s->crx.buf, s->crx.buf + off, s->crx.got - off);
         s->crx.got -= off;

@@ -8,7 +8,8 @@
  * Data. Messages carry sequence numbers 0, 1, 2 ... in posted order. The sender cuts each into
  * chunks (struct lg_chunk_hdr + payload, the header carrying the epoch's low 16 bits) and hands
  * them to whichever data stream of the active path has room. The receiver reads each chunk
- * straight into the posted buffer and, when a message is complete, acknowledges the number of
+ * straight into the posted buffer and, when a message is complete (every one of its chunks
+ * wholly placed: completion by coverage, never by byte count), acknowledges the number of
  * messages placed so far (ACK, cumulative) on the control channel. A send completes only when
  * that ack covers it and no writer still reads its buffer (lg_req.writers), so the sender's
  * buffer is intact until the data is placed: that is what makes replay possible.
@@ -73,6 +74,16 @@
  *    when a daemon lets the NIC back in (it applied its own hold-down) or when no path works
  *    any more. A rebuilt primary becomes active again by a graceful switch
  *    (LINKGUARD_REINTEGRATE); the backup returns to standby.
+ *  - A lying peer. Everything the peer says is checked against what an honest peer can say
+ *    given our state, and a lie fails the connection (ncclRemoteError, a WARN naming it;
+ *    lg_conn_peer_lied), never completes a request or replays one: an ACK beyond the
+ *    messages wholly handed to the transport; a RESYNC below what was acknowledged or beyond
+ *    what was sent, or at an epoch we never proposed; a SWITCH more than LG_EPOCH_MAX_STEP
+ *    ahead or past LG_EPOCH_LIMIT; a heartbeat claiming an epoch above ours (receiver) or
+ *    above our proposals (sender); a chunk not cut the way the sender cuts (chunk k at
+ *    k * chunk_size) or claimed twice in one epoch. Chunks of a just-committed epoch are taken
+ *    only once its partial receives are reset (c->rx_open): only a liar sends them earlier.
+ *    tests/test_lying_peer.c drives each through the real code with a scripted peer.
  *  - Both paths dead: keep rebuilding; after LINKGUARD_DEAD_TIMEOUT_MS with no working path
  *    (failed, silent or declared failed) the connection fails: test() returns ncclRemoteError
  *    and a WARN names the connection and both NICs with what became of each path. EOF or reset
@@ -200,6 +211,16 @@ struct lg_req {
     size_t cap;
     uint64_t placed;  /* bytes placed (atomic) */
     uint64_t total;   /* message size from the chunk headers; UINT64_MAX until known */
+    /* Completion by coverage: bit k of `cover` is claimed when chunk k is matched (a second
+     * claim in one epoch is a lying peer), `chunks` counts chunks wholly placed; the receive
+     * is complete when every chunk of the message is. Never by byte count: overlapping
+     * chunks would complete it while a stream still writes into the buffer. */
+    uint64_t *cover;      /* cover_words words: &cover_one, or a heap array kept across posts */
+    uint64_t cover_one;
+    uint64_t *cover_heap;
+    uint64_t cover_heap_words;
+    uint64_t cover_words; /* words in use for this post */
+    uint64_t chunks;      /* chunks wholly placed (atomic) */
     /* wrap mode (under conn->wmu) */
     struct lg_inner_mr *imr; /* NCCL's registration of the buffer */
     void *ireq;              /* the inner request of its current post, NULL: none */
@@ -240,6 +261,8 @@ struct lg_conn {
     uint64_t placed;       /* win.base, readable without mu (atomic) */
     uint64_t ack_sent;     /* highest placement count acknowledged to the sender (atomic) */
     uint32_t rx_waiting;   /* data streams waiting for a receive to be posted (atomic bits) */
+    uint32_t rx_open;      /* epoch whose partial receives are reset: chunks of the committed
+                            * epoch are taken only once it equals it (atomic) */
     /* rebuilding paths */
     uint32_t local_ip[LG_NPATHS];  /* our address on each NIC (network order) */
     uint32_t peer_ip[LG_NPATHS];   /* sender: the receiver's listening sockets */
@@ -286,12 +309,19 @@ void lg_conn_free(struct lg_conn *c); /* detaches, closes every fd, frees */
  * which fails over. Any thread. */
 void lg_conn_path_failed(struct lg_path *p, int err, const char *why);
 void lg_conn_path_eof(struct lg_path *p, const char *why);
+/* The peer sent something no honest peer sends (an ack, RESYNC or epoch outside what the
+ * connection's state allows): WARN with the details and fail the connection (any thread). A
+ * lying peer must never get a completion or a replay out of us. */
+void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sets the connection's error once; 1 if this call set it. */
 int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Queues/sends a control frame on the path (any thread). */
 void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f);
 void lg_path_ctrl_flush(struct lg_path *p);
+/* Writes what the control channel still queues, waiting at most timeout_ms (close: the BYE
+ * must not be lost to a full socket buffer). */
+void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms);
 /* Reads control frames from a path's ctrl socket; calls `on_frame` for each. */
 int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, const struct lg_ctrl *));
 static inline int lg_path_up(const struct lg_path *p)
@@ -325,6 +355,9 @@ static inline struct lg_path *lg_conn_active_path(struct lg_conn *c)
 ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
                            struct lg_inner_mr *imr, void **request);
 void lg_send_stream_handler(struct lg_task *t, uint32_t events);
+/* The receiver placed every message below n (an ACK, or the count a closing receiver's BYE
+ * carries): completes them, or fails the connection if no honest peer could say so. 0 or -1. */
+int lg_conn_take_ack(struct lg_conn *c, uint64_t n);
 void lg_send_ctrl_handler(struct lg_task *t, uint32_t events);
 
 /* conn_recv.c */

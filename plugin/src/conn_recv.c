@@ -2,6 +2,7 @@
  * into posted buffers, and the acks. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -19,6 +20,28 @@
 static uint32_t waiter_bit(const struct lg_stream *s)
 {
     return 1u << (s->path->index * LG_MAX_STREAMS + s->index - 1);
+}
+
+/* Under mu, slot free: a cleared coverage map for up to `nchunks` chunks (the heap array is
+ * kept for the slot's next posts: no allocation in steady state). */
+static int cover_prepare(struct lg_req *r, uint64_t nchunks)
+{
+    uint64_t words = (nchunks + 63) / 64;
+    if (words <= 1) {
+        r->cover = &r->cover_one;
+    } else {
+        if (words > r->cover_heap_words) {
+            uint64_t *m = realloc(r->cover_heap, words * sizeof(*m));
+            if (!m)
+                return -1;
+            r->cover_heap = m;
+            r->cover_heap_words = words;
+        }
+        r->cover = r->cover_heap;
+    }
+    r->cover_words = words ? words : 1;
+    memset(r->cover, 0, r->cover_words * sizeof(*r->cover));
+    return 0;
 }
 
 ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
@@ -43,6 +66,12 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
         *request = NULL;
         return ncclSuccess;
     }
+    if (!c->wrap && cover_prepare(r, lg_chunk_count(sizes[0], c->chunk_size)) != 0) {
+        pthread_mutex_unlock(&c->mu);
+        LG_WARN("recv conn %016llx: no memory to track a receive of %zu bytes",
+                (unsigned long long)c->nonce, sizes[0]);
+        return ncclSystemError;
+    }
     r->seq = seq;
     r->buf = data[0];
     r->cap = sizes[0];
@@ -50,6 +79,7 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
     r->optional = optional;
     r->imr = imr;
     __atomic_store_n(&r->placed, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->chunks, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->total, LG_TOTAL_UNKNOWN, __ATOMIC_RELAXED);
     __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
     c->next_seq = seq + 1;
@@ -101,7 +131,8 @@ int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
 {
     struct lg_conn *c = p->conn;
     uint64_t seq = r->seq; /* read before DONE: the slot may be reused right after */
-    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
+    /* Counted as placed before NCCL can see it done: a caller that closes right after its
+     * last receive says in its BYE that it holds everything it saw complete. */
     pthread_mutex_lock(&c->mu);
     int adv = lg_seqwin_mark(&c->win, seq);
     uint64_t placed = c->win.base;
@@ -112,6 +143,7 @@ int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
         lg_conn_path_failed(p, 0, "message completed twice");
         return -1;
     }
+    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
     if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
                     placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >= LG_ACK_NOW_MSGS))
         lg_recv_flush_ack(p);
@@ -144,6 +176,10 @@ static int match_chunk(struct lg_stream *s, uint32_t epoch)
     const struct lg_chunk_hdr *h = &s->rx.h;
     if (!lg_epoch_matches(h->epoch, epoch))
         return MATCH_DROP; /* from before a switch: no need to wait for its receive */
+    /* Committed but its partial receives not reset yet: an honest sender sends nothing of
+     * this epoch before our RESYNC, so this is a liar's, and placing it would race the reset. */
+    if (__atomic_load_n(&c->rx_open, __ATOMIC_SEQ_CST) != epoch)
+        return MATCH_DROP;
     if (__atomic_load_n(&c->posted, __ATOMIC_SEQ_CST) <= h->seq) {
         __atomic_fetch_or(&c->rx_waiting, waiter_bit(s), __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&c->posted, __ATOMIC_SEQ_CST) <= h->seq)
@@ -179,6 +215,21 @@ static int match_chunk(struct lg_stream *s, uint32_t epoch)
                                      __ATOMIC_ACQUIRE) &&
         unknown != h->total) {
         lg_conn_path_failed(s->path, 0, "chunks disagree on the message size");
+        return MATCH_FAILED;
+    }
+    /* The sender cuts every message the same way (chunk k at k * chunk_size, full length
+     * but the last): anything else, or a chunk claimed twice, is a lie. */
+    uint64_t k = lg_chunk_index(h, c->chunk_size);
+    if (k == UINT64_MAX || k >= r->cover_words * 64) {
+        lg_conn_peer_lied(c, "chunk at offset %llu, %u bytes, of message #%llu (%llu bytes) "
+                          "is not one the sender cuts", (unsigned long long)h->offset, h->len,
+                          (unsigned long long)h->seq, (unsigned long long)h->total);
+        return MATCH_FAILED;
+    }
+    uint64_t bit = 1ull << (k % 64);
+    if (__atomic_fetch_or(&r->cover[k / 64], bit, __ATOMIC_ACQ_REL) & bit) {
+        lg_conn_peer_lied(c, "chunk %llu of message #%llu sent twice in epoch %u",
+                          (unsigned long long)k, (unsigned long long)h->seq, epoch);
         return MATCH_FAILED;
     }
     s->rx.epoch = epoch;
@@ -308,8 +359,9 @@ static void recv_stream_run(struct lg_task *t)
             continue;
         int rc = 0;
         if (gate_enter(s) == s->rx.epoch) {
-            uint64_t placed = __atomic_add_fetch(&r->placed, h->len, __ATOMIC_ACQ_REL);
-            if (placed == h->total)
+            __atomic_add_fetch(&r->placed, h->len, __ATOMIC_RELAXED);
+            uint64_t done = __atomic_add_fetch(&r->chunks, 1, __ATOMIC_ACQ_REL);
+            if (done == lg_chunk_count(h->total, c->chunk_size))
                 rc = lg_recv_complete(p, r, h->total);
         }
         gate_exit(s);

@@ -220,20 +220,30 @@ static void on_send_ctrl(struct lg_path *p, const struct lg_ctrl *f)
         lg_conn_path_failed(p, 0, "unexpected control frame");
         return;
     }
-    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
-    uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE);
-    if (f->value > posted) {
-        lg_conn_path_failed(p, 0, "ack for a message never sent");
-        return;
-    }
-    /* Acks are cumulative and may be read by a worker or by test() (and, with failover, on
-     * either path): keep the maximum. */
-    while (f->value > acked &&
-           !__atomic_compare_exchange_n(&c->acked, &acked, f->value, 0, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
-        ;
-    if (__atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_BOUNDARY)
+    if (lg_conn_take_ack(c, f->value) == 0 &&
+        __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_BOUNDARY)
         lg_monitor_wake(c); /* a graceful switch waits for the last in-flight ack */
+}
+
+int lg_conn_take_ack(struct lg_conn *c, uint64_t n)
+{
+    /* Acks are cumulative and may be read by a worker or by test() (and, with failover, on
+     * either path): keep the maximum. Only messages wholly handed to the transport can have
+     * been placed: an ack beyond the cursor would complete a send whose buffer is still to
+     * be read. Checked and raised under mu, like the cursor's rewind, so neither can slip
+     * between the other's check and store. */
+    pthread_mutex_lock(&c->mu);
+    uint64_t sent = c->cursor_seq;
+    int ok = lg_ack_plausible(n, sent);
+    if (ok && n > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->acked, n, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->mu);
+    if (!ok) {
+        lg_conn_peer_lied(c, "ACK of %llu messages, but only %llu were sent",
+                          (unsigned long long)n, (unsigned long long)sent);
+        return -1;
+    }
+    return 0;
 }
 
 void lg_send_ctrl_handler(struct lg_task *t, uint32_t events)

@@ -86,6 +86,12 @@ void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f)
             lg_conn_path_failed(p, 0, "SWITCH for another path");
             return;
         }
+        if (f->epoch > __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE) &&
+            !lg_epoch_plausible(f->epoch, __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE))) {
+            lg_conn_peer_lied(c, "SWITCH to epoch %u, ours is %u", f->epoch,
+                              __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE));
+            return;
+        }
         pthread_mutex_lock(&c->mb_mu);
         if (f->epoch > mb->switch_epoch) {
             mb->switch_epoch = f->epoch;
@@ -165,6 +171,17 @@ static void read_peer(struct lg_conn *c, uint64_t now)
     pthread_mutex_unlock(&c->mb_mu);
     if (!valid)
         return;
+    /* The receiver commits only epochs the sender proposed, the sender only epochs the
+     * receiver committed: a heartbeat claiming more is a lie (and would make us propose
+     * from it). */
+    uint32_t bound = c->kind == LG_CONN_SEND ? fo->proposed : __atomic_load_n(&c->epoch,
+                                                                              __ATOMIC_RELAXED);
+    if (epoch > bound) {
+        lg_conn_peer_lied(c, "heartbeat at epoch %u, above %s %u", epoch,
+                          c->kind == LG_CONN_SEND ? "every epoch we proposed," : "our committed",
+                          bound);
+        return;
+    }
     if (LG_HB_NIC(flags, c->active) != LG_HB_NIC_OK &&
         LG_HB_NIC(fo->peer_flags, c->active) == LG_HB_NIC_OK && !fo->trigger_ns)
         fo->trigger_ns = now;
@@ -487,6 +504,19 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         pthread_mutex_lock(&c->wmu);
     pthread_mutex_lock(&c->mu);
     uint64_t cur = c->cursor_seq;
+    uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_RELAXED);
+    int bad = lg_resync_check(n, acked, cur);
+    if (bad) {
+        pthread_mutex_unlock(&c->mu);
+        if (c->wrap)
+            pthread_mutex_unlock(&c->wmu);
+        lg_conn_peer_lied(c, "RESYNC at epoch %u to message #%llu, but %s #%llu",
+                          epoch, (unsigned long long)n,
+                          bad == -1 ? "it had acknowledged every message below" :
+                                      "we sent only the messages below",
+                          (unsigned long long)(bad == -1 ? acked : cur));
+        return;
+    }
     uint64_t replay = wrap_same ? 0 : lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk,
                                                           &c->acked, n);
     __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
@@ -578,8 +608,14 @@ static void tx_step(struct lg_conn *c, uint64_t now)
     int rt = c->mb.resync_target;
     uint64_t rn = c->mb.resync_n, rx_ns = c->mb.resync_rx_ns;
     pthread_mutex_unlock(&c->mb_mu);
-    if (lg_epoch_newer(re, __atomic_load_n(&c->epoch, __ATOMIC_RELAXED)))
+    if (lg_epoch_newer(re, __atomic_load_n(&c->epoch, __ATOMIC_RELAXED))) {
+        if (re > fo->proposed) {
+            lg_conn_peer_lied(c, "RESYNC at epoch %u, which we never proposed (newest %u)", re,
+                              fo->proposed);
+            return;
+        }
         tx_commit(c, re, rt, rn, rgen, rx_ns, now);
+    }
 
     if (fo->sw_phase != LG_SW_NONE) {
         struct lg_path *t = c->paths[fo->sw_target];
@@ -664,6 +700,7 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     pthread_mutex_lock(&c->mu);
     uint64_t base = c->win.base;
     int reset = lg_resync_rx_reset(c->reqs, base, __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE));
+    __atomic_store_n(&c->rx_open, epoch, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->mu);
     struct lg_ctrl f = {.type = LG_CTRL_RESYNC, .flags = (uint8_t)target, .epoch = epoch,
                         .value = base};

@@ -93,7 +93,8 @@ static int parse_one(const struct lg_param_info *pi, const char *s, int64_t *v)
     return rc;
 }
 
-/* String values live here; sized for a long LINKGUARD_PAIRS. */
+/* Values taken from the environment are copied here (getenv's strings may change under us);
+ * defaults are string literals and are used in place, so a fallback needs no room. */
 static char lg_param_strbuf[4096];
 
 int lg_params_load(struct lg_params *p, lg_getenv_fn get)
@@ -105,18 +106,20 @@ int lg_params_load(struct lg_params *p, lg_getenv_fn get)
         const char *s = get ? get(pi->env) : NULL;
         char *slot = (char *)p + pi->offset;
         if (pi->kind == LG_PK_STR) {
-            const char *v = s ? s : pi->def;
-            size_t n = strlen(v) + 1;
-            if (used + n > sizeof(lg_param_strbuf)) {
-                LG_WARN("%s is too long (%zu bytes), ignored", pi->env, n - 1);
-                v = pi->def;
-                n = strlen(v) + 1;
+            const char *v = pi->def;
+            size_t n = s ? strlen(s) + 1 : 0;
+            if (s && n > sizeof(lg_param_strbuf) - used) {
+                LG_WARN("%s is too long (%zu bytes; all string settings together may use %zu), "
+                        "using the default \"%s\"", pi->env, n - 1, sizeof(lg_param_strbuf) - 1,
+                        pi->def);
                 bad++;
+            } else if (s) {
+                char *dst = lg_param_strbuf + used;
+                memcpy(dst, s, n);
+                used += n;
+                v = dst;
             }
-            char *dst = lg_param_strbuf + used;
-            memcpy(dst, v, n);
-            used += n;
-            memcpy(slot, &dst, sizeof(dst));
+            memcpy(slot, &v, sizeof(v));
             continue;
         }
         int64_t v = 0;

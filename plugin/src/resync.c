@@ -10,7 +10,10 @@ uint32_t lg_epoch_next(uint32_t committed, uint32_t seen, uint32_t proposed)
         e = seen;
     if (proposed > e)
         e = proposed;
-    return e + 1;
+    /* The cap re-proposes the same epoch rather than one the receiver must refuse. */
+    uint32_t cap = committed <= LG_EPOCH_LIMIT - LG_EPOCH_MAX_STEP ? committed + LG_EPOCH_MAX_STEP
+                                                                   : LG_EPOCH_LIMIT;
+    return e < cap ? e + 1 : cap;
 }
 
 enum lg_chunk_verdict lg_resync_chunk_verdict(uint16_t hdr_epoch, uint32_t epoch, uint64_t seq,
@@ -38,6 +41,9 @@ int lg_resync_rx_reset(struct lg_req *reqs, uint64_t base, uint64_t posted)
             __atomic_load_n(&r->total, __ATOMIC_RELAXED) != UINT64_MAX)
             n++;
         __atomic_store_n(&r->placed, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&r->chunks, 0, __ATOMIC_RELAXED);
+        for (uint64_t w = 0; r->cover && w < r->cover_words; w++)
+            __atomic_store_n(&r->cover[w], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&r->total, UINT64_MAX, __ATOMIC_RELAXED);
     }
     return n;

@@ -39,7 +39,8 @@ int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h);
 #define LG_CTRL_SIZE 16
 enum lg_ctrl_type {
     LG_CTRL_ACK = 1,    /* recv->send: value = messages placed in posted buffers (cumulative) */
-    LG_CTRL_BYE = 2,    /* EOF follows on purpose; flags: LG_BYE_CLOSE or LG_BYE_FENCE */
+    LG_CTRL_BYE = 2,    /* EOF follows on purpose; flags: LG_BYE_CLOSE or LG_BYE_FENCE; a
+                         * closing receiver's BYE(CLOSE) carries value = messages placed */
     LG_CTRL_HB = 3,     /* heartbeat: flags = LG_HB_* (the sender of the frame's view), epoch =
                          * its committed epoch, value = gen of its path 0 | gen of path 1 << 32 */
     LG_CTRL_SWITCH = 4, /* send->recv: move data to path `value` at epoch `epoch` */
@@ -91,6 +92,16 @@ int lg_chunk_decode(const uint8_t in[LG_CHUNK_HDR_SIZE], uint32_t max_len, struc
 static inline uint64_t lg_chunk_count(uint64_t size, uint64_t chunk)
 {
     return size == 0 ? 1 : (size + chunk - 1) / chunk;
+}
+
+/* Which chunk of its message a header describes, if it is cut as the sender cuts (chunk k
+ * at k * chunk, `chunk` bytes long but the last); UINT64_MAX otherwise. */
+static inline uint64_t lg_chunk_index(const struct lg_chunk_hdr *h, uint64_t chunk)
+{
+    if (chunk == 0 || h->offset % chunk || (h->offset >= h->total && h->total))
+        return UINT64_MAX;
+    uint64_t rest = h->total - h->offset;
+    return h->len == (rest < chunk ? rest : chunk) ? h->offset / chunk : UINT64_MAX;
 }
 
 /* ---- sequence window ------------------------------------------------------------------ */

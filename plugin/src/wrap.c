@@ -335,20 +335,33 @@ static void tx_pump(struct lg_conn *c, struct lg_path *p)
             return;
         struct lg_req *r = &c->reqs[seq % LG_WINDOW];
         void *ireq = NULL;
-        /* The inner reads the buffer until its send completes: completion waits for it. */
+        /* The inner reads the buffer until its send completes: completion waits for it. The
+         * message counts as sent (acks are checked against the cursor) before the inner can
+         * deliver it, so an honest ack never beats the cursor. */
         __atomic_store_n(&r->writers, 1, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&c->mu);
+        c->cursor_seq = seq + 1;
+        pthread_mutex_unlock(&c->mu);
         ncclResult_t rc = in->ops->isend(in, p->w.comm, (void *)r->data, r->size, r->tag,
                                          lg_inner_mr_handle(r->imr, p->index), NULL, &ireq);
         if (rc != ncclSuccess || !ireq) {
+            pthread_mutex_lock(&c->mu);
+            c->cursor_seq = seq;
+            int lied = __atomic_load_n(&c->acked, __ATOMIC_RELAXED) > seq;
+            pthread_mutex_unlock(&c->mu);
+            if (lied) {
+                /* Acked before it was posted: keep the writer's hold, so the send never
+                 * completes and NCCL never reuses a buffer we might still post. */
+                lg_conn_peer_lied(c, "ACK for message #%llu before it was sent",
+                                  (unsigned long long)seq);
+                return;
+            }
             __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
             if (rc != ncclSuccess)
                 inner_failed(p, "isend", rc);
             return; /* NULL: the inner's back-pressure, try again at the next call */
         }
         r->ireq = ireq;
-        pthread_mutex_lock(&c->mu);
-        c->cursor_seq = seq + 1;
-        pthread_mutex_unlock(&c->mu);
     }
 }
 

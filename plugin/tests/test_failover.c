@@ -18,6 +18,21 @@ static void test_epochs(void)
     CHECK_EQ(lg_epoch_next(3, 7, 5), 8);
     CHECK_EQ(lg_epoch_next(9, 2, 4), 10);
     CHECK_EQ(lg_epoch_next(1, 1, 6), 7); /* a re-proposal goes above our own last one */
+    /* Never beyond one step above the committed epoch, never past the limit: the same epoch
+     * is proposed again instead (issue #16, finding 5: 0xffffffff wrapped to 0). */
+    CHECK_EQ(lg_epoch_next(5, 5, 5 + LG_EPOCH_MAX_STEP), 5 + LG_EPOCH_MAX_STEP);
+    CHECK_EQ(lg_epoch_next(5, 5, 4 + LG_EPOCH_MAX_STEP), 5 + LG_EPOCH_MAX_STEP);
+    CHECK_EQ(lg_epoch_next(LG_EPOCH_LIMIT - 1, 0, 0), LG_EPOCH_LIMIT);
+    CHECK_EQ(lg_epoch_next(LG_EPOCH_LIMIT, 0, LG_EPOCH_LIMIT), LG_EPOCH_LIMIT);
+    CHECK_EQ(lg_epoch_next(0, UINT32_MAX, UINT32_MAX), LG_EPOCH_MAX_STEP);
+    CHECK(lg_epoch_plausible(1, 0));
+    CHECK(lg_epoch_plausible(LG_EPOCH_MAX_STEP, 0));
+    CHECK(!lg_epoch_plausible(LG_EPOCH_MAX_STEP + 1, 0));
+    CHECK(!lg_epoch_plausible(UINT32_MAX, 0));
+    CHECK(!lg_epoch_plausible(UINT32_MAX, UINT32_MAX - 1)); /* a step, but past the limit */
+    CHECK(lg_epoch_plausible(LG_EPOCH_LIMIT, LG_EPOCH_LIMIT - 1));
+    CHECK(!lg_epoch_plausible(7, 7));
+    CHECK(!lg_epoch_plausible(6, 7));
     CHECK(lg_epoch_newer(2, 1));
     CHECK(!lg_epoch_newer(1, 1));
     CHECK(!lg_epoch_newer(0, 1));
@@ -52,6 +67,19 @@ static void test_chunk_verdict(void)
                  t[i].want);
 }
 
+/* What a sender accepts from the receiver (issue #16, findings 2 and 3). */
+static void test_peer_claims(void)
+{
+    CHECK(lg_ack_plausible(0, 0));
+    CHECK(lg_ack_plausible(5, 5));
+    CHECK(!lg_ack_plausible(6, 5)); /* a message whose chunks were not all handed out */
+    CHECK_EQ(lg_resync_check(5, 5, 9), 0);
+    CHECK_EQ(lg_resync_check(9, 5, 9), 0);
+    CHECK_EQ(lg_resync_check(4, 5, 9), -1); /* below what it acknowledged: a replay of
+                                             * finished messages */
+    CHECK_EQ(lg_resync_check(10, 5, 9), -2);
+}
+
 static void test_rx_reset(void)
 {
     static struct lg_req reqs[LG_WINDOW];
@@ -73,11 +101,18 @@ static void test_rx_reset(void)
     reqs[63 % LG_WINDOW].placed = 7;
     reqs[63 % LG_WINDOW].total = 7;
     reqs[64 % LG_WINDOW].total = 0; /* a zero-byte message whose header came */
+    /* 61 has chunks 0 and 2 of 3 claimed, one of them placed: all forgotten. */
+    uint64_t cover61 = 0x5;
+    reqs[61 % LG_WINDOW].cover = &cover61;
+    reqs[61 % LG_WINDOW].cover_words = 1;
+    reqs[61 % LG_WINDOW].chunks = 1;
     /* base 61: message 60 is below it and not touched even though listed. */
     CHECK_EQ(lg_resync_rx_reset(reqs, 61, 70), 2);
     CHECK_EQ(reqs[60 % LG_WINDOW].placed, 100);
     CHECK_EQ(reqs[61 % LG_WINDOW].placed, 0);
     CHECK(reqs[61 % LG_WINDOW].total == UINT64_MAX);
+    CHECK_EQ(cover61, 0);
+    CHECK_EQ(reqs[61 % LG_WINDOW].chunks, 0);
     CHECK_EQ(reqs[63 % LG_WINDOW].placed, 7); /* complete: kept (its replay is dropped) */
     CHECK(reqs[63 % LG_WINDOW].total == 7);
     CHECK(reqs[64 % LG_WINDOW].total == UINT64_MAX);
@@ -396,6 +431,7 @@ int main(void)
     test_epochs();
     test_chunk_verdict();
     test_rx_reset();
+    test_peer_claims();
     test_tx_rewind();
     test_decide();
     test_model();

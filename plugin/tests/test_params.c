@@ -15,6 +15,43 @@ static const char *fake_get(const char *name)
     return NULL;
 }
 
+/* Every string setting, at every length around the shared buffer's size: accepted whole or
+ * replaced by its default, never written past the buffer (ASan builds of this test catch an
+ * overflow by one byte; issue #16, finding 4: a LINKGUARD_PAIRS of 4,089 characters). */
+static void check_long_strings(void)
+{
+    static char big[5000];
+    for (int i = 0; i < lg_param_count; i++) {
+        const struct lg_param_info *pi = &lg_param_table[i];
+        if (pi->kind != LG_PK_STR)
+            continue;
+        for (size_t len = 4070; len < 4100; len++) {
+            memset(big, 'a', len);
+            big[len] = 0;
+            const char *env[] = {pi->env, big, NULL};
+            fake_env = env;
+            struct lg_params p;
+            int bad = lg_params_load(&p, fake_get);
+            const char *got = *(const char *const *)((const char *)&p + pi->offset);
+            CHECK(bad == 0 ? strlen(got) == len : bad == 1 && !strcmp(got, pi->def));
+            for (int k = 0; k < lg_param_count; k++) {
+                const struct lg_param_info *o = &lg_param_table[k];
+                if (k != i && o->kind == LG_PK_STR)
+                    CHECK(!strcmp(*(const char *const *)((const char *)&p + o->offset), o->def));
+            }
+        }
+        /* Far too long: the default, and one bad value reported. */
+        memset(big, 'b', sizeof(big) - 1);
+        big[sizeof(big) - 1] = 0;
+        const char *env[] = {pi->env, big, NULL};
+        fake_env = env;
+        struct lg_params p;
+        CHECK_EQ(lg_params_load(&p, fake_get), 1);
+        CHECK(!strcmp(*(const char *const *)((const char *)&p + pi->offset), pi->def));
+    }
+    fake_env = NULL;
+}
+
 int main(void)
 {
     int64_t v;
@@ -71,5 +108,6 @@ int main(void)
     fake_env = NULL;
     lg_params_load(&def, fake_get);
     CHECK_EQ(p.threads, def.threads);
+    check_long_strings();
     LG_TEST_DONE();
 }

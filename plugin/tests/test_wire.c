@@ -126,6 +126,26 @@ static void test_chunk(void)
     CHECK_EQ(lg_chunk_count(512, 512), 1);
     CHECK_EQ(lg_chunk_count(513, 512), 2);
     CHECK_EQ(lg_chunk_count(4 << 20, 512 << 10), 8);
+
+    /* The chunk index: only the cut the sender makes (a receive completes by coverage). */
+    struct {
+        uint64_t offset, total;
+        uint32_t len;
+        uint64_t want;
+    } cut[] = {
+        {0, 0, 0, 0},           {0, 1000, 512, 0},     {512, 1000, 488, 1},
+        {0, 512, 512, 0},       {512, 1024, 512, 1},   {512, 1000, 512, UINT64_MAX},
+        {256, 1000, 512, UINT64_MAX}, /* overlaps chunks 0 and 1 */
+        {0, 1000, 488, UINT64_MAX},   /* short, but not the last */
+        {1024, 1000, 0, UINT64_MAX},  {1024, 1024, 0, UINT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
+        struct lg_chunk_hdr c = {.offset = cut[i].offset, .total = cut[i].total,
+                                 .len = cut[i].len};
+        CHECK(lg_chunk_index(&c, 512) == cut[i].want);
+    }
+    struct lg_chunk_hdr z = {.offset = 0, .total = 10, .len = 10};
+    CHECK(lg_chunk_index(&z, 0) == UINT64_MAX);
 }
 
 static void test_seqwin(void)
