@@ -35,6 +35,9 @@ def test_the_settings_a_reload_cannot_apply() -> None:
         "shm_path", "grpc_socket", "admin_group", "metrics_address"}
 
 
+LEVELS: list[int] = []  # the root logger's level right after each reload
+
+
 def make_engine(tmp_path: Path) -> Engine:
     settings = Settings(interfaces=("rail0", "rail1"), shm_path=str(tmp_path / "shm"),
                         sysfs_root=str(tmp_path), metrics_address="", hold_down_ms=1000,
@@ -69,6 +72,7 @@ def run_reload(tmp_path: Path, config_text: str, logs: DaemonLog,
             before = {n.name: (n.state, n.epoch, n.since_monotonic_ns) for n in engine.nics()}
             with caplog.at_level(logging.INFO):
                 ok = await reload(engine, params(config), logs)
+                LEVELS.append(logging.getLogger().level)  # caplog restores it afterwards
             after = {n.name: (n.state, n.epoch, n.since_monotonic_ns) for n in engine.nics()}
             return ok, engine, before, after
         finally:
@@ -99,7 +103,8 @@ def test_a_reload_says_what_it_applied_and_what_waits_for_a_restart(
         tmp_path: Path, logs: DaemonLog, caplog: pytest.LogCaptureFixture) -> None:
     text = ('interfaces = ["rail0", "rail1"]\nhold_down_ms = 4000\n'
             f'sysfs_root = "{tmp_path}"\nshm_path = "{tmp_path}/other-shm"\n'
-            'metrics_address = ""\ndom_interval_s = 3600.0\nstats_interval_s = 60.0\n')
+            'metrics_address = ""\ndom_interval_s = 3600.0\nstats_interval_s = 60.0\n'
+            'log_level = "debug"\n')
     ok, engine, before, after = run_reload(tmp_path, text, logs, caplog)
     assert ok and engine.settings.hold_down_ms == 4000
     assert after["rail1"] == before["rail1"]  # still drained, same epoch
@@ -108,5 +113,6 @@ def test_a_reload_says_what_it_applied_and_what_waits_for_a_restart(
               and r.getMessage().startswith("reload:")]
     assert [r.fields["needs_restart"] for r in warned] == ["shm_path"]  # type: ignore[attr-defined]
     done = [r.fields for r in caplog.records if r.getMessage() == "reloaded"]  # type: ignore[attr-defined]
-    assert done and done[0]["changed"] == "shm_path,hold_down_ms"
-    assert done[0]["applied"] == "hold_down_ms" and done[0]["needs_restart"] == "shm_path"
+    assert done and done[0]["changed"] == "shm_path,hold_down_ms,log_level"
+    assert done[0]["applied"] == "hold_down_ms,log_level" and done[0]["needs_restart"] == "shm_path"
+    assert LEVELS[-1] == logging.DEBUG  # the log follows the new level at once
