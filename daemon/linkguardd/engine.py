@@ -23,6 +23,7 @@ from linkguardd.inventory import NicInfo, read_inventory
 from linkguardd.monitors.base import FactSink, Monitor, MonitorHealth
 from linkguardd.policy import Policy, Transition
 from linkguardd.settings import Settings
+from linkguardd.state_file import SavedDrain, StateNotSaved, StateStore
 from linkguardd.states import NicState, Reason
 from linkguardd.view import EventView, NicView, UnknownNic
 
@@ -32,7 +33,6 @@ MONITOR_STOP_TIMEOUT_S = 3.0  # systemd's stop timeout is 90 s; be well inside i
 # Addresses change rarely and a link that appears triggers a refresh of its own; each refresh
 # costs ~8 ms of CPU (a netlink dump), so the periodic one is slow. Not on the detection path.
 INVENTORY_REFRESH_S = 30.0
-FIRST_SEQ = 1  # the first event's sequence number (the shm ring's too)
 E = TypeVar("E")
 
 
@@ -52,7 +52,8 @@ class Engine:
         self.policy = Policy(settings.policy_config(), self.ifnames, clock())
         self.inventory: dict[str, NicInfo] = {}
         self.counters: dict[str, dict[str, int]] = {n: {} for n in self.ifnames}
-        self.next_seq = FIRST_SEQ
+        self.state = StateStore(settings.state_dir)
+        self.next_seq = 1  # the next event's sequence number (the shm ring's too): see start()
         self.exporters = exporters(self)
         self.ready = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
@@ -65,8 +66,11 @@ class Engine:
     async def start(self) -> None:
         """Start the exporters (the shm file), run the monitors' initial scans, publish the
         first table."""
+        saved = self.state.open()
+        self.next_seq = saved.next_seq  # numbers continue across restarts
         for exporter in self.exporters:
             await exporter.start()
+        self._restore_drains(saved.drains)  # the first table published already has them
         await self.refresh_inventory()
         await self._start_monitors()
         self._publish(self.policy.settle(self.clock()), force=True)
@@ -87,6 +91,7 @@ class Engine:
             self._deadline.cancel()
         for exporter in reversed(self.exporters):
             await exporter.stop()
+        self.state.close()
 
     async def reload(self, settings: Settings, ifnames: Sequence[str],
                      backups: Mapping[str, str], monitors: Iterable[Monitor]) -> None:
@@ -156,6 +161,8 @@ class Engine:
         update = Update(transitions, self.next_seq, force, time.time() - self.clock() / 1e9,
                         monitor, fact_ns)
         self.next_seq += len(transitions)
+        if transitions:
+            self.state.issued(self.next_seq - 1)
         for exporter in self.exporters:
             exporter.export(update)
         if transitions:
@@ -221,16 +228,43 @@ class Engine:
             history.unsubscribe(queue)
 
     def drain(self, name: str, reason: str) -> NicView:
+        """Raises UnknownNic; StateNotSaved once the drain is in effect but not on disk."""
         if name not in self.policy.records:
             raise UnknownNic(name)
         self._publish(self.policy.drain(name, self.clock(), reason))
+        self.state.set_drains(self._drains())
         return self.nic(name)
 
     def undrain(self, name: str) -> NicView:
         if name not in self.policy.records:
             raise UnknownNic(name)
         self._publish(self.policy.undrain(name, self.clock()))
+        self.state.set_drains(self._drains())
         return self.nic(name)
+
+    def head_seq(self) -> int:
+        return self.state.last_seq
+
+    def _drains(self) -> dict[str, str]:
+        return {n: r.drain_note for n, r in self.policy.records.items() if r.drained}
+
+    def _restore_drains(self, drains: Mapping[str, SavedDrain]) -> None:
+        """A drain outlives the daemon that took it: back in force before anything is read."""
+        transitions: list[Transition] = []
+        for name, drain in drains.items():
+            when = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(drain.since_unix))
+            if name not in self.policy.records:
+                log.warning("state: dropping the saved drain of %s (since %s: %s): it is not "
+                            "monitored any more", name, when, drain.reason)
+                continue
+            transitions += self.policy.drain(name, self.clock(), drain.reason)
+            log.info("state: %s stays DRAINED across the restart (drained since %s: %s)",
+                     name, when, drain.reason)
+        try:
+            self.state.set_drains(self._drains())
+        except StateNotSaved:
+            pass  # logged by the store; the drains are in force all the same
+        self._publish(transitions, force=True)
 
     def dump(self) -> dict[str, Any]:
         return {

@@ -43,6 +43,7 @@ class FaultsMixin:
 
     topo: Topology
     nl: Netlink
+    blackhole_rules: bool
 
     def cut(self, host: str, rail: Rail) -> int:
         return self.nl.set_link(self.topo.switch_ns, self.topo.port(host, rail), state="down")
@@ -59,6 +60,9 @@ class FaultsMixin:
         return self.nl.set_link(self.topo.host_ns(host), ifname, state="up")
 
     def blackhole(self, host: str, rail: Rail) -> int:
+        if not self.blackhole_rules:
+            raise LabError(f"lab {self.topo.prefix!r} was built without the blackhole rules "
+                           "(blackhole_rules=False)")
         return self.nl.set_link(self.topo.switch_ns, self.topo.port(host, rail),
                                 group=BLACKHOLE_GROUP)
 

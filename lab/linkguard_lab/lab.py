@@ -38,8 +38,12 @@ def unique_prefix(stem: str = "lg") -> str:
 
 
 class Lab(FaultsMixin):
-    def __init__(self, prefix: str = DEFAULT_PREFIX, hosts: int = 2, rails: int = 2) -> None:
+    def __init__(self, prefix: str = DEFAULT_PREFIX, hosts: int = 2, rails: int = 2, *,
+                 blackhole_rules: bool = True) -> None:
+        """blackhole_rules=False builds no nftables table (no `nft`, no nf_tables in the
+        kernel needed, e.g. on the GPU machine); blackhole() then refuses."""
         self.topo = Topology(prefix, hosts, rails)
+        self.blackhole_rules = blackhole_rules
         self.nl = Netlink()
         self._children: list[subprocess.Popen] = []
 
@@ -109,7 +113,8 @@ class Lab(FaultsMixin):
             for nic, addr in nics:
                 lines += [f"addr add {addr}/{PREFIX_LEN} dev {nic}", f"link set {nic} up"]
             netns.ip_batch(t.host_ns(host), lines)
-        netns.nft(t.switch_ns, NFT_RULESET)
+        if self.blackhole_rules:
+            netns.nft(t.switch_ns, NFT_RULESET)
 
     def down(self) -> None:
         """Remove every namespace of this prefix (and what runs in it). Idempotent."""

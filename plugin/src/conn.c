@@ -301,6 +301,7 @@ static void path_lost(struct lg_path *p, int err, int eof, const char *why)
     uint64_t left = outstanding(c);
     if (bye == 1 + LG_BYE_CLOSE) {
         /* The peer closed the connection on purpose: nothing to fail over to. */
+        __atomic_store_n(&c->peer_closed, 1, __ATOMIC_RELEASE);
         if (lg_conn_fail(c, ncclRemoteError, "peer closed the connection")) {
             if (left)
                 LG_WARN("%s conn %016llx: peer closed the connection with %llu request(s) in "

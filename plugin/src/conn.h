@@ -84,6 +84,8 @@
  *    k * chunk_size) or claimed twice in one epoch. Chunks of a just-committed epoch are taken
  *    only once its partial receives are reset (c->rx_open): only a liar sends them earlier.
  *    tests/test_lying_peer.c drives each through the real code with a scripted peer.
+ *  - No backup path (unprotected): heartbeats still flow, and nothing read from a peer that
+ *    has sent heartbeats for LINKGUARD_DEAD_TIMEOUT_MS fails the connection (never a hang).
  *  - Both paths dead: keep rebuilding; after LINKGUARD_DEAD_TIMEOUT_MS with no working path
  *    (failed, silent or declared failed) the connection fails: test() returns ncclRemoteError
  *    and a WARN names the connection and both NICs with what became of each path. EOF or reset
@@ -276,6 +278,7 @@ struct lg_conn {
     struct lg_conn *mon_next; /* monitor registry */
     /* failure */
     int error; /* ncclResult_t once the connection cannot deliver (atomic) */
+    int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
     /* wrap mode (wrap.h): data through the inner plugin's comms */

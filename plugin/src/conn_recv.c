@@ -403,9 +403,12 @@ static int req_complete(struct lg_req *r)
 {
     if (r->conn->kind == LG_CONN_SEND) {
         /* Placed at the receiver (acked), and no writer reads its buffer any more (so NCCL
-         * may reuse it as soon as we say done). */
+         * may reuse it as soon as we say done). In wrap mode the writer's hold is the inner
+         * send, which nobody tests once the peer has closed: a message the peer placed was
+         * read whole by then (placement comes after the last byte is read). */
         return __atomic_load_n(&r->conn->acked, __ATOMIC_ACQUIRE) > r->seq &&
-               __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0;
+               (__atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0 ||
+                (r->conn->wrap && __atomic_load_n(&r->conn->peer_closed, __ATOMIC_ACQUIRE)));
     }
     return (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_DONE) != 0;
 }

@@ -91,6 +91,7 @@ async def wait_until(pred: Callable[[], bool], what: str) -> None:
 
 def scrape_daemon(ns: str, tmp_path: Path) -> str:
     settings = Settings(interfaces=NICS, sysfs_root=str(FIXTURE_SYS), netns=ns,
+                        state_dir="",
                         shm_path=str(tmp_path / "shm"), metrics_address="127.0.0.1:0",
                         dom_interval_s=3600.0)  # one module read: its latched flags counted once
     ifnames, backups = resolve_nics(settings)  # pairing from the fixture's PCI topology

@@ -78,6 +78,7 @@ class Recorder:
 
 def settings_in(directory: Path) -> Settings:
     return Settings(interfaces=("rail0", "rail1"), shm_path=str(directory / "shm"),
+                    state_dir="",
                     sysfs_root=str(directory), metrics_address="")
 
 

@@ -357,6 +357,7 @@ def test_a_stuck_event_loop_shows_in_the_heartbeat_age(tmp_path: Path) -> None:
     families only the loop can read."""
     now = [10**12]
     settings = Settings(interfaces=("rail0",), shm_path=str(tmp_path / "shm"),
+                        state_dir="",
                         sysfs_root=str(tmp_path), metrics_address="")
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)

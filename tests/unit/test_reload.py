@@ -30,9 +30,11 @@ def test_the_plan_names_changes_and_keeps_what_needs_a_restart() -> None:
 
 
 def test_the_settings_a_reload_cannot_apply() -> None:
-    """Opened once at start: the shm file, the API socket and its group, the metrics port."""
+    """Opened once at start: the shm file, the API sockets and their groups, the state file,
+    the metrics port."""
     assert {s.name for s in SETTINGS if s.restart} == {
-        "shm_path", "grpc_socket", "admin_group", "metrics_address"}
+        "shm_path", "grpc_socket", "grpc_ro_socket", "admin_group", "reader_group", "state_dir",
+        "metrics_address"}
 
 
 LEVELS: list[int] = []  # the root logger's level right after each reload
@@ -40,6 +42,7 @@ LEVELS: list[int] = []  # the root logger's level right after each reload
 
 def make_engine(tmp_path: Path) -> Engine:
     settings = Settings(interfaces=("rail0", "rail1"), shm_path=str(tmp_path / "shm"),
+                        state_dir="",
                         sysfs_root=str(tmp_path), metrics_address="", hold_down_ms=1000,
                         dom_interval_s=3600, stats_interval_s=60)
     return Engine(settings, ["rail0", "rail1"], {}, [])
@@ -104,7 +107,7 @@ def test_a_reload_says_what_it_applied_and_what_waits_for_a_restart(
     text = ('interfaces = ["rail0", "rail1"]\nhold_down_ms = 4000\n'
             f'sysfs_root = "{tmp_path}"\nshm_path = "{tmp_path}/other-shm"\n'
             'metrics_address = ""\ndom_interval_s = 3600.0\nstats_interval_s = 60.0\n'
-            'log_level = "debug"\n')
+            'log_level = "debug"\nstate_dir = ""\n')
     ok, engine, before, after = run_reload(tmp_path, text, logs, caplog)
     assert ok and engine.settings.hold_down_ms == 4000
     assert after["rail1"] == before["rail1"]  # still drained, same epoch
@@ -112,7 +115,8 @@ def test_a_reload_says_what_it_applied_and_what_waits_for_a_restart(
     warned = [r for r in caplog.records if r.levelno == logging.WARNING
               and r.getMessage().startswith("reload:")]
     assert [r.fields["needs_restart"] for r in warned] == ["shm_path"]  # type: ignore[attr-defined]
-    done = [r.fields for r in caplog.records if r.getMessage() == "reloaded"]  # type: ignore[attr-defined]
+    done = [r.fields for r in caplog.records  # type: ignore[attr-defined]
+            if r.getMessage() == "reloaded"]
     assert done and done[0]["changed"] == "shm_path,hold_down_ms,log_level"
     assert done[0]["applied"] == "hold_down_ms,log_level" and done[0]["needs_restart"] == "shm_path"
     assert LEVELS[-1] == logging.DEBUG  # the log follows the new level at once

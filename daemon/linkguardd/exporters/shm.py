@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from linkguardd.exporters.base import EngineState, Update
 from linkguardd.facts import LinkFact
@@ -20,6 +21,8 @@ from linkguardd.shm.layout import (
     NicEntry,
 )
 from linkguardd.shm.writer import ShmWriter
+
+log = logging.getLogger(__name__)
 
 SHM_NIC_CAPACITY = 64  # LG_SHM_MAX_NICS: more NICs than any GPU server has
 SHM_RING_SLOTS = 1024  # ~ hours of transitions at realistic rates; readers re-sync on a lap
@@ -60,11 +63,13 @@ class ShmExporter:
         if update.table_changed or update.transitions:
             self.writer.publish_table(entries(self.state))
         index = {name: i for i, name in enumerate(self.state.ifnames)}
-        for tr in update.transitions:
-            self.writer.push_event(Event(
+        for i, tr in enumerate(update.transitions):
+            seq = self.writer.push_event(Event(
                 time_ns=tr.at_ns, epoch=tr.epoch, fact_ns=update.fact_ns or tr.at_ns,
                 nic_index=index.get(tr.ifname, NO_NIC), old_state=int(tr.old),
                 new_state=int(tr.new), reason=int(tr.reason), name=tr.ifname))
+            if seq != update.first_seq + i:  # the API's numbers would not be the ring's
+                log.error("shm: event %d got ring sequence %d", update.first_seq + i, seq)
         update.mark_published(self.state.clock())
 
     def heartbeat(self) -> None:
