@@ -8,6 +8,7 @@ benchmarks can measure detection latency from the moment the fault happened.
   nicdown / nicup      host-side NIC administratively down/up
   blackhole            frames through that switch port are silently dropped; carrier stays up
   flap                 a bounded burst of cut/restore
+  lossy / slow / stall gray faults, carrier up (gray.py)
 
 Blackhole works with an nftables bridge-family table in the switch namespace, installed once
 at `up`: two rules drop every frame whose ingress or egress switch port is in the blackhole

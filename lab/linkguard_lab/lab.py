@@ -16,13 +16,19 @@ from typing import Any, Self
 from linkguard_lab import netns
 from linkguard_lab.errors import LabError
 from linkguard_lab.faults import BLACKHOLE_GROUP, NFT_RULESET, FaultsMixin
+from linkguard_lab.gray import GrayMixin, gray_ruleset
 from linkguard_lab.netlink import LinkInfo, Netlink
 from linkguard_lab.topology import DEFAULT_PREFIX, MGMT_IFNAME, PREFIX_LEN, Rail, Topology
 
-# No IPv6 in the lab: no router solicitations, DAD or MLD chatter on the rails.
+# No IPv6 in the lab: no router solicitations, DAD or MLD chatter on the rails. ARP as on a
+# multi-rail GPU host: a NIC answers only for its own address and speaks only from it
+# (arp_ignore=1, arp_announce=2, ip-sysctl.rst), so a rail's traffic never slips onto
+# another rail's wire through Linux's weak-host ARP.
 _SYSCTLS = {
     "net.ipv6.conf.all.disable_ipv6": "1",
     "net.ipv6.conf.default.disable_ipv6": "1",
+    "net.ipv4.conf.all.arp_ignore": "1",
+    "net.ipv4.conf.all.arp_announce": "2",
 }
 SWITCH = "sw"  # run()/popen() accept it as a host name to run inside the switch
 
@@ -37,7 +43,7 @@ def unique_prefix(stem: str = "lg") -> str:
             return prefix
 
 
-class Lab(FaultsMixin):
+class Lab(FaultsMixin, GrayMixin):
     def __init__(self, prefix: str = DEFAULT_PREFIX, hosts: int = 2, rails: int = 2, *,
                  blackhole_rules: bool = True) -> None:
         """blackhole_rules=False builds no nftables table (no `nft`, no nf_tables in the
@@ -114,7 +120,7 @@ class Lab(FaultsMixin):
                 lines += [f"addr add {addr}/{PREFIX_LEN} dev {nic}", f"link set {nic} up"]
             netns.ip_batch(t.host_ns(host), lines)
         if self.blackhole_rules:
-            netns.nft(t.switch_ns, NFT_RULESET)
+            netns.nft(t.switch_ns, NFT_RULESET + gray_ruleset(t))
 
     def down(self) -> None:
         """Remove every namespace of this prefix (and what runs in it). Idempotent."""
@@ -217,6 +223,7 @@ class Lab(FaultsMixin):
     def status(self) -> list[dict[str, Any]]:
         """One row per host NIC (rails, then mgmt) with its state and active faults."""
         rows = []
+        gray = self.gray_faults()
         for host in self.hosts:
             for rail in [*self.rails, None]:
                 if rail is None:
@@ -228,6 +235,7 @@ class Lab(FaultsMixin):
                                                 ("nicdown", not nic.admin_up),
                                                 ("blackhole", port.group == BLACKHOLE_GROUP))
                           if on]
+                faults += [g["kind"] for g in gray.get((host, rail), [])] if rail is not None else []
                 rows.append({
                     "host": host, "rail": rail, "ifname": nic.ifname,
                     "address": ",".join(nic.addresses), "admin_up": nic.admin_up,

@@ -263,6 +263,9 @@ struct lg_conn {
     uint64_t placed;       /* win.base, readable without mu (atomic) */
     uint64_t ack_sent;     /* highest placement count acknowledged to the sender (atomic) */
     uint32_t rx_waiting;   /* data streams waiting for a receive to be posted (atomic bits) */
+    uint64_t poll_ns;      /* NCCL's thread last called test() on it (atomic): small chunks
+                            * are placed by those calls, so no progress without them is no
+                            * sign of a stalled path */
     uint32_t rx_open;      /* epoch whose partial receives are reset: chunks of the committed
                             * epoch are taken only once it equals it (atomic) */
     /* rebuilding paths */
@@ -319,6 +322,10 @@ void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...) __attribute__((f
 /* Sets the connection's error once; 1 if this call set it. */
 int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Appends "primary ctrl 40001 data 40002,40003" (each socket's local TCP port; "; " first when
+ * `sep`) to out, so that an operator or a lab test can tell one flow from another. Returns
+ * the length written (out stays terminated). */
+size_t lg_path_ports(const struct lg_path *p, char *out, size_t len, int sep);
 /* Queues/sends a control frame on the path (any thread). */
 void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f);
 void lg_path_ctrl_flush(struct lg_path *p);

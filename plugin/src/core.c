@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -14,6 +15,7 @@
 #include "monitor.h"
 #include "params.h"
 #include "progress.h"
+#include "sock.h"
 #include "wrap.h"
 
 #define LG_CTX_MAGIC 0x4c474358u /* "LGCX" */
@@ -227,9 +229,14 @@ int lg_core_conn_ready(struct lg_conn *c)
         return -1;
     lg_core_ref(1);
     lg_monitor_add(c);
-    LG_INFO(NCCL_NET, "%s conn %016llx on dev %d: %d path(s), %d stream(s) each, chunk %u",
-            c->kind == LG_CONN_SEND ? "send" : "recv", (unsigned long long)c->nonce, c->dev,
-            c->paths[1] ? 2 : 1, c->nstreams, c->chunk_size);
+    char ports[160] = "", *at = ports;
+    for (int i = 0; i < LG_NPATHS; i++)
+        if (c->paths[i])
+            at += lg_path_ports(c->paths[i], at, sizeof(ports) - (size_t)(at - ports), at != ports);
+    LG_INFO(NCCL_NET, "%s conn %016llx on dev %d: %d path(s), %d stream(s) each, chunk %u; "
+            "local ports: %s", c->kind == LG_CONN_SEND ? "send" : "recv",
+            (unsigned long long)c->nonce, c->dev, c->paths[1] ? 2 : 1, c->nstreams,
+            c->chunk_size, ports);
     return 0;
 }
 

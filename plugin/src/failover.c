@@ -3,10 +3,13 @@
  * changes the epoch, the active path or the set of paths happens here. */
 #include "failover.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include "conn.h"
 #include "core.h"
@@ -320,6 +323,80 @@ static void check_silence(struct lg_conn *c, uint64_t now)
     silence_between(po, pa, now, "standby: no heartbeat");
 }
 
+/* Receiver: the progress watchdog. A data stream that stalls alone (one flow blackholed, a
+ * policer starving it) leaves its message incomplete while the data around it arrives: later
+ * messages complete, or the message itself is partly placed by the other streams. No progress
+ * on that oldest incomplete message for LINKGUARD_STALL_MS means the path is stalled: it fails
+ * like a dead one (fenced; the sender fails over, or an unprotected connection reports it). A
+ * receive NCCL has not posted, or a sender with nothing to send, never looks like this. */
+static void rx_watchdog(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *p = c->active_path;
+    if (c->wrap || !lg_params.stall_ms || !lg_path_up(p))
+        return;
+    pthread_mutex_lock(&c->mu);
+    uint64_t base = c->win.base, later = c->win.bits;
+    pthread_mutex_unlock(&c->mu);
+    const struct lg_req *r = &c->reqs[base % LG_WINDOW];
+    uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+    uint64_t placed = (st & LG_REQ_POSTED) && !(st & LG_REQ_DONE) && r->seq == base
+                          ? __atomic_load_n(&r->placed, __ATOMIC_RELAXED) : 0;
+    int around = base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) && (later || placed);
+    /* Chunks test() would place inline are not late when NCCL is not polling. */
+    uint64_t polled = __atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED);
+    if (lg_params.poll_inline && polled < now && now - polled > MS(lg_params.stall_ms) / 2)
+        around = 0;
+    if (!around || base != fo->wd_base || placed != fo->wd_placed || !fo->wd_since) {
+        fo->wd_base = base;
+        fo->wd_placed = placed;
+        fo->wd_since = around ? now : 0;
+        return;
+    }
+    /* Just after a commit the replay has only begun. */
+    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
+    if (now - from < MS(lg_params.stall_ms))
+        return;
+    char why[128];
+    snprintf(why, sizeof(why), "stalled: message #%llu got no data for %.0f ms (%llu bytes "
+             "placed) while data around it arrived", (unsigned long long)base,
+             ms_since(fo->wd_since, now), (unsigned long long)placed);
+    LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s to %s %s", (unsigned long long)c->nonce,
+            slot_name(p->index), p->nic, p->peer, why);
+    fo->wd_since = 0;
+    lg_conn_path_failed(p, 0, why);
+}
+
+/* Sender: the same watchdog, from TCP's side. A data socket with segments in flight and no
+ * acknowledgement for LINKGUARD_STALL_MS (tcp(7) TCP_INFO: tcpi_unacked, tcpi_last_ack_recv)
+ * is a flow the network stopped: a receiver that merely does not read still acknowledges (its
+ * zero window answers our probes). This catches the stall the receiver cannot see, when the
+ * stalled stream holds every message in flight. */
+static void tx_watchdog(struct lg_conn *c, uint64_t now)
+{
+    struct lg_path *p = c->active_path;
+    (void)now;
+    if (c->wrap || !lg_params.stall_ms || !lg_path_up(p) ||
+        __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) >= __atomic_load_n(&c->posted,
+                                                                        __ATOMIC_ACQUIRE))
+        return;
+    for (int k = 0; k < p->nstreams; k++) {
+        struct tcp_info ti;
+        socklen_t len = sizeof(ti);
+        if (getsockopt(p->data[k].task.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+            ti.tcpi_unacked == 0 || ti.tcpi_last_ack_recv < (uint32_t)lg_params.stall_ms)
+            continue;
+        char why[128];
+        snprintf(why, sizeof(why), "stalled: data stream %d: no TCP acknowledgement for %u ms "
+                 "with %u segment(s) in flight (%u retransmitted)", k + 1,
+                 ti.tcpi_last_ack_recv, ti.tcpi_unacked, ti.tcpi_retrans);
+        LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s %s",
+                (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer, why);
+        lg_conn_path_failed(p, 0, why);
+        return;
+    }
+}
+
 /* ---- heartbeats ----------------------------------------------------------------------------- */
 
 static void heartbeats(struct lg_conn *c, uint64_t now)
@@ -574,9 +651,11 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
             sl->up_since_ns = now;
             sl->noted = 0;
             fo->hb_force = 1;
-            LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s rebuilt (gen %u) in %.1f ms",
-                    (unsigned long long)c->nonce, slot_name(i), c->paths[i]->nic,
-                    c->paths[i]->gen, ms_since(t0, now));
+            char ports[96];
+            lg_path_ports(c->paths[i], ports, sizeof(ports), 0);
+            LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s rebuilt (gen %u) in %.1f ms; "
+                    "local ports: %s", (unsigned long long)c->nonce, slot_name(i),
+                    c->paths[i]->nic, c->paths[i]->gen, ms_since(t0, now), ports);
         } else if (rc < 0) {
             sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
             sl->next_try_ns = now + sl->delay_ns;
@@ -702,6 +781,7 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     int reset = lg_resync_rx_reset(c->reqs, base, __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE));
     __atomic_store_n(&c->rx_open, epoch, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->mu);
+    fo->wd_commit_ns = now;
     struct lg_ctrl f = {.type = LG_CTRL_RESYNC, .flags = (uint8_t)target, .epoch = epoch,
                         .value = base};
     lg_path_ctrl_send(p, &f);
@@ -784,8 +864,12 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
     struct lg_path *p = c->paths[c->active];
     uint64_t gap = fo->last_run_ns ? now - fo->last_run_ns : 0;
     fo->last_run_ns = now;
-    if (c->kind == LG_CONN_SEND)
+    if (c->kind == LG_CONN_SEND) {
         pump(p); /* test() reads it only while NCCL polls */
+        tx_watchdog(c, now);
+    } else {
+        rx_watchdog(c, now);
+    }
     heartbeats(c, now);
     pthread_mutex_lock(&c->mb_mu);
     int heard_hb = c->mb.hb_valid;
@@ -847,8 +931,13 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
     read_peer(c, now);
     if (note_failures(c, now))
         return now + 20 * hb;
-    if (!late)
+    if (!late) {
         check_silence(c, now);
+        if (c->kind == LG_CONN_RECV)
+            rx_watchdog(c, now);
+        else
+            tx_watchdog(c, now);
+    }
     if (note_failures(c, now))
         return now + 20 * hb;
     if (c->kind == LG_CONN_SEND)
