@@ -6,7 +6,8 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 STAMPS  := .build
 
-.PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c demo bench \
+.PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c check-san \
+        demo bench \
         bench-failover bench-wrap bench-soak install lint clean distclean
 
 all: build
@@ -45,15 +46,21 @@ build: setup plugin
 check-c: build
 	$(MAKE) -C plugin check
 
+# The C unit tests again under ASan+UBSan+LSan, the threaded ones under TSan (plugin/san.mk).
+check-san: $(STAMPS)/host-packages
+	$(MAKE) -C plugin -j2 SAN=asan check
+	$(MAKE) -C plugin -j2 SAN=tsan check
+
 test-unit: build
 	$(PY) -m pytest tests/unit
 
 test-lab: build
 	$(PY) -m pytest tests/lab
 
-# Every test: the C unit tests, then pytest (unit, contract and lab tiers).
+# Every test: the C unit tests (plain, then sanitized), then pytest (unit, contract, lab tiers).
 test: build
 	$(MAKE) -C plugin check
+	$(MAKE) check-san
 	$(PY) -m pytest
 
 demo: build

@@ -14,7 +14,7 @@ else ifeq ($(SAN),tsan)
 B         := build-tsan
 # -Wno-tsan: TSan does not model the shm seqlock's fences; its racing copies are atomic loads.
 SAN_FLAGS := -fsanitize=thread -Wno-tsan
-SAN_ENV   := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+SAN_ENV   := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tsan.supp
 CHECK_TESTS := $(addprefix $(B)/tests/,test_transport test_failover_transport test_inner test_shm)
 else ifeq ($(SAN),fuzz)
 FUZZ_CC   ?= clang
