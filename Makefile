@@ -5,8 +5,11 @@ PY      := $(VENV)/bin/python
 PREFIX  ?= /usr/local
 DESTDIR ?=
 STAMPS  := .build
+# Seconds per fuzz harness: `make fuzz`, and in `make test` (enough to keep them from rotting).
+FUZZ_SECONDS       ?= 120
+FUZZ_SMOKE_SECONDS ?= 5
 
-.PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c check-san \
+.PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c check-san fuzz \
         demo bench \
         bench-failover bench-wrap bench-soak install lint clean distclean
 
@@ -51,16 +54,22 @@ check-san: $(STAMPS)/host-packages
 	$(MAKE) -C plugin -j2 SAN=asan check
 	$(MAKE) -C plugin -j2 SAN=tsan check
 
+# Each libFuzzer harness (plugin/fuzz) for FUZZ_SECONDS; any crash, leak, UB or hang fails.
+fuzz: $(STAMPS)/host-packages
+	$(MAKE) -C plugin -j2 fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
+
 test-unit: build
 	$(PY) -m pytest tests/unit
 
 test-lab: build
 	$(PY) -m pytest tests/lab
 
-# Every test: the C unit tests (plain, then sanitized), then pytest (unit, contract, lab tiers).
+# Every test: the C unit tests (plain, then sanitized), a short run of every fuzz harness, then
+# pytest (unit, contract and lab tiers).
 test: build
 	$(MAKE) -C plugin check
 	$(MAKE) check-san
+	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 	$(PY) -m pytest
 
 demo: build
