@@ -52,7 +52,10 @@ class Settings:
         "environment rail0:rail1,rail1:rail0). A NIC not listed gets one automatically: same "
         "PCIe switch, else same NUMA node, else the next rail.",
         example={"rail0": "rail1", "rail1": "rail0"})
-    shm_path: str = _setting("/dev/shm/linkguard", "Shared-memory file the NCCL plugin reads.")
+    shm_path: str = _setting("/run/linkguard/linkguard.shm",
+                             "Shared-memory control file the NCCL plugin reads (keep it in a "
+                             "root-owned directory: the plugin trusts only a file no one else can "
+                             "write).")
     sysfs_root: str = _setting("/sys", "Where sysfs is mounted (tests point it at a fake tree).")
     netns: str = _setting(
         "", "Network namespace whose NICs are watched (a name in /var/run/netns or a path). "

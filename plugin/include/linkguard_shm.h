@@ -4,10 +4,16 @@
  * every NCCL process on the host (readers). The Python side (daemon/linkguardd/shm/layout.py)
  * mirrors it and tests/unit/test_shm_layout.py compares both with a compiled C program.
  *
- * File: LINKGUARD_SHM (default /dev/shm/linkguard), created 0644 by the daemon as a temporary
- * file (random name, O_EXCL) and renamed into place once fully initialised, so a reader never
- * maps a half-written header. A restarted daemon creates a new file; readers notice the stale
- * heartbeat of the old mapping and re-open.
+ * File: LINKGUARD_SHM (default /run/linkguard/linkguard.shm, in the daemon's root-owned runtime
+ * directory), created 0644 by the daemon as a temporary file (random name, O_EXCL) and renamed
+ * into place once fully initialised, so a reader never maps a half-written header. A restarted
+ * daemon creates a new file; readers notice the stale heartbeat of the old mapping and re-open.
+ *
+ * Trust: whoever writes the file chooses the plugin's devices and can hold NICs "unusable", so
+ * a reader maps it only if its owner is root, the reader's own user, or LINKGUARD_SHM_OWNER (a
+ * uid or user name: the daemon's user when it does not run as root), and neither group nor
+ * others may write it; otherwise LG_SHM_EUNTRUSTED ("no daemon", with a WARN naming why). The
+ * check is on the opened file itself (fstat), so a file swapped in after it changes nothing.
  *
  *   [header 256 B][NIC table: nic_capacity x 512 B][event ring: ring_slots x 64 B]
  *
@@ -72,8 +78,9 @@ extern "C" {
 #define LG_SHM_MAGIC 0x4853474cu /* "LGSH" in file byte order (little-endian) */
 #define LG_SHM_VERSION 1u        /* layout version this header describes */
 #define LG_SHM_COMPAT_VERSION 1u /* oldest reader version that can read version 1 */
-#define LG_SHM_DEFAULT_PATH "/dev/shm/linkguard"
+#define LG_SHM_DEFAULT_PATH "/run/linkguard/linkguard.shm"
 #define LG_SHM_PATH_ENV "LINKGUARD_SHM"
+#define LG_SHM_OWNER_ENV "LINKGUARD_SHM_OWNER"
 
 #define LG_SHM_HEADER_SIZE 256u
 #define LG_SHM_NIC_SIZE 512u
@@ -224,6 +231,7 @@ enum lg_shm_status {
     LG_SHM_EBUSY = 6,       /* no stable snapshot within the retry bound */
     LG_SHM_ESYS = 7,        /* open/mmap failed */
     LG_SHM_ESTALE = 8,      /* heartbeat older than the timeout */
+    LG_SHM_EUNTRUSTED = 9,  /* owner or mode lets someone else than the daemon write it */
 };
 
 struct lg_shm_reader {
@@ -244,7 +252,12 @@ struct lg_shm_snapshot {
 };
 
 /* Maps `path` (NULL: $LINKGUARD_SHM, else the default) read-only and validates the header. */
+/* The path a reader opens for `path`: it, else $LINKGUARD_SHM, else the default. */
+const char *lg_shm_path_resolve(const char *path);
 int lg_shm_reader_open(struct lg_shm_reader *r, const char *path);
+/* The trust rule above for a file of owner `uid` and mode `mode` (st_uid, st_mode): LG_SHM_OK
+ * or LG_SHM_EUNTRUSTED. */
+int lg_shm_owner_check(uint32_t uid, uint32_t mode);
 void lg_shm_reader_close(struct lg_shm_reader *r);
 const char *lg_shm_strerror(int status);
 

@@ -8,7 +8,8 @@
  * Data. Messages carry sequence numbers 0, 1, 2 ... in posted order. The sender cuts each into
  * chunks (struct lg_chunk_hdr + payload, the header carrying the epoch's low 16 bits) and hands
  * them to whichever data stream of the active path has room. The receiver reads each chunk
- * straight into the posted buffer and, when a message is complete, acknowledges the number of
+ * straight into the posted buffer and, when a message is complete (every one of its chunks
+ * wholly placed: completion by coverage, never by byte count), acknowledges the number of
  * messages placed so far (ACK, cumulative) on the control channel. A send completes only when
  * that ack covers it and no writer still reads its buffer (lg_req.writers), so the sender's
  * buffer is intact until the data is placed: that is what makes replay possible.
@@ -73,6 +74,16 @@
  *    when a daemon lets the NIC back in (it applied its own hold-down) or when no path works
  *    any more. A rebuilt primary becomes active again by a graceful switch
  *    (LINKGUARD_REINTEGRATE); the backup returns to standby.
+ *  - A lying peer. Everything the peer says is checked against what an honest peer can say
+ *    given our state, and a lie fails the connection (ncclRemoteError, a WARN naming it;
+ *    lg_conn_peer_lied), never completes a request or replays one: an ACK beyond the
+ *    messages wholly handed to the transport; a RESYNC below what was acknowledged or beyond
+ *    what was sent, or at an epoch we never proposed; a SWITCH more than LG_EPOCH_MAX_STEP
+ *    ahead or past LG_EPOCH_LIMIT; a heartbeat claiming an epoch above ours (receiver) or
+ *    above our proposals (sender); a chunk not cut the way the sender cuts (chunk k at
+ *    k * chunk_size) or claimed twice in one epoch. Chunks of a just-committed epoch are taken
+ *    only once its partial receives are reset (c->rx_open): only a liar sends them earlier.
+ *    tests/test_lying_peer.c drives each through the real code with a scripted peer.
  *  - Both paths dead: keep rebuilding; after LINKGUARD_DEAD_TIMEOUT_MS with no working path
  *    (failed, silent or declared failed) the connection fails: test() returns ncclRemoteError
  *    and a WARN names the connection and both NICs with what became of each path. EOF or reset

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "log.h"
@@ -49,6 +50,21 @@ static void say_absent(const char *why)
     g.said_absent = 1;
 }
 
+/* Under mu: a planted or loosely permitted control file is worth a WARN, once per file. */
+static void say_untrusted(void)
+{
+    static uint64_t warned_ino;
+    const char *path = lg_shm_path_resolve(NULL);
+    struct stat st;
+    if (stat(path, &st) == 0 && (uint64_t)st.st_ino != warned_ino) {
+        warned_ino = (uint64_t)st.st_ino;
+        LG_WARN("linkguard: ignoring the control file %s: owner uid %u, mode %04o; it must be "
+                "owned by root, by this process's user or by %s, and writable by no one else",
+                path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), LG_SHM_OWNER_ENV);
+    }
+    say_absent(lg_shm_strerror(LG_SHM_EUNTRUSTED));
+}
+
 /* Under mu: copy the table into the cache. */
 static void refresh_locked(void)
 {
@@ -91,6 +107,10 @@ static void check_locked(uint64_t now)
     }
     forget_states();
     int status = lg_shm_reader_open(&g.reader, NULL);
+    if (status == LG_SHM_EUNTRUSTED) {
+        say_untrusted();
+        return;
+    }
     if (status != LG_SHM_OK) {
         say_absent(lg_shm_strerror(status));
         return;

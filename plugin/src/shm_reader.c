@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -82,13 +83,41 @@ static int lg_header_validate(const struct lg_shm_header *h, size_t file_size)
     return LG_SHM_OK;
 }
 
-static const char *lg_shm_path_resolve(const char *path)
+const char *lg_shm_path_resolve(const char *path)
 {
     if (!path)
         path = getenv(LG_SHM_PATH_ENV);
     if (!path || !*path)
         path = LG_SHM_DEFAULT_PATH;
     return path;
+}
+
+/* LINKGUARD_SHM_OWNER as a uid: a number, or a user name looked up; -1 when unset or unknown. */
+static int64_t lg_shm_owner_env(void)
+{
+    const char *s = getenv(LG_SHM_OWNER_ENV);
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (!errno && !*end && *s != '-' && v <= UINT32_MAX)
+        return (int64_t)v;
+    struct passwd pw, *res = NULL;
+    char buf[1024];
+    if (getpwnam_r(s, &pw, buf, sizeof(buf), &res) == 0 && res)
+        return (int64_t)pw.pw_uid;
+    return -1;
+}
+
+int lg_shm_owner_check(uint32_t uid, uint32_t mode)
+{
+    if (mode & (S_IWGRP | S_IWOTH))
+        return LG_SHM_EUNTRUSTED;
+    int64_t owner = lg_shm_owner_env();
+    if (uid == 0 || uid == (uint32_t)geteuid() || (owner >= 0 && uid == (uint64_t)owner))
+        return LG_SHM_OK;
+    return LG_SHM_EUNTRUSTED;
 }
 
 int lg_shm_reader_open(struct lg_shm_reader *r, const char *path)
@@ -103,6 +132,10 @@ int lg_shm_reader_open(struct lg_shm_reader *r, const char *path)
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return LG_SHM_ESYS;
+    }
+    if (lg_shm_owner_check(st.st_uid, st.st_mode) != LG_SHM_OK) {
+        close(fd);
+        return LG_SHM_EUNTRUSTED;
     }
     if (st.st_size < (off_t)LG_SHM_HEADER_SIZE) {
         close(fd);
@@ -151,6 +184,7 @@ const char *lg_shm_strerror(int status)
     case LG_SHM_EBUSY: return "no stable snapshot (writer stuck mid-update)";
     case LG_SHM_ESYS: return "cannot open or map the control file";
     case LG_SHM_ESTALE: return "daemon heartbeat is stale";
+    case LG_SHM_EUNTRUSTED: return "control file is not the daemon's (owner or mode untrusted)";
     default: return "unknown status";
     }
 }

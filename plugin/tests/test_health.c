@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +29,51 @@ static void publish(struct lg_shm_writer *w, uint32_t state0, uint32_t state1, u
     nics[0].backup_index = 1;
     nics[1].backup_index = 0;
     lg_shm_writer_update(w, nics, 2);
+}
+
+/* A control file nobody can plant (issue #16): one writable by others, or owned by someone
+ * else than root, us or LINKGUARD_SHM_OWNER, is "no daemon", whatever it says. */
+static void test_untrusted(const char *path, uint64_t t)
+{
+    uid_t me = geteuid();
+    CHECK_EQ(lg_shm_owner_check(0, 0100644), LG_SHM_OK);
+    CHECK_EQ(lg_shm_owner_check(me, 0100600), LG_SHM_OK);
+    CHECK_EQ(lg_shm_owner_check(0, 0100666), LG_SHM_EUNTRUSTED);
+    CHECK_EQ(lg_shm_owner_check(0, 0100664), LG_SHM_EUNTRUSTED);
+    CHECK_EQ(lg_shm_owner_check(me + 1000, 0100644), LG_SHM_EUNTRUSTED);
+    setenv(LG_SHM_OWNER_ENV, "54321", 1);
+    CHECK_EQ(lg_shm_owner_check(54321, 0100644), LG_SHM_OK);
+    setenv(LG_SHM_OWNER_ENV, "root", 1); /* a name */
+    CHECK_EQ(lg_shm_owner_check(54321, 0100644), LG_SHM_EUNTRUSTED);
+    setenv(LG_SHM_OWNER_ENV, "no-such-user-here", 1);
+    CHECK_EQ(lg_shm_owner_check(54321, 0100644), LG_SHM_EUNTRUSTED);
+    unsetenv(LG_SHM_OWNER_ENV);
+
+    int err = 0;
+    struct lg_shm_writer *w = lg_shm_writer_create(path, 8, 16, 1, &err);
+    CHECK(w != NULL);
+    publish(w, LG_NIC_DOWN, LG_NIC_UP, 1);
+    lg_shm_writer_heartbeat(w, t);
+    CHECK_EQ(chmod(path, 0666), 0); /* anyone could have written what it says */
+    lg_health_tick(t);
+    CHECK(!lg_health_alive());
+    CHECK_EQ(lg_health_state(0, NULL), LG_NIC_UNKNOWN);
+    struct lg_shm_reader r;
+    CHECK_EQ(lg_shm_reader_open(&r, path), LG_SHM_EUNTRUSTED);
+    CHECK_EQ(chmod(path, 0644), 0);
+    CHECK_EQ(lg_shm_reader_open(&r, path), LG_SHM_OK);
+    lg_shm_reader_close(&r);
+    if (me == 0) { /* a file of another user (as root: CI) */
+        CHECK_EQ(chown(path, 54321, 54321), 0);
+        CHECK_EQ(lg_shm_reader_open(&r, path), LG_SHM_EUNTRUSTED);
+        setenv(LG_SHM_OWNER_ENV, "54321", 1); /* ...unless it is the configured daemon user */
+        CHECK_EQ(lg_shm_reader_open(&r, path), LG_SHM_OK);
+        lg_shm_reader_close(&r);
+        unsetenv(LG_SHM_OWNER_ENV);
+    } else {
+        printf("test_health: the foreign-owner case needs root; checked by the table only\n");
+    }
+    lg_shm_writer_close(w, 1);
 }
 
 int main(void)
@@ -95,6 +141,7 @@ int main(void)
     lg_shm_writer_close(w, 1);
     lg_health_tick(later + 10 * LG_HEALTH_STALE_NS);
     CHECK(!lg_health_alive());
+    test_untrusted(path, later + 11 * LG_HEALTH_STALE_NS);
     lg_health_fini();
     LG_TEST_DONE();
 }

@@ -173,6 +173,7 @@ int main(void)
     C(LG_SHM_EBUSY);
     C(LG_SHM_ESYS);
     C(LG_SHM_ESTALE);
+    C(LG_SHM_EUNTRUSTED);
     lg_obj_close();
 
     printf("\n}\n");

@@ -307,6 +307,49 @@ def test_stale_heartbeat(shm_dir: Path, dump: Path) -> None:
 
 # ---- the file ----------------------------------------------------------------------------
 
+def test_a_file_others_can_write_is_not_trusted(shm_dir: Path, dump: Path) -> None:
+    """Issue #16: whoever can write the control file chooses the plugin's devices, so a file
+    writable by group or others (or, below, owned by a stranger) is "no daemon"."""
+    path = shm_dir / "planted"
+    with ShmWriter(path, nic_capacity=1, ring_slots=8) as w:
+        w.publish_table([nic("rail0", state=3)])
+        w.heartbeat()
+        ShmReader(path).close()
+        for mode in (0o666, 0o646, 0o664):
+            path.chmod(mode)
+            with pytest.raises(ShmUnavailable) as exc:
+                ShmReader(path)
+            assert exc.value.status == ShmStatus.EUNTRUSTED
+            proc = run_dump(dump, path, "--json")
+            assert proc.returncode == EXIT_NO_DAEMON
+            assert strerror(ShmStatus.EUNTRUSTED) in proc.stderr
+        path.chmod(0o644)
+        with ShmReader(path) as r:
+            assert r.snapshot()[1][0].name == "rail0"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_strangers_file_is_trusted_only_as_the_configured_owner(
+        shm_dir: Path, dump: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = shm_dir / "foreign"
+    with ShmWriter(path, nic_capacity=1, ring_slots=8) as w:
+        w.heartbeat()
+        os.chown(path, 54321, 54321)
+        with pytest.raises(ShmUnavailable) as exc:
+            ShmReader(path)
+        assert exc.value.status == ShmStatus.EUNTRUSTED
+        monkeypatch.setenv("LINKGUARD_SHM_OWNER", "54321")
+        ShmReader(path).close()
+        assert run_dump(dump, path, "--json").returncode == 0
+
+
+def test_writer_makes_a_missing_directory(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "linkguard" / "linkguard.shm"
+    with ShmWriter(path, nic_capacity=1, ring_slots=8):
+        assert path.parent.stat().st_mode & 0o777 == 0o755
+        ShmReader(path).close()
+
+
 def test_file_mode_0644_despite_umask(shm_dir: Path) -> None:
     path = shm_dir / "mode"
     old = os.umask(0o077)
@@ -388,8 +431,9 @@ def test_writer_refuses_bad_input(shm_dir: Path) -> None:
     with pytest.raises(OSError) as exc:
         ShmWriter(shm_dir / "w", nic_capacity=0)
     assert exc.value.errno == 22  # EINVAL
+    (shm_dir / "file").write_text("")
     with pytest.raises(OSError):
-        ShmWriter(shm_dir / "no" / "such" / "dir")
+        ShmWriter(shm_dir / "file" / "under-a-file")  # its directory cannot be made
     with ShmWriter(shm_dir / "w", nic_capacity=2, ring_slots=8) as w:
         for bad in ([nic("a"), nic("b"), nic("c")], [nic("x" * 16)],
                     [nic("a", ipv4=("300.1.1.1",))], [nic("a", ipv6=("::1",) * 5)],

@@ -51,14 +51,24 @@ SO_RCVBUFFORCE = 33  # asm-generic/socket.h; needs CAP_NET_ADMIN, else SO_RCVBUF
 RCVBUF = 4 << 20  # room for a burst of notifications before the kernel drops (ENOBUFS)
 
 
+def _min_length(mtype: int) -> int:
+    """Shortest message of this type whose fixed part the decoders below read."""
+    if mtype in (RTM_NEWLINK, RTM_DELLINK):
+        return HDR.size + IFI.size
+    return HDR.size + ERRNO.size if mtype == NLMSG_ERROR else HDR.size
+
+
 def parse_messages(data: Any, size: int) -> Iterator[tuple[int, int, int, int, int]]:
-    """Yield (type, flags, seq, offset, end) for each netlink message in one datagram."""
+    """Yield (type, flags, seq, offset, end) for each netlink message in one datagram. A
+    message too short for its type's fixed part is skipped: the decoders never read past a
+    message's end."""
     off = 0
     while off + HDR.size <= size:
         length, mtype, flags, seq, _pid = HDR.unpack_from(data, off)
         if length < HDR.size or off + length > size:
             return  # malformed or truncated: the caller resyncs on truncation
-        yield mtype, flags, seq, off, off + length
+        if length >= _min_length(mtype):
+            yield mtype, flags, seq, off, off + length
         off += (length + 3) & ~3  # NLMSG_ALIGN
 
 
@@ -71,8 +81,8 @@ def parse_ifinfo(data: Any, off: int, end: int, wanted: frozenset[int]
     p = off + HDR.size + IFI.size
     while p + NLA.size <= end:
         alen, atype = NLA.unpack_from(data, p)
-        if alen < NLA.size:
-            break
+        if alen < NLA.size or p + alen > end:
+            break  # malformed: never take the next message's bytes as a payload
         atype &= 0x3FFF  # NLA_TYPE_MASK: drop NLA_F_NESTED / NLA_F_NET_BYTEORDER
         if atype in wanted:
             attrs[atype] = bytes(data[p + NLA.size:p + alen])

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 LG_SHM_MAGIC = 0x4853474C  # "LGSH" in file byte order
 LG_SHM_VERSION = 1
 LG_SHM_COMPAT_VERSION = 1
-LG_SHM_DEFAULT_PATH = "/dev/shm/linkguard"
+LG_SHM_DEFAULT_PATH = "/run/linkguard/linkguard.shm"
 LG_SHM_PATH_ENV = "LINKGUARD_SHM"
 LG_SHM_HEADER_SIZE = 256
 LG_SHM_NIC_SIZE = 512
@@ -109,6 +109,7 @@ class ShmStatus(enum.IntEnum):
     EBUSY = 6
     ESYS = 7
     ESTALE = 8
+    EUNTRUSTED = 9
 
 
 # (name, struct format) in C order; offsets are computed, and the test checks them against C.

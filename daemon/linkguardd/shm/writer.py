@@ -23,6 +23,14 @@ from linkguardd.shm.layout import (
 from linkguardd.shm.native import lib
 
 
+def _ensure_directory(path: str) -> None:
+    """The control file's directory, made 0755 when missing (systemd's RuntimeDirectory= makes
+    it otherwise). An existing one is left as it is: the plugin judges the file, not the
+    directory, and a file planted there cannot take the daemon's rename target."""
+    if not os.path.isdir(path):
+        os.makedirs(path, mode=0o755, exist_ok=True)
+
+
 class ShmWriter:
     """Creates the control file (tmp + rename, mode 0644) and publishes into it.
 
@@ -42,6 +50,7 @@ class ShmWriter:
         self.nic_capacity = nic_capacity
         self.ring_slots = ring_slots
         self._lock = threading.Lock()
+        _ensure_directory(os.path.dirname(self.path) or ".")
         err = ctypes.c_int(0)
         handle = lib().lg_shm_writer_create(
             self.path.encode(), nic_capacity, ring_slots, first_seq, ctypes.byref(err)

@@ -1,0 +1,249 @@
+/* A peer that lies (issue #16): each case is one of the findings, driven through the real
+ * connection code by a scripted peer (lg_test_peer.h). A lie fails the connection with
+ * ncclRemoteError and a WARN; it never completes a request early (NCCL would reuse the buffer
+ * while we still read or write it) and never leaves the connection stuck. Buffers are given
+ * back to the allocator as soon as a request reports done, so an ASan build also catches any
+ * late access. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lg_test.h"
+#include "lg_test_pair.h"
+#include "lg_test_peer.h"
+#include "linkguard_shm.h"
+
+#define CHUNK 4096
+
+/* 1. Overlapping chunks on two streams must not complete a receive while a stream is still
+ * writing into it. Stream 1 starts chunk 0 and stops partway; stream 2 sends chunk 0 whole,
+ * twice: by byte count that made 8 KiB of an 8 KiB message. */
+static void test_overlapping_chunks(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 1, 2, CHUNK), 0);
+    char *buf = malloc(2 * CHUNK);
+    void *data[1] = {buf}, *r = NULL;
+    size_t size[1] = {2 * CHUNK};
+    int tag[1] = {0};
+    CHECK_EQ(lg_core_irecv(pe.c, 1, data, size, tag, NULL, &r), ncclSuccess);
+    struct lg_chunk_hdr h = {.len = CHUNK, .seq = 0, .offset = 0, .total = 2 * CHUNK};
+    CHECK_EQ(peer_chunk(&pe, 0, 0, h, NULL, 100), 0); /* 100 of its 4096 bytes */
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 100, &rc), 0);
+    CHECK_EQ(peer_chunk(&pe, 0, 1, h, NULL, CHUNK), 0);
+    CHECK_EQ(peer_chunk(&pe, 0, 1, h, NULL, CHUNK), 0);
+    int got = peer_poll(&pe, r, 2000, &rc);
+    CHECK_EQ(got, -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    if (got == 1)
+        free(buf); /* what NCCL does with it: the rest of chunk 0 must not land there */
+    static const char rest[CHUNK - 100];
+    CHECK_EQ(peer_write(pe.data[0][0], rest, sizeof(rest)), 0);
+    usleep(50000);
+    peer_close(&pe);
+    if (got != 1)
+        free(buf);
+}
+
+/* 1b. A chunk that is not one the sender cuts (an offset inside chunk 0). */
+static void test_miscut_chunk(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 1, 1, CHUNK), 0);
+    char *buf = malloc(2 * CHUNK);
+    void *data[1] = {buf}, *r = NULL;
+    size_t size[1] = {2 * CHUNK};
+    CHECK_EQ(lg_core_irecv(pe.c, 1, data, size, NULL, NULL, &r), ncclSuccess);
+    struct lg_chunk_hdr h = {.len = CHUNK, .seq = 0, .offset = CHUNK / 2, .total = 2 * CHUNK};
+    CHECK_EQ(peer_chunk(&pe, 0, 0, h, NULL, CHUNK), 0);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    peer_close(&pe);
+    free(buf);
+}
+
+/* 2. An ACK for a message whose chunks are not all written yet. The message is far bigger than
+ * the socket buffers and the peer reads nothing before it acks, so most of it is unsent; by
+ * the ack alone the send completed as soon as the chunk in flight was written, and the rest
+ * was then sent from a buffer NCCL had taken back. */
+static void test_early_ack(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 1, 1, 64 << 10), 0);
+    size_t len = 64u << 20;
+    char *buf = malloc(len);
+    memset(buf, 7, len);
+    void *r = NULL;
+    CHECK_EQ(lg_core_isend(pe.c, buf, len, 0, NULL, &r), ncclSuccess);
+    int done = 0;
+    for (int i = 0; i < 50; i++) { /* let the writer fill the socket */
+        lg_core_test(r, &done, NULL);
+        usleep(2000);
+    }
+    CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_ACK, .value = 1}), 0);
+    ncclResult_t rc;
+    int got = peer_poll(&pe, r, 3000, &rc);
+    CHECK_EQ(got, -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    if (got == 1)
+        free(buf);
+    peer_close(&pe);
+    if (got != 1)
+        free(buf);
+}
+
+/* Sends `n` small messages on a protected send connection and acks them all: they complete
+ * and their buffers are freed at once, as NCCL reuses them. */
+static void send_acked(struct lg_peer *pe, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char *b = malloc(64);
+        memset(b, i, 64);
+        void *r = NULL;
+        CHECK_EQ(lg_core_isend(pe->c, b, 64, 0, NULL, &r), ncclSuccess);
+        CHECK_EQ(peer_frame(pe, 0, (struct lg_ctrl){.type = LG_CTRL_ACK,
+                                                     .value = (uint64_t)i + 1}),
+                 0);
+        ncclResult_t rc;
+        CHECK_EQ(peer_poll(pe, r, 2000, &rc), 1);
+        free(b);
+    }
+}
+
+/* Makes the sender propose a switch to the backup (the peer's heartbeat says its primary NIC
+ * is DOWN) and returns the SWITCH's epoch, 0 if none came. */
+static uint32_t provoke_switch(struct lg_peer *pe)
+{
+    struct lg_ctrl hb = {.type = LG_CTRL_HB, .flags = LG_HB_NIC_DOWN};
+    CHECK_EQ(peer_frame(pe, 0, hb), 0);
+    CHECK_EQ(peer_frame(pe, 1, hb), 0);
+    struct lg_ctrl sw;
+    if (peer_expect(pe, 1, LG_CTRL_SWITCH, &sw, 2000) != 0)
+        return 0;
+    CHECK_EQ(sw.value, 1);
+    return sw.epoch;
+}
+
+/* 3. A RESYNC below what the receiver already acknowledged: the rewind replayed finished
+ * messages from buffers NCCL had reused. */
+static void test_resync_below_acked(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
+    send_acked(&pe, 4);
+    char *b = malloc(64);
+    void *r = NULL;
+    CHECK_EQ(lg_core_isend(pe.c, b, 64, 0, NULL, &r), ncclSuccess);
+    uint32_t e = provoke_switch(&pe);
+    CHECK(e > 0);
+    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1, .epoch = e,
+                                                 .value = 2}),
+             0);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    /* Nothing below message 4 was sent again on the backup. */
+    struct lg_chunk_hdr h;
+    uint8_t hb[LG_CHUNK_HDR_SIZE];
+    while (recv(pe.data[1][0], hb, sizeof(hb), MSG_DONTWAIT | MSG_WAITALL) == sizeof(hb)) {
+        CHECK_EQ(lg_chunk_decode(hb, CHUNK, &h), 0);
+        CHECK(h.seq >= 4);
+        char skip[CHUNK];
+        recv(pe.data[1][0], skip, h.len, MSG_WAITALL);
+    }
+    peer_close(&pe);
+    free(b);
+}
+
+/* 5a. A heartbeat claiming epoch 0xffffffff: the sender's next proposal wrapped to 0, which no
+ * receiver accepts, and sending stopped for good. */
+static void test_forged_heartbeat(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
+    char *b = malloc(64);
+    void *r = NULL;
+    CHECK_EQ(lg_core_isend(pe.c, b, 64, 0, NULL, &r), ncclSuccess);
+    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_HB, .epoch = UINT32_MAX}), 0);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    peer_close(&pe);
+    free(b);
+}
+
+/* 5b. A SWITCH to epoch 0xffffffff: the receiver committed it and could never move again. */
+static void test_forged_switch(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 2, 1, CHUNK), 0);
+    char *buf = malloc(64);
+    void *data[1] = {buf}, *r = NULL;
+    size_t size[1] = {64};
+    CHECK_EQ(lg_core_irecv(pe.c, 1, data, size, NULL, NULL, &r), ncclSuccess);
+    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_SWITCH, .epoch = UINT32_MAX,
+                                                 .value = 1}),
+             0);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    struct lg_ctrl f;
+    CHECK(peer_expect(&pe, 1, LG_CTRL_RESYNC, &f, 200) != 0); /* nothing committed */
+    peer_close(&pe);
+    free(buf);
+}
+
+/* The honest counterpart: a switch proposed, answered and committed, then data on the backup
+ * completes the send (the checks above do not refuse the protocol itself). */
+static void test_honest_switch(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
+    send_acked(&pe, 2);
+    char *b = malloc(64);
+    void *r = NULL;
+    CHECK_EQ(lg_core_isend(pe.c, b, 64, 0, NULL, &r), ncclSuccess);
+    uint32_t e = provoke_switch(&pe);
+    CHECK(e > 0);
+    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1, .epoch = e,
+                                                 .value = 2}),
+             0);
+    uint8_t hb[LG_CHUNK_HDR_SIZE];
+    struct lg_chunk_hdr h = {0};
+    int ok = 0;
+    for (int i = 0; i < 100 && !ok; i++) { /* message 2 again, on the backup, at epoch e */
+        int done;
+        lg_core_test(r, &done, NULL);
+        ok = recv(pe.data[1][0], hb, sizeof(hb), MSG_DONTWAIT | MSG_WAITALL) == sizeof(hb);
+        usleep(10000);
+    }
+    CHECK(ok);
+    CHECK_EQ(lg_chunk_decode(hb, CHUNK, &h), 0);
+    CHECK_EQ(h.seq, 2);
+    CHECK_EQ(h.epoch, (uint16_t)e);
+    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_ACK, .value = 3}), 0);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 2000, &rc), 1);
+    peer_close(&pe);
+    free(b);
+}
+
+int main(void)
+{
+    setenv(LG_SHM_PATH_ENV, "/nonexistent/linkguard-test", 1); /* no daemon */
+    setenv("LINKGUARD_HEARTBEAT_MS", "20", 1);
+    setenv("LINKGUARD_SILENT_TIMEOUT_MS", "5000", 1); /* the scripted peer is often quiet */
+    setenv("LINKGUARD_DEAD_TIMEOUT_MS", "20000", 1);
+    loopback_devices("lgt0", "lgt1");
+    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, NULL), ncclSuccess);
+    test_overlapping_chunks();
+    test_miscut_chunk();
+    test_early_ack();
+    test_resync_below_acked();
+    test_forged_heartbeat();
+    test_forged_switch();
+    test_honest_switch();
+    CHECK_EQ(lg_core_finalize(), ncclSuccess);
+    LG_TEST_DONE();
+}

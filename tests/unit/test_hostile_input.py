@@ -1,0 +1,157 @@
+"""Property tests of the daemon's parsers of outside input (issue #16): whatever bytes or
+values arrive, each raises only its documented error, never anything else.
+
+- the config loader (TOML files and flag/environment overrides): ConfigError, naming the key;
+- the rtnetlink decoder (datagrams from the kernel): no exception at all, every message and
+  attribute it yields lies inside the datagram and inside its own message.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from linkguardd.monitors import rtnl
+from linkguardd.settings import ConfigError, Settings, build_settings, load_config
+
+KEYS = [f.name for f in dataclasses.fields(Settings)]
+
+# ---- config ------------------------------------------------------------------------------
+
+scalars = (st.integers(min_value=-2**63, max_value=2**63 - 1) | st.booleans()
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=40))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                      | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=8)
+
+
+def toml_value(v: Any) -> str:
+    """A TOML rendering of v (inline tables and arrays), enough for the loader's input."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+    if isinstance(v, str):
+        return '"' + "".join(c if c.isprintable() and c not in '"\\' else f"\\u{ord(c):04x}"
+                             for c in v) + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return "{" + ", ".join(f"{toml_value(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(KEYS) | st.text(min_size=1, max_size=12), values,
+                       max_size=6))
+def test_any_config_values_load_or_name_the_problem(data: dict[str, Any]) -> None:
+    try:
+        s = build_settings(data)
+    except ConfigError as e:
+        assert str(e)  # says what is wrong
+    else:
+        assert isinstance(s, Settings)
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
+def test_any_config_file_bytes_load_or_raise_config_error(tmp_path: Path, raw: bytes) -> None:
+    path = tmp_path / "hostile.toml"
+    path.write_bytes(raw)
+    try:
+        load_config(path)
+    except ConfigError as e:
+        assert str(path) in str(e) or "'" in str(e) or ":" in str(e)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(KEYS), st.text(max_size=30), max_size=4))
+def test_any_override_strings_load_or_raise_config_error(overrides: dict[str, str]) -> None:
+    try:
+        build_settings({}, overrides=overrides)
+    except ConfigError as e:
+        assert str(e)
+
+
+# ---- rtnetlink ---------------------------------------------------------------------------
+
+def nlattr(atype: int, payload: bytes) -> bytes:
+    raw = rtnl.NLA.pack(rtnl.NLA.size + len(payload), atype) + payload
+    return raw + b"\0" * (-len(raw) % 4)
+
+
+attrs = st.lists(st.tuples(st.sampled_from(sorted(rtnl.LINK_ATTRS | rtnl.STATS_ATTRS) + [0, 999]),
+                           st.binary(max_size=24)), max_size=6)
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> bytes:
+    """A netlink message near the real shape: a header whose length and type may lie, an
+    ifinfomsg that may be cut short, attributes whose lengths may lie."""
+    mtype = draw(st.sampled_from([rtnl.RTM_NEWLINK, rtnl.RTM_DELLINK, rtnl.NLMSG_ERROR,
+                                  rtnl.NLMSG_DONE, 0, 77]))
+    body = rtnl.IFI.pack(0, 1, draw(st.integers(-2**31, 2**31 - 1)), draw(st.integers(0, 2**32 - 1)), 0)
+    body = body[:draw(st.integers(0, len(body)))]
+    for atype, payload in draw(attrs):
+        a = nlattr(atype, payload)
+        if draw(st.booleans()):  # a lying attribute length
+            a = struct.pack("=H", draw(st.integers(0, 0xFFFF))) + a[2:]
+        body += a
+    length = rtnl.HDR.size + len(body)
+    if draw(st.booleans()):
+        length = draw(st.integers(0, 0xFFFFFFFF))
+    return rtnl.HDR.pack(length & 0xFFFFFFFF, mtype, draw(st.integers(0, 0xFFFF)), 1, 0) + body
+
+
+def decode(buf: bytearray, mtype: int, off: int, end: int) -> Any:
+    if mtype in (rtnl.RTM_NEWLINK, rtnl.RTM_DELLINK):
+        link = rtnl.parse_ifinfo(buf, off, end, rtnl.LINK_ATTRS)
+        _family, index, flags, got = link
+        fact = rtnl.link_fact(rtnl.ifname_of(got) or "x", index, flags, got, 0, {})
+        stats = rtnl.parse_ifinfo(buf, off, end, rtnl.STATS_ATTRS)
+        raw = stats[3].get(rtnl.IFLA_STATS64)
+        return link, fact, stats, rtnl.parse_stats64(raw) if raw is not None else None
+    return rtnl.error_code(buf, off) if mtype == rtnl.NLMSG_ERROR else None
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(messages(), min_size=1, max_size=4).map(b"".join) | st.binary(max_size=200))
+def test_any_datagram_decodes_from_its_own_bytes_only(datagram: bytes) -> None:
+    """No exception, and each message's decoding depends on its own bytes alone: the same
+    with everything around it (other messages, the rest of the receive buffer) overwritten."""
+    n = len(datagram)
+    buf = bytearray(datagram) + bytearray(64)  # the receive buffer is larger than the datagram
+    for mtype, _flags, _seq, off, end in rtnl.parse_messages(buf, n):
+        assert 0 <= off < end <= n
+        alone = bytearray(b"\xaa" * len(buf))
+        alone[off:end] = buf[off:end]
+        assert decode(buf, mtype, off, end) == decode(alone, mtype, off, end)
+
+
+def test_attribute_past_its_message_is_not_read() -> None:
+    """An attribute whose length runs past its own message must not take the next message's
+    bytes as its payload."""
+    name = nlattr(rtnl.IFLA_IFNAME, b"rail0\0")
+    lying = struct.pack("=HH", 200, rtnl.IFLA_OPERSTATE) + b"\x06\0\0\0"
+    first = rtnl.IFI.pack(0, 1, 5, 0, 0) + name + lying
+    msg1 = rtnl.HDR.pack(rtnl.HDR.size + len(first), rtnl.RTM_NEWLINK, 0, 1, 0) + first
+    second = rtnl.IFI.pack(0, 1, 6, 0, 0) + nlattr(rtnl.IFLA_IFNAME, b"rail1\0")
+    msg2 = rtnl.HDR.pack(rtnl.HDR.size + len(second), rtnl.RTM_NEWLINK, 0, 1, 0) + second
+    buf = bytearray(msg1 + msg2)
+    decoded = [rtnl.parse_ifinfo(buf, off, end, rtnl.LINK_ATTRS)
+               for _t, _f, _s, off, end in rtnl.parse_messages(buf, len(buf))]
+    assert [rtnl.ifname_of(a) for _fa, _i, _fl, a in decoded] == ["rail0", "rail1"]
+    assert rtnl.IFLA_OPERSTATE not in decoded[0][3]
+
+
+def test_message_too_short_for_its_type_is_skipped() -> None:
+    short_link = rtnl.HDR.pack(rtnl.HDR.size + 4, rtnl.RTM_NEWLINK, 0, 1, 0) + b"\0" * 4
+    short_err = rtnl.HDR.pack(rtnl.HDR.size + 2, rtnl.NLMSG_ERROR, 0, 1, 0) + b"\0" * 4
+    done = rtnl.HDR.pack(rtnl.HDR.size, rtnl.NLMSG_DONE, 0, 1, 0)
+    buf = bytearray(short_link + short_err + done)
+    assert [m[0] for m in rtnl.parse_messages(buf, len(buf))] == [rtnl.NLMSG_DONE]
