@@ -49,7 +49,7 @@ build: setup plugin
 check-c: build
 	$(MAKE) -C plugin check
 
-# The C unit tests again under ASan+UBSan+LSan, the threaded ones under TSan (plugin/san.mk).
+# The C unit tests again under ASan+UBSan+LSan, then under TSan (plugin/san.mk).
 check-san: $(STAMPS)/host-packages
 	$(MAKE) -C plugin -j2 SAN=asan check
 	$(MAKE) -C plugin -j2 SAN=tsan check

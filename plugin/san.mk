@@ -2,7 +2,7 @@
 # Python tests load stays as it is). Compile and link flags both carry the sanitizer, so the
 # .so files link too (-z defs needs the runtime named).
 #   SAN=asan  ASan + UBSan + LeakSanitizer, any UB fatal: every C unit test
-#   SAN=tsan  ThreadSanitizer: the tests that run progress threads
+#   SAN=tsan  ThreadSanitizer: every C unit test (those with progress threads are the point)
 #   SAN=fuzz  clang, libFuzzer + ASan + UBSan: the harnesses in fuzz/ (fuzz/fuzz.mk)
 SAN ?=
 ifeq ($(SAN),asan)
@@ -15,7 +15,6 @@ B         := build-tsan
 # -Wno-tsan: TSan does not model the shm seqlock's fences; its racing copies are atomic loads.
 SAN_FLAGS := -fsanitize=thread -Wno-tsan
 SAN_ENV   := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tsan.supp
-CHECK_TESTS := $(addprefix $(B)/tests/,test_transport test_failover_transport test_inner test_shm)
 else ifeq ($(SAN),fuzz)
 FUZZ_CC   ?= clang
 CC        := $(FUZZ_CC)
