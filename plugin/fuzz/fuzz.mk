@@ -15,9 +15,10 @@ fuzz fuzz-build:
 	$(MAKE) SAN=fuzz $@
 endif
 
+# -Itests: fuzz_conn drives a connection with the tests' scripted peer (lg_test_peer.h).
 $(B)/fuzz/%: fuzz/%.c fuzz/fuzz.h $(B)/liblinkguard.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(B)/liblinkguard.a $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests -fsanitize=fuzzer -o $@ $< $(B)/liblinkguard.a $(LDLIBS)
 
 # The seeds come from the project's own encoders (fuzz/seeds.c, built plain).
 fuzz-seeds: $(B)/fuzz-seeds

@@ -246,6 +246,64 @@ static void shm_seed(const char *name, uint32_t capacity, uint32_t slots, uint64
     put("fuzz_shm", name, buf, n);
 }
 
+/* fuzz_conn scripts (the operations of fuzz/fuzz_conn.c): the honest protocol and each
+ * lie of issue #16. */
+enum { OP_POST, OP_TEST, OP_WAIT, OP_FRAME, OP_CHUNK, OP_RAW, OP_SHUTDOWN };
+enum { CFG_SEND = 1, CFG_BACKUP = 2, CFG_TWO_STREAMS = 4, CFG_CHUNK_4096 = 3 << 3 };
+/* op_frame's first byte: path, the frame type's index in its table, "honest" (bit 7). */
+#define FRAME(path, type_index, honest) ((uint8_t)((path) | (type_index) << 1 | (honest) << 7))
+enum { F_ACK, F_RESYNC, F_HB, F_SWITCH };
+enum { E_SWITCH, E_NEXT, E_COMMITTED, E_FAR, E_MAX };    /* pick_epoch */
+enum { N_POSTED, N_ACKED_1, N_ACKED, N_BEYOND };          /* pick_count */
+
+static void conn_seed(const char *name, const uint8_t *b, size_t n)
+{
+    put("fuzz_conn", name, b, n);
+}
+#define CONN_SEED(name, ...)                                     \
+    do {                                                         \
+        static const uint8_t b_[] = {__VA_ARGS__};               \
+        conn_seed(name, b_, sizeof(b_));                         \
+    } while (0)
+
+static void seeds_conn(void)
+{
+    CONN_SEED("recv-two-chunks", 0, OP_POST, 100, 0, OP_CHUNK, 0, 0, 0, OP_CHUNK, 0, 0, 1,
+              OP_WAIT, 10, OP_TEST);
+    CONN_SEED("send-acked", CFG_SEND, OP_POST, 100, 0, OP_WAIT, 5,
+              OP_FRAME, FRAME(0, F_ACK, 0), 0, E_COMMITTED, N_POSTED, OP_WAIT, 5);
+    CONN_SEED("send-switch-resync", CFG_SEND | CFG_BACKUP, OP_POST, 64, 0,
+              OP_FRAME, FRAME(0, F_HB, 0), 2 /* NIC 0 DOWN */, E_COMMITTED, N_ACKED,
+              OP_FRAME, FRAME(1, F_HB, 0), 2, E_COMMITTED, N_ACKED, OP_WAIT, 19,
+              OP_FRAME, FRAME(1, F_RESYNC, 1), 0, E_SWITCH, N_ACKED, OP_WAIT, 10,
+              OP_FRAME, FRAME(1, F_ACK, 0), 0, E_COMMITTED, N_POSTED, OP_WAIT, 10);
+    CONN_SEED("recv-switch", CFG_BACKUP, OP_POST, 64, 0,
+              OP_FRAME, FRAME(1, F_SWITCH, 1), 0, E_NEXT, OP_WAIT, 19,
+              OP_CHUNK, 1, 0, 0, OP_WAIT, 10);
+    /* Issue #16, finding 1: stream 1 stops inside chunk 0; stream 2 sends it whole twice. */
+    CONN_SEED("lie-overlapping-chunks", CFG_TWO_STREAMS, OP_POST, 128, 0,
+              OP_CHUNK, 0x20, 0, 0, 10, OP_CHUNK, 2, 0, 0, OP_CHUNK, 2, 0, 0, OP_WAIT, 10,
+              OP_RAW, 2, 54);
+    /* Finding 2: an ACK for a message still being written. */
+    CONN_SEED("lie-early-ack", CFG_SEND | CFG_CHUNK_4096, OP_POST, 0xff, 0xff, OP_WAIT, 2,
+              OP_FRAME, FRAME(0, F_ACK, 0), 0, E_COMMITTED, N_ACKED_1, OP_WAIT, 10);
+    /* Finding 3: a RESYNC below what was acknowledged. */
+    CONN_SEED("lie-resync-below-acked", CFG_SEND | CFG_BACKUP, OP_POST, 64, 0, OP_WAIT, 2,
+              OP_FRAME, FRAME(0, F_ACK, 0), 0, E_COMMITTED, N_POSTED, OP_WAIT, 5,
+              OP_POST, 64, 0,
+              OP_FRAME, FRAME(0, F_HB, 0), 2, E_COMMITTED, N_ACKED,
+              OP_FRAME, FRAME(1, F_HB, 0), 2, E_COMMITTED, N_ACKED, OP_WAIT, 19,
+              OP_FRAME, FRAME(1, F_RESYNC, 1), 0, E_SWITCH, 5 /* any */, 0, 0, 0, 0, 0, 0, 0, 0,
+              OP_WAIT, 10);
+    /* Finding 5: epochs of 0xffffffff in a heartbeat and in a SWITCH. */
+    CONN_SEED("lie-heartbeat-epoch-max", CFG_SEND | CFG_BACKUP, OP_POST, 64, 0,
+              OP_FRAME, FRAME(1, F_HB, 0), 0, E_MAX, N_ACKED, OP_WAIT, 10);
+    CONN_SEED("lie-switch-epoch-max", CFG_BACKUP, OP_POST, 64, 0,
+              OP_FRAME, FRAME(1, F_SWITCH, 1), 0, E_MAX, OP_WAIT, 10);
+    CONN_SEED("send-path-lost", CFG_SEND | CFG_BACKUP | CFG_TWO_STREAMS, OP_POST, 0, 2,
+              OP_SHUTDOWN, 0, OP_WAIT, 19, OP_TEST);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -261,6 +319,7 @@ int main(int argc, char **argv)
     seeds_wire();
     seeds_params();
     seeds_devices();
+    seeds_conn();
     shm_seed("two-nics-three-events", 4, 8, 1, 2, 3);
     shm_seed("ring-lapped", 2, 4, 1, 2, 11);
     shm_seed("seq-near-2-32", 1, 2, (1ull << 32) - 1, 1, 3);
