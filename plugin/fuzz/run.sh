@@ -16,7 +16,7 @@ for bin in "$@"; do
     name=$(basename "$bin")
     mkdir -p "$build/corpus/$name" "$here/corpus/$name"
     opts=()
-    [ -f "$here/$name.options" ] && mapfile -t opts < <(grep -v '^#' "$here/$name.options")
+    [ -f "$here/$name.options" ] && mapfile -t opts < <(grep -v -e '^#' -e '^$' "$here/$name.options")
     log="$build/logs/$name.log"
     "$bin" -max_total_time="$seconds" -timeout="$timeout_s" -rss_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$build/artifacts/$name-" "${opts[@]}" \
