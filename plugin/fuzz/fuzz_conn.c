@@ -78,9 +78,9 @@ static struct {
     uint64_t posted;
     uint64_t acked_by_peer; /* the highest ACK/RESYNC count the peer sent */
     /* The peer's bytes left the model (raw bytes, a frame or chunk written in part, more
-     * written after a partial payload): completions are then no longer judged against what
-     * it sent, only by ASan. */
-    int unjudged;
+     * written after a partial payload), on a control channel (acks) or a data stream
+     * (chunks): completions are then judged by ASan alone. */
+    int acks_unjudged, chunks_unjudged;
     int partial[LG_NPATHS][LG_MAX_STREAMS]; /* a chunk's payload was cut short there */
     uint32_t switch_epoch;  /* the last SWITCH our sender proposed, RESYNC our receiver sent */
     int switch_target;
@@ -163,14 +163,16 @@ static void drain(void)
 static void check_done(const struct req *q, int size)
 {
     FUZZ_ASSERT(size >= 0 && (size_t)size <= q->size);
-    if (st.unjudged)
-        return;
     if (st.send) {
         FUZZ_ASSERT((size_t)size == q->size);
+        if (st.acks_unjudged)
+            return;
         FUZZ_ASSERT(q->seq < st.acked_by_peer); /* never completed without the peer's ack */
         return;
     }
     /* Every chunk of the reported size came whole from the peer, with that total. */
+    if (st.chunks_unjudged)
+        return;
     FUZZ_ASSERT(q->seq < MAX_MSGS);
     uint64_t need = lg_chunk_count((uint64_t)size, st.chunk);
     FUZZ_ASSERT(need <= MAX_CHUNKS);
@@ -280,7 +282,7 @@ static void op_frame(struct input *in)
     if (f.type == 0 || f.type >= LG_CTRL_TYPE_MAX)
         b[0] = f.type; /* lg_ctrl_encode writes what it is given; keep it so */
     if (peer_try_write(st.pe.ctrl[path], b, sizeof(b)) != sizeof(b))
-        st.unjudged = 1;
+        st.acks_unjudged = 1;
     else if ((f.type == LG_CTRL_ACK || f.type == LG_CTRL_RESYNC) && f.value > st.acked_by_peer)
         st.acked_by_peer = f.value;
 }
@@ -320,9 +322,9 @@ static void op_chunk(struct input *in)
     lg_chunk_encode(hb, &h);
     int fd = st.pe.data[path][stream];
     if (st.partial[path][stream])
-        st.unjudged = 1; /* this header completes the chunk cut short before */
+        st.chunks_unjudged = 1; /* this header completes the chunk cut short before */
     if (peer_try_write(fd, hb, sizeof(hb)) != sizeof(hb)) {
-        st.unjudged = 1;
+        st.chunks_unjudged = 1;
         return;
     }
     /* All of the payload, or part of it (a stream left inside a chunk). */
@@ -339,7 +341,7 @@ static void op_chunk(struct input *in)
     while (i < st.nseen[h.seq] && st.seen[h.seq][i].total != h.total)
         i++;
     if (i == MAX_TOTALS) {
-        st.unjudged = 1;
+        st.chunks_unjudged = 1;
         return;
     }
     if (i == st.nseen[h.seq])
@@ -359,7 +361,7 @@ static void op_raw(struct input *in)
     int fd = stream == 0 ? st.pe.ctrl[path] : st.pe.data[path][stream - 1];
     if (len) {
         peer_try_write(fd, b, len);
-        st.unjudged = 1;
+        *(stream == 0 ? &st.acks_unjudged : &st.chunks_unjudged) = 1;
     }
 }
 
