@@ -10,8 +10,8 @@ FUZZ_SECONDS       ?= 120
 FUZZ_SMOKE_SECONDS ?= 5
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c check-san fuzz \
-        demo bench \
-        bench-failover bench-wrap bench-soak install lint clean distclean
+        demo bench bench-failover bench-wrap bench-soak gpu-prep gpu-check gpu-dry-run install \
+        wheelhouse constraints lint clean distclean
 
 all: build
 
@@ -25,12 +25,24 @@ $(STAMPS)/host-packages: scripts/host-packages.txt scripts/install-host-packages
 
 venv: $(STAMPS)/venv
 # The editable install also compiles the shm library (setup.py) that the daemon loads.
-$(STAMPS)/venv: pyproject.toml setup.py plugin/include/linkguard_shm.h $(wildcard plugin/src/shm_*.c) \
-                $(STAMPS)/host-packages | $(STAMPS)
+# Every version is pinned by constraints.txt; pyverbs comes from Debian (scripts/link-pyverbs.sh).
+$(STAMPS)/venv: pyproject.toml constraints.txt setup.py plugin/include/linkguard_shm.h \
+                $(wildcard plugin/src/shm_*.c) $(STAMPS)/host-packages | $(STAMPS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	scripts/link-pyverbs.sh $(PY)
 	touch $@
+
+# Re-pins constraints.txt to the newest versions pyproject.toml allows (then `make test`).
+constraints:
+	rm -rf $(STAMPS)/lock-venv
+	$(PYTHON) -m venv $(STAMPS)/lock-venv
+	$(STAMPS)/lock-venv/bin/pip install -q '.[dev]'
+	{ sed -n '/^#/p' constraints.txt; $(STAMPS)/lock-venv/bin/pip freeze --exclude-editable \
+	    | grep -v '^linkguard'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(STAMPS)/lock-venv
 
 setup: host-packages venv proto
 
@@ -92,17 +104,46 @@ bench-wrap: build
 	$(PY) -m bench.failover_gap --trials 50 --wrap
 	$(PY) -m bench.soak --faults 200 --wrap
 
+# The real-NCCL check (tests/gpu/, CONTRIBUTING.md "GPU check"; root). gpu-prep here, before
+# a GPU-machine run: .gpu/ (wheels, stubs, prebuilt plugin, ip) for the run to carry.
+# gpu-check on a machine with a GPU and torch; gpu-dry-run anywhere (lg_nccl_driver stands in
+# for the ranks; `make test` runs it too, tests/lab/test_gpu_check_flow.py).
+gpu-prep: build
+	tests/gpu/prepare.sh
+
+# The harness and daemons run under the venv; the ranks under RANK_PYTHON (one with torch).
+RANK_PYTHON ?= python3
+gpu-check: build
+	PYTHON=$(PY) LG_GPU_RANK_PYTHON=$(RANK_PYTHON) tests/gpu/run_nccl_check.sh
+
+gpu-dry-run: build
+	PYTHON=$(PY) tests/gpu/run_nccl_check.sh --dry-run
+
 # Installs daemon, CLI, unit, example config and the plugin (see docs/operators.md).
 # NCCL_CONF=1 also adds NCCL_NET_PLUGIN=linkguard to $(DESTDIR)/etc/nccl.conf (opt-in).
 install: build
 	PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) scripts/install.sh $(if $(NCCL_CONF),--nccl-conf)
+
+# One artefact to copy to every host (offline install, the same bytes everywhere): wheels of
+# linkguard and its pinned dependencies, the plugin, unit, config and docs. On a host, as root:
+#   tar xzf linkguard-VERSION-wheelhouse.tar.gz && linkguard-VERSION-wheelhouse/scripts/install.sh
+VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+WHEELHOUSE := dist/linkguard-$(VERSION)-wheelhouse
+wheelhouse: build
+	rm -rf $(WHEELHOUSE) $(WHEELHOUSE).tar.gz
+	mkdir -p $(WHEELHOUSE)/wheels
+	$(PY) -m pip wheel -q --no-cache-dir -c constraints.txt -w $(WHEELHOUSE)/wheels .
+	cp -r --parents README.md constraints.txt docs systemd scripts/install.sh \
+	    scripts/link-pyverbs.sh plugin/build/libnccl-net-linkguard.so $(WHEELHOUSE)/
+	tar -C dist -czf $(WHEELHOUSE).tar.gz $(notdir $(WHEELHOUSE))
+	@echo "$(WHEELHOUSE).tar.gz"
 
 lint: build
 	$(VENV)/bin/ruff check daemon cli lab tests bench
 
 clean:
 	$(MAKE) -C plugin clean
-	rm -rf $(STAMPS) daemon/linkguardd/_lgshm*.so $(PROTO_OUT)
+	rm -rf $(STAMPS) daemon/linkguardd/_lgshm*.so $(PROTO_OUT) dist
 
 distclean: clean
 	rm -rf $(VENV)

@@ -84,7 +84,9 @@ class BenchDaemon:
         config = self.workdir / "linkguard.toml"
         config.write_text("")  # never the machine's /etc/linkguard/linkguard.toml
         argv = [str(LINKGUARDD), "--config", str(config), "--shm-path", str(self.shm_path),
-                "--grpc-socket", str(self.workdir / "linkguard.sock"), *self.args]
+                "--grpc-socket", str(self.workdir / "linkguard.sock"),
+                "--grpc-ro-socket", str(self.workdir / "linkguard-ro.sock"),
+                "--state-dir", str(self.workdir / "state"), *self.args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LINKGUARD")}
         with (self.workdir / "stdout.log").open("wb") as out, \
                 (self.workdir / "stderr.log").open("wb") as err:

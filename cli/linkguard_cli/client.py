@@ -1,5 +1,6 @@
-"""The CLI's gRPC client: one channel to linkguardd's socket, a deadline on every call, and
-every failure turned into an exit status and a message that says what to do."""
+"""The CLI's gRPC client: a channel to linkguardd's read-only socket for reads and to its
+admin socket for drain/undrain, a deadline on every call, and every failure turned into an
+exit status and a message that says what to do."""
 from __future__ import annotations
 
 import os
@@ -12,12 +13,18 @@ import grpc
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 
-EXIT_OK = 0
+# Exit statuses: a health check may trust them (docs/operators.md has the same table).
+EXIT_OK = 0  # every NIC asked about is UP (and every other command: it worked)
 EXIT_NOT_UP = 1  # status: some NIC is not UP
-EXIT_USAGE = 2  # bad arguments, unknown NIC (click uses 2 for usage errors too)
+EXIT_USAGE = 2  # bad arguments, unknown NIC, --since beyond the newest event (click uses 2 too)
 EXIT_UNREACHABLE = 3  # no daemon on the socket, no permission to connect, no answer in time
-EXIT_DENIED = 4  # the daemon refused: drain/undrain without root or the admin group
+EXIT_DENIED = 4  # the daemon refused: drain/undrain on the read-only socket
 EXIT_DAEMON_ERROR = 5  # the daemon failed the request for another reason
+EXIT_REFUSED = 6  # drain refused: the backup NIC is not UP (--force overrides)
+EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): linkguard-cli itself crashed; never a NIC state
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+ADMIN_METHODS = frozenset({"Drain", "Undrain"})
+CALLER_PID_KEY = "linkguard-caller-pid"  # api/callers.py: the audit line names our uid by it
 
 MISSED_EVENTS_KEY = "linkguard-missed-events"  # api/server.py sends it on Watch
 
@@ -37,41 +44,57 @@ def unreachable(socket_path: str, why: str) -> CliError:
     return CliError(
         f"cannot reach linkguardd at {socket_path}: {why}\n"
         "  Is linkguardd running?  systemctl status linkguardd\n"
-        f"  Permissions?  ls -l {socket_path}  (reading needs the socket's group; "
-        "drain/undrain need root or the admin group)\n"
-        "  Another socket?  --socket PATH or LINKGUARD_SOCKET=PATH",
+        f"  Permissions?  ls -l {socket_path}  and  id\n"
+        "    (reads: the read-only socket, root or group linkguard by default;\n"
+        "     drain/undrain: the admin socket, root or group linkguard-admin by default)\n"
+        "  Another socket?  --socket PATH (LINKGUARD_SOCKET), --ro-socket PATH "
+        "(LINKGUARD_RO_SOCKET)",
         EXIT_UNREACHABLE,
     )
 
 
+def usable(path: str) -> bool:
+    """Whether connect() to `path` can succeed for us (connecting needs write permission)."""
+    return os.path.exists(path) and os.access(path, os.R_OK | os.W_OK)
+
+
 class Client:
-    def __init__(self, socket_path: str, timeout: float) -> None:
-        self.socket_path = socket_path
+    """`socket_path` serves drain/undrain, `read_socket_path` everything else."""
+
+    def __init__(self, socket_path: str, timeout: float, read_socket_path: str = "") -> None:
+        self.admin_path = socket_path
+        self.read_path = read_socket_path or socket_path
         self.timeout = timeout
-        self._channel: grpc.Channel | None = None
+        self._channels: dict[str, grpc.Channel] = {}
+        self.socket_path = self.read_path  # the socket of the latest call, for messages
 
-    def _stub(self) -> pb_grpc.LinkguardStub:
-        if self._channel is None:
-            self._precheck()
-            self._channel = grpc.insecure_channel("unix:" + self.socket_path)
-        return pb_grpc.LinkguardStub(self._channel)
+    def _stub(self, method: str) -> pb_grpc.LinkguardStub:
+        path = self.admin_path if method in ADMIN_METHODS else self.read_path
+        self.socket_path = path
+        if path not in self._channels:
+            self._precheck(path)
+            self._channels[path] = grpc.insecure_channel("unix:" + path)
+        return pb_grpc.LinkguardStub(self._channels[path])
 
-    def _precheck(self) -> None:
+    @staticmethod
+    def _precheck(path: str) -> None:
         """Name the two common local causes before grpc folds them into UNAVAILABLE."""
-        if not os.path.exists(self.socket_path):
-            raise unreachable(self.socket_path, "no such socket")
-        if not os.access(self.socket_path, os.R_OK | os.W_OK):
-            raise unreachable(self.socket_path, "permission denied")
+        if not os.path.exists(path):
+            raise unreachable(path, "no such socket")
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise unreachable(path, "permission denied")
 
     def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
 
     def call(self, method: str, request: Any) -> Any:
         """A unary RPC with the client's deadline; grpc errors become CliError."""
+        metadata = ((CALLER_PID_KEY, str(os.getpid())),) if method in ADMIN_METHODS else ()
         try:
-            return getattr(self._stub(), method)(request, timeout=self.timeout)
+            return getattr(self._stub(method), method)(request, timeout=self.timeout,
+                                                       metadata=metadata)
         except grpc.RpcError as exc:
             raise self.error(exc) from None
 
@@ -82,7 +105,7 @@ class Client:
         """(stream, missed): the stream has no deadline (it is meant to run), but the daemon must
         answer its headers within the timeout."""
         try:
-            stream = self._stub().Watch(pb.WatchRequest(since_seq=since_seq, replay=replay))
+            stream = self._stub("Watch").Watch(pb.WatchRequest(since_seq=since_seq, replay=replay))
             missed = 0
             metadata = self._within_timeout(stream.initial_metadata)
             for key, value in metadata or ():
@@ -93,8 +116,7 @@ class Client:
             raise self.error(exc) from None
 
     def _within_timeout(self, fn: Any) -> Any:
-        channel = self._channel
-        assert channel is not None
+        channel = self._channels[self.read_path]
         try:
             grpc.channel_ready_future(channel).result(timeout=self.timeout)
         except grpc.FutureTimeoutError:
@@ -119,8 +141,11 @@ class Client:
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return unreachable(self.socket_path,
                                f"no answer within {self.timeout:g} s (--timeout)")
-        if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+        if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
+                    grpc.StatusCode.OUT_OF_RANGE):
             return CliError(details, EXIT_USAGE)
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            return CliError(details, EXIT_REFUSED)
         if code == grpc.StatusCode.PERMISSION_DENIED:
             return CliError(f"permission denied: {details}", EXIT_DENIED)
         return CliError(f"linkguardd failed the request ({code.name}): {details}",

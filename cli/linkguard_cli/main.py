@@ -1,28 +1,45 @@
-"""linkguard-cli: read and steer linkguardd over its gRPC socket.
+"""linkguard-cli: read and steer linkguardd over its gRPC sockets.
 
-Exit status: 0 fine; 1 `status` found a NIC that is not UP; 2 usage error, bad argument or
-unknown NIC; 3 the daemon is unreachable (no socket, no permission, no answer in time); 4 the
-daemon refused (drain/undrain needs root or the admin group); 5 the daemon failed otherwise.
+Reads go to the read-only socket, drain/undrain to the admin socket. Exit statuses are in
+client.py (EXIT_*) and EXIT_STATUS_HELP; a crash of the CLI itself is 70, never 1.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
+from click.shell_completion import CompletionItem
 
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard_cli import render
-from linkguard_cli.client import EXIT_NOT_UP, EXIT_OK, EXIT_UNREACHABLE, Client
+from linkguard_cli.client import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_UP,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    Client,
+    CliError,
+    usable,
+)
 from linkguardd.settings import SETTINGS
 
 DEFAULT_SOCKET = next(s.default for s in SETTINGS if s.name == "grpc_socket")
+DEFAULT_RO_SOCKET = next(s.default for s in SETTINGS if s.name == "grpc_ro_socket")
 DEFAULT_TIMEOUT_S = 5.0  # a healthy daemon answers in milliseconds; 5 s covers a loaded host
+COMPLETION_TIMEOUT_S = 1.0  # a tab press must not hang on a stuck daemon
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _client(ctx: click.Context) -> Client:
-    client: Client = ctx.obj
+    client: Client = ctx.find_root().obj
     return client
 
 
@@ -31,37 +48,109 @@ def _echo_json(data: Any) -> None:
 
 
 EXIT_STATUS_HELP = """\b
-Exit status: 0 fine; 1 `status` found a NIC that is not UP; 2 usage error,
-bad argument or unknown NIC; 3 linkguardd unreachable; 4 not allowed
-(drain/undrain need root or the admin group); 5 the daemon failed."""
+Exit status (health checks may rely on it):
+  0   fine; for status: every NIC asked about is UP
+  1   status: a NIC is not UP
+  2   usage error, bad argument, unknown NIC, --since beyond the newest event
+  3   linkguardd unreachable (no socket, no permission, no answer in time)
+  4   not allowed (drain/undrain on the read-only socket)
+  5   the daemon failed the request
+  6   drain refused: the backup NIC is not UP (--force overrides)
+  70  linkguard-cli itself failed (a bug: never a NIC state)
+  130 interrupted"""
+
+
+def read_socket(ctx: click.Context, socket_path: str, ro_socket: str) -> str:
+    """The socket for reads: --ro-socket if given; else an explicitly given --socket (one
+    socket for everything, as tests and old scripts pass it); else the default read-only
+    socket, or the admin socket for an admin who is not in the reader group."""
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+
+    if given("ro_socket"):
+        return ro_socket
+    if given("socket_path"):
+        return socket_path
+    if not usable(ro_socket) and usable(socket_path):
+        return socket_path
+    return ro_socket
+
+
+def complete_nic(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """NIC names from the daemon, for shell completion; nothing when it cannot answer."""
+    root = ctx.find_root()
+    params = root.params
+    try:
+        client = Client(params.get("socket_path") or DEFAULT_SOCKET, COMPLETION_TIMEOUT_S,
+                        read_socket(root, params.get("socket_path") or DEFAULT_SOCKET,
+                                    params.get("ro_socket") or DEFAULT_RO_SOCKET))
+        try:
+            names = [n.name for n in client.status().nics]
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into a shell
+        return []
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+def output_option(*formats: str) -> Callable[[F], F]:
+    """-o/--output FORMAT (first one the default), and --json kept as a shorthand."""
+    def decorate(f: F) -> F:
+        f = click.option("--json", "as_json", is_flag=True, hidden=True,
+                         help="Same as -o json.")(f)
+        return click.option("-o", "--output", "output", type=click.Choice(formats),
+                            default=formats[0], show_default=True,
+                            help="Output format.")(f)
+    return decorate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_STATUS_HELP)
+@click.version_option(package_name="linkguard", prog_name="linkguard-cli",
+                      message="%(prog)s %(version)s")
 @click.option("--socket", "socket_path", default=DEFAULT_SOCKET, show_default=True,
               envvar="LINKGUARD_SOCKET", show_envvar=True, metavar="PATH",
-              help="linkguardd's API socket.")
+              help="linkguardd's admin socket: drain and undrain (and every command, when "
+                   "given without --ro-socket).")
+@click.option("--ro-socket", "ro_socket", default=DEFAULT_RO_SOCKET, show_default=True,
+              envvar="LINKGUARD_RO_SOCKET", show_envvar=True, metavar="PATH",
+              help="linkguardd's read-only socket (status, watch, events, dom, dump).")
 @click.option("--timeout", default=DEFAULT_TIMEOUT_S, show_default=True, metavar="SECONDS",
               type=click.FloatRange(min=0.1), help="Deadline of each request to the daemon.")
 @click.pass_context
-def cli(ctx: click.Context, socket_path: str, timeout: float) -> None:
+def cli(ctx: click.Context, socket_path: str, ro_socket: str, timeout: float) -> None:
     """Show and steer linkguardd: NIC health, optics, events, maintenance drains."""
     if os.environ.get("NO_COLOR"):  # https://no-color.org
         ctx.color = False
-    ctx.obj = Client(socket_path, timeout)
+    ctx.obj = Client(socket_path, timeout, read_socket(ctx, socket_path, ro_socket))
     ctx.call_on_close(ctx.obj.close)
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.argument("nics", nargs=-1, metavar="[NIC]...", shell_complete=complete_nic)
+@output_option("table", "wide", "json")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
-    """Every NIC's state at a glance. Exits 1 if a NIC is not UP."""
+def status(ctx: click.Context, nics: tuple[str, ...], output: str, as_json: bool) -> None:
+    """The state of every NIC, or of the NICs named. Exits 1 if one is not UP."""
     resp = _client(ctx).status()
-    if as_json:
+    if nics:
+        known = [n.name for n in resp.nics]
+        unknown = [n for n in nics if n not in known]
+        if unknown:
+            raise CliError(f"no NIC named {', '.join(map(repr, unknown))}; monitored NICs: "
+                           f"{', '.join(known) or 'none'}", EXIT_USAGE)
+        chosen = [n for n in resp.nics if n.name in nics]
+        del resp.nics[:]
+        resp.nics.extend(chosen)
+    if as_json or output == "json":
         _echo_json(render.status_json(resp))
     else:
-        click.echo(render.status_table(resp))
+        click.echo(render.status_table(resp, wide=output == "wide"))
     ctx.exit(EXIT_OK if all(n.state == pb.NIC_STATE_UP for n in resp.nics) else EXIT_NOT_UP)
+
+
+def _print_event(event: pb.Event, output: str) -> None:
+    click.echo(json.dumps(render.event_json(event)) if output == "json"
+               else render.event_line(event, wide=output == "wide"))
 
 
 @cli.command()
@@ -69,10 +158,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
               help="First replay the events after SEQ still in the daemon's history.")
 @click.option("--count", type=click.IntRange(min=1), default=None, metavar="N",
               help="Exit after N events (e.g. 1: wait for the next transition).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@output_option("table", "wide", "json")
 @click.pass_context
-def watch(ctx: click.Context, since: int | None, count: int | None, as_json: bool) -> None:
+def watch(ctx: click.Context, since: int | None, count: int | None, output: str,
+          as_json: bool) -> None:
     """Print transitions as they happen, one line each, until Ctrl-C."""
+    output = "json" if as_json else output
     client = _client(ctx)
     stream, missed = client.watch(since or 0, replay=since is not None)
     if missed:
@@ -82,8 +173,7 @@ def watch(ctx: click.Context, since: int | None, count: int | None, as_json: boo
     try:
         for event in client.events(stream):
             last, seen = event.seq, seen + 1
-            click.echo(json.dumps(render.event_json(event)) if as_json
-                       else render.event_line(event))
+            _print_event(event, output)
             if count is not None and seen >= count:
                 stream.cancel()
                 return
@@ -101,29 +191,32 @@ def watch(ctx: click.Context, since: int | None, count: int | None, as_json: boo
               help="Only events after SEQ.")
 @click.option("--limit", type=click.IntRange(min=0), default=0, metavar="N",
               help="Only the newest N events (0: all).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@output_option("table", "wide", "json")
 @click.pass_context
-def events(ctx: click.Context, since: int, limit: int, as_json: bool) -> None:
+def events(ctx: click.Context, since: int, limit: int, output: str, as_json: bool) -> None:
     """Past transitions still in the daemon's history."""
+    output = "json" if as_json else output
     resp = _client(ctx).call("ListEvents", pb.ListEventsRequest(since_seq=since, limit=limit))
     if resp.missed:
         click.echo(f"linkguard-cli: {resp.missed} events after #{since} are no longer in the "
                    "daemon's history", err=True)
     for event in resp.events:
-        click.echo(json.dumps(render.event_json(event)) if as_json
-                   else render.event_line(event))
-    if not resp.events and not as_json:
+        _print_event(event, output)
+    if not resp.events and output != "json":
         click.echo("no events" + (f" after #{since}" if since else ""))
 
 
 @cli.command()
-@click.argument("nic")
+@click.argument("nic", shell_complete=complete_nic)
 @click.option("--reason", required=True, metavar="TEXT",
               help="Why (kept with the NIC and logged), e.g. 'swap optic, ticket 1234'.")
+@click.option("--force", is_flag=True,
+              help="Drain even when the backup NIC is not UP (its traffic has nowhere to go).")
 @click.pass_context
-def drain(ctx: click.Context, nic: str, reason: str) -> None:
-    """Move traffic off NIC until undrain (before swapping a cable or optic)."""
-    result = _client(ctx).call("Drain", pb.DrainRequest(nic=nic, reason=reason))
+def drain(ctx: click.Context, nic: str, reason: str, force: bool) -> None:
+    """Move traffic off NIC until undrain (before swapping a cable or optic). The drain
+    survives daemon restarts. Refused (exit 6) when the backup NIC is not UP."""
+    result = _client(ctx).call("Drain", pb.DrainRequest(nic=nic, reason=reason, force=force))
     state = render.state_name(result.state)
     target = f"; traffic moves to {result.backup}" if result.backup else " (it has no backup NIC)"
     click.echo(f"{result.name}: {render.styled_state(state)}{target}")
@@ -131,7 +224,7 @@ def drain(ctx: click.Context, nic: str, reason: str) -> None:
 
 
 @cli.command()
-@click.argument("nic")
+@click.argument("nic", shell_complete=complete_nic)
 @click.pass_context
 def undrain(ctx: click.Context, nic: str) -> None:
     """Return NIC to service; it is UP again after the hold-down."""
@@ -143,15 +236,15 @@ def undrain(ctx: click.Context, nic: str) -> None:
 
 
 @cli.command()
-@click.argument("nic", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.argument("nic", required=False, shell_complete=complete_nic)
+@output_option("table", "json")
 @click.pass_context
-def dom(ctx: click.Context, nic: str | None, as_json: bool) -> None:
+def dom(ctx: click.Context, nic: str | None, output: str, as_json: bool) -> None:
     """Optical module diagnostics of NIC, or of every NIC: like `ethtool -m`, all at once."""
     client = _client(ctx)
     names = [nic] if nic else [n.name for n in client.status().nics]
     modules = [client.call("GetModule", pb.GetModuleRequest(nic=name)) for name in names]
-    if as_json:
+    if as_json or output == "json":
         _echo_json([render.module_json(m) for m in modules])
         return
     click.echo("\n\n".join(render.module_text(m) for m in modules) or "no NIC is monitored")
@@ -164,8 +257,31 @@ def dump(ctx: click.Context) -> None:
     click.echo(_client(ctx).call("Dump", pb.DumpRequest()).json)
 
 
+def run(args: list[str] | None = None) -> int:
+    """The CLI with the exit statuses a health check may trust: an exception inside the CLI is
+    EXIT_INTERNAL, never the 1 that Python (or click's Abort) would give it."""
+    try:
+        code = cli.main(args, prog_name="linkguard-cli", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("linkguard-cli: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `linkguard-cli events | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit flush
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the point: a crash is reported as one
+        traceback.print_exc()
+        click.echo(f"linkguard-cli: internal error ({type(exc).__name__}: {exc}); this is a "
+                   "bug in linkguard-cli, not a NIC state: please report it with the "
+                   "traceback above", err=True)
+        return EXIT_INTERNAL
+    return code if isinstance(code, int) else EXIT_OK
+
+
 def main() -> None:
-    cli(prog_name="linkguard-cli")
+    sys.exit(run())
 
 
 if __name__ == "__main__":

@@ -86,10 +86,18 @@ def dom_summary(dom: pb.DomSummary) -> str:
 
 
 # ---- status ----------------------------------------------------------------------------------
-STATUS_COLUMNS = ("NIC", "STATE", "REASON", "BACKUP", "CARRIER", "SPEED", "IN STATE FOR", "DOM")
+STATUS_COLUMNS = ("NIC", "STATE", "REASON", "BACKUP", "CARRIER", "SPEED", "IN STATE FOR")
+WIDE_COLUMNS = ("OPERSTATE", "EPOCH", "RDMA", "FLAP PENALTY", "SINCE")
 
 
-def status_table(resp: pb.GetStatusResponse) -> str:
+def _wide_cells(nic: pb.Nic) -> list[str]:
+    return [nic.operstate or "-", str(nic.epoch), nic.rdma_device or "-",
+            f"{nic.flap_penalty:g}", timestamp(nic.since_unix) if nic.since_unix else "-"]
+
+
+def status_table(resp: pb.GetStatusResponse, wide: bool = False) -> str:
+    """The NIC table; `wide` adds operstate, epoch, RDMA device, flap penalty and since when.
+    The DOM summary comes last, unpadded (it may carry colour)."""
     d = resp.daemon
     lines = [(f"linkguardd {d.version} on {d.hostname}, pid {d.pid}, "
               f"heartbeat {d.heartbeat_age_seconds * 1000:.0f} ms ago")]
@@ -98,20 +106,21 @@ def status_table(resp: pb.GetStatusResponse) -> str:
                                       bold=True)
     if not resp.nics:
         return "\n".join(lines + ["no NIC is monitored (set `interfaces` in the daemon's config)"])
+    heads = STATUS_COLUMNS + (WIDE_COLUMNS if wide else ())
     rows = []
     for nic in resp.nics:
         rows.append([
             nic.name, state_name(nic.state), nic.reason.lower(), nic.backup or "-",
             "yes" if nic.carrier else ("no" if nic.present else "absent"),
             speed(nic.speed_mbps if nic.HasField("speed_mbps") else None),
-            duration(nic.seconds_in_state), dom_summary(nic.dom),
+            duration(nic.seconds_in_state), *(_wide_cells(nic) if wide else ()),
         ])
-    widths = [max(len(STATUS_COLUMNS[i]), *(len(r[i]) for r in rows)) for i in range(7)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(STATUS_COLUMNS, widths)) + "  DOM")
-    for row in rows:
+    widths = [max(len(heads[i]), *(len(r[i]) for r in rows)) for i in range(len(heads))]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(heads, widths)) + "  DOM")
+    for nic, row in zip(resp.nics, rows):
         cells = [row[0].ljust(widths[0]), styled_state(row[1], widths[1])]
-        cells += [row[i].ljust(widths[i]) for i in range(2, 7)]
-        lines.append("  ".join(cells) + "  " + row[7])
+        cells += [row[i].ljust(widths[i]) for i in range(2, len(heads))]
+        lines.append("  ".join(cells) + "  " + dom_summary(nic.dom))
     for nic in resp.nics:
         if nic.drain_reason:
             lines.append(f"{nic.name} drained: {nic.drain_reason}")
@@ -169,7 +178,8 @@ def latency(seconds: float) -> str:
     return f"detected in {seconds * 1e3:.1f} ms" if seconds < 1 else f"detected in {seconds:.2f} s"
 
 
-def event_line(ev: pb.Event) -> str:
+def event_line(ev: pb.Event, wide: bool = False) -> str:
+    """One event; `wide` adds the NIC's epoch and what the reason means."""
     old, new = state_name(ev.old_state), state_name(ev.new_state)
     parts = [timestamp(ev.time_unix), f"#{ev.seq}", ev.nic,
              f"{old} -> {styled_state(new)}", ev.reason.lower()]
@@ -177,7 +187,9 @@ def event_line(ev: pb.Event) -> str:
         parts.append(latency(ev.detection_seconds))
     if ev.detail:
         parts.append(f"({ev.detail})")
-    return "  ".join(parts)
+    if wide:
+        parts += [f"epoch {ev.epoch}", ev.reason_text]
+    return "  ".join(p for p in parts if p)
 
 
 def event_json(ev: pb.Event) -> dict[str, Any]:

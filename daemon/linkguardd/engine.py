@@ -29,6 +29,7 @@ from linkguardd.shm.layout import (
     NicEntry,
 )
 from linkguardd.shm.writer import ShmWriter
+from linkguardd.state_file import SavedDrain, StateNotSaved, StateStore
 from linkguardd.states import NicState, Reason
 from linkguardd.transition_log import format_transition
 from linkguardd.view import EventView, NicView, UnknownNic
@@ -62,6 +63,7 @@ class Engine:
         self.history: collections.deque[EventView] = collections.deque(maxlen=HISTORY)
         self.subscribers: set[asyncio.Queue[EventView]] = set()
         self.writer: ShmWriter | None = None
+        self.state = StateStore(settings.state_dir)
         self.last_heartbeat_ns = 0
         self.ready = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
@@ -70,8 +72,11 @@ class Engine:
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         """Create the shm file, run the monitors' initial scans, publish the first table."""
-        self.writer = ShmWriter(self.settings.shm_path, SHM_NIC_CAPACITY, SHM_RING_SLOTS)
+        saved = self.state.open()
+        self.writer = ShmWriter(self.settings.shm_path, SHM_NIC_CAPACITY, SHM_RING_SLOTS,
+                                first_seq=saved.next_seq)
         self.heartbeat()
+        self._restore_drains(saved.drains)  # the first table published already has them
         await self.refresh_inventory()
         for monitor in self.monitors:
             await monitor.start(self.on_fact)
@@ -95,6 +100,7 @@ class Engine:
         if self.writer:
             self.writer.close(unlink=True)
             self.writer = None
+        self.state.close()
 
     async def reload(self, settings: Settings, ifnames: Sequence[str],
                      backups: Mapping[str, str], monitors: Iterable[Monitor]) -> None:
@@ -178,6 +184,7 @@ class Engine:
                 time_ns=tr.at_ns, epoch=tr.epoch, fact_ns=fact_ns or tr.at_ns,
                 nic_index=index.get(tr.ifname, 0xFFFFFFFF), old_state=int(tr.old),
                 new_state=int(tr.new), reason=int(tr.reason), name=tr.ifname))
+            self.state.issued(seq)
             view = EventView(seq, tr.ifname, int(tr.old), int(tr.new), int(tr.reason),
                              tr.detail, tr.epoch, self._unix_time(tr.at_ns), detected_ns)
             self.history.append(view)
@@ -256,16 +263,43 @@ class Engine:
         self.subscribers.discard(queue)
 
     def drain(self, name: str, reason: str) -> NicView:
+        """Raises UnknownNic; StateNotSaved once the drain is in effect but not on disk."""
         if name not in self.policy.records:
             raise UnknownNic(name)
         self._publish(self.policy.drain(name, self.clock(), reason), fact_ns=None)
+        self.state.set_drains(self._drains())
         return self.nic(name)
 
     def undrain(self, name: str) -> NicView:
         if name not in self.policy.records:
             raise UnknownNic(name)
         self._publish(self.policy.undrain(name, self.clock()), fact_ns=None)
+        self.state.set_drains(self._drains())
         return self.nic(name)
+
+    def head_seq(self) -> int:
+        return self.state.last_seq
+
+    def _drains(self) -> dict[str, str]:
+        return {n: r.drain_note for n, r in self.policy.records.items() if r.drained}
+
+    def _restore_drains(self, drains: Mapping[str, SavedDrain]) -> None:
+        """A drain outlives the daemon that took it: back in force before anything is read."""
+        transitions: list[Transition] = []
+        for name, drain in drains.items():
+            when = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(drain.since_unix))
+            if name not in self.policy.records:
+                log.warning("state: dropping the saved drain of %s (since %s: %s): it is not "
+                            "monitored any more", name, when, drain.reason)
+                continue
+            transitions += self.policy.drain(name, self.clock(), drain.reason)
+            log.info("state: %s stays DRAINED across the restart (drained since %s: %s)",
+                     name, when, drain.reason)
+        try:
+            self.state.set_drains(self._drains())
+        except StateNotSaved:
+            pass  # logged by the store; the drains are in force all the same
+        self._publish(transitions, fact_ns=None, force=True)
 
     def dump(self) -> dict[str, Any]:
         return {

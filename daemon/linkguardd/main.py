@@ -23,6 +23,7 @@ from linkguardd.monitors import build_monitors
 from linkguardd.pairing import PairingError, backups_by_name, list_pci_netdevs, read_topology
 from linkguardd.sdnotify import SdNotifier
 from linkguardd.settings import ConfigError, Settings
+from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
 
 log = logging.getLogger("linkguardd")
 
@@ -110,8 +111,8 @@ def _operator_surfaces(engine: Engine, metrics: Metrics, s: Settings) -> list[tu
     """(start, stop) coroutine pairs of the gRPC API and /metrics, when configured."""
     out: list[tuple[Any, Any]] = []
     if s.grpc_socket:
-        api = ApiServer(engine, s.grpc_socket, socket_group=s.admin_group or None,
-                        admin_group=s.admin_group or None)
+        api = ApiServer(engine, s.grpc_socket, ro_socket_path=s.grpc_ro_socket,
+                        admin_group=s.admin_group, reader_group=s.reader_group)
         out.append((api.start, api.stop))
     if s.metrics_address:
         server = MetricsServer(metrics, s.metrics_address)
@@ -130,6 +131,9 @@ def _tolerant(start: Any) -> Any:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="linkguard", prog_name="linkguardd",
+                      message=f"%(prog)s %(version)s (shm layout {LG_SHM_VERSION}, readers "
+                              f"of layout {LG_SHM_COMPAT_VERSION} and later compatible)")
 @settings_mod.click_options()
 @click.option("--check-config", is_flag=True, help="Validate the configuration and exit.")
 def main(check_config: bool, **params: Any) -> None:

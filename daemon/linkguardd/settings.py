@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 import textwrap
 import tomllib
@@ -60,11 +61,24 @@ class Settings:
     netns: str = _setting(
         "", "Network namespace whose NICs are watched (a name in /var/run/netns or a path). "
         "Empty: the daemon's own.")
-    grpc_socket: str = _setting("/run/linkguard/linkguard.sock",
-                                "Unix socket of the gRPC API (linkguard-cli).")
+    # Two sockets, libvirt's model: the kernel checks the file's mode and group at connect(),
+    # so who may do what is decided before a byte of the API is read.
+    grpc_socket: str = _setting(
+        "/run/linkguard/linkguard.sock", "Admin socket of the gRPC API (mode 0660, group "
+        "admin_group): every call, drain and undrain included.")
+    grpc_ro_socket: str = _setting(
+        "/run/linkguard/linkguard-ro.sock", "Read-only socket of the gRPC API (mode 0660, group "
+        "reader_group): status, watch, events, dom and dump; drain and undrain are refused. "
+        "Empty: not served.")
     admin_group: str = _setting(
-        "", "Group allowed, besides root, to drain and undrain over the API socket. Empty: root "
-        "only. Reading state needs no group.")
+        "linkguard-admin", "Group of the admin socket: its members may drain and undrain. "
+        "Empty, or a group that does not exist: root only.")
+    reader_group: str = _setting(
+        "linkguard", "Group of the read-only socket: its members may read state (health "
+        "checks, dashboards). Empty, or a group that does not exist: root only.")
+    state_dir: str = _setting(
+        "/var/lib/linkguard", "Directory of the state that survives restarts (drains, the "
+        "event sequence): systemd's StateDirectory. Empty: nothing survives a restart.")
     # 9846: in the exporter range 9100-9999 of Prometheus' "Default port allocations" wiki. That
     # range is reported fully allocated since 2023 and could not be checked offline: check and
     # register the port there before a release. Loopback by default: scrape through a proxy.
@@ -178,17 +192,22 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     error. `overrides` (name -> value, None = not given) come from flags or the environment.
     """
     file = Path(path if path is not None else default_path)
+    return build_settings(read_toml(file, required=path is not None), overrides,
+                          source=str(file))
+
+
+def read_toml(file: Path, required: bool) -> dict[str, Any]:
+    """A config file's table; a missing file is {} unless `required` (ConfigError)."""
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        return tomllib.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        if path is not None:
+        if required:
             raise ConfigError(f"{file}: config file not found") from None
-        data = {}
+        return {}
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{file}: not valid TOML: {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{file}: cannot read config file: {e}") from None
-    return build_settings(data, overrides, source=str(file))
 
 
 def build_settings(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = None,
@@ -240,15 +259,20 @@ def _coerce(spec: SettingSpec, raw: Any, label: str) -> Any:
     if kind == "map_float":
         numbers = list(raw.values())
     for n in numbers:
-        if math.isnan(n):
-            raise ConfigError(f"{label}: must be a number, got nan")
-        if spec.minimum is not None and n < spec.minimum:
-            raise ConfigError(f"{label}: must be >= {spec.minimum:g}, got {n:g}")
-        if spec.maximum is not None and n > spec.maximum:
-            raise ConfigError(f"{label}: must be <= {spec.maximum:g}, got {n:g}")
+        check_number(n, spec.minimum, spec.maximum, label)
     if spec.choices and raw not in spec.choices:
         raise ConfigError(f"{label}: must be one of {', '.join(spec.choices)}; got {raw!r}")
     return raw
+
+
+def check_number(n: float, minimum: float | None, maximum: float | None, label: str) -> None:
+    """A number setting is not nan and within its bounds (ConfigError naming `label`)."""
+    if math.isnan(n):
+        raise ConfigError(f"{label}: must be a number, got nan")
+    if minimum is not None and n < minimum:
+        raise ConfigError(f"{label}: must be >= {minimum:g}, got {n:g}")
+    if maximum is not None and n > maximum:
+        raise ConfigError(f"{label}: must be <= {maximum:g}, got {n:g}")
 
 
 def _check_together(s: Settings) -> None:
@@ -282,6 +306,8 @@ def _check_together(s: Settings) -> None:
     for name in ("shm_path", "sysfs_root", "grpc_socket"):
         if not getattr(s, name):
             raise ConfigError(f"{name}: must not be empty")
+    if s.grpc_ro_socket and os.path.abspath(s.grpc_ro_socket) == os.path.abspath(s.grpc_socket):
+        raise ConfigError(f"grpc_ro_socket: must differ from grpc_socket ({s.grpc_socket})")
 
 
 # ---- click -------------------------------------------------------------------------------------

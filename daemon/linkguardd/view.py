@@ -61,13 +61,16 @@ class DaemonView(Protocol):
     def events_since(self, seq: int) -> list[EventView]:
         """Events with seq > `seq` still in the daemon's history (oldest first)."""
 
+    def head_seq(self) -> int:
+        """The newest event's seq (0: none yet); numbers continue across restarts."""
+
     def subscribe(self) -> asyncio.Queue[EventView]:
         """A queue that receives every new event until unsubscribe()."""
 
     def unsubscribe(self, queue: asyncio.Queue[EventView]) -> None: ...
 
     def drain(self, name: str, reason: str) -> NicView:
-        """Operator drain; raises UnknownNic."""
+        """Operator drain; raises UnknownNic, or state_file.StateNotSaved once in effect."""
 
     def undrain(self, name: str) -> NicView: ...
 

@@ -165,6 +165,37 @@ _FAULTS: dict[str, str] = {
 for _name, _doc in _FAULTS.items():
     cli.add_command(_fault_command(_name, _doc))
 
+# Gray faults (gray.py): carrier stays up, the traffic suffers. Each takes one more argument.
+_GRAY: dict[str, tuple[str, str]] = {
+    "lossy": ("PERCENT", "Drop PERCENT % of the frames through HOST's RAIL, at random."),
+    "slow": ("RATE", "Police each direction of HOST's RAIL to RATE (100MB, 100MiB, 800mbit)."),
+    "stall": ("TCP_PORT", "Drop the TCP flow(s) using TCP_PORT on HOST's RAIL; others pass."),
+}
+_GRAY_UNDO = {"unlossy": "Stop the loss on HOST's RAIL.", "unslow": "Stop policing HOST's RAIL.",
+              "unstall": "Let every stalled flow on HOST's RAIL pass again."}
+
+
+def _gray_command(name: str, arg: str, doc: str) -> click.Command:
+    @click.command(name=name, help=doc, context_settings=_ARGS_MAY_LOOK_LIKE_OPTIONS)
+    @prefix_option
+    @click.argument("host")
+    @click.argument("rail")
+    @click.argument("value", metavar=arg)
+    @as_root
+    def command(prefix: str, host: str, rail: str, value: str) -> None:
+        lab = Lab.attach(prefix)
+        t_ns = getattr(lab, name)(host, rail, value)
+        lab.close()
+        click.echo(f"{name} {host} {rail} {value}: done at monotonic {t_ns} ns")
+
+    return command
+
+
+for _name, (_arg, _doc) in _GRAY.items():
+    cli.add_command(_gray_command(_name, _arg, _doc))
+for _name, _doc in _GRAY_UNDO.items():
+    cli.add_command(_fault_command(_name, _doc))
+
 
 @cli.command(context_settings=_ARGS_MAY_LOOK_LIKE_OPTIONS)
 @prefix_option

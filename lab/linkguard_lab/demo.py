@@ -86,7 +86,8 @@ class HostDaemon:
         self.config.write_text("")
         self.argv = [_tool("linkguardd"), "--config", str(self.config),
                      "--shm-path", str(self.shm_path), "--grpc-socket", str(self.grpc_socket),
-                     "--metrics-address", "", "--interfaces", "rail0,rail1", "--pairs", PAIRS,
+                     "--grpc-ro-socket", str(self.workdir / "api-ro.sock"),
+                     "--state-dir", str(self.workdir / "state"), "--metrics-address", "", "--interfaces", "rail0,rail1", "--pairs", PAIRS,
                      *(args or [])]
         self.proc: subprocess.Popen[bytes] | None = None
         self.cursor = 0  # events read so far (seq)

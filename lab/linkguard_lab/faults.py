@@ -8,6 +8,7 @@ benchmarks can measure detection latency from the moment the fault happened.
   nicdown / nicup      host-side NIC administratively down/up
   blackhole            frames through that switch port are silently dropped; carrier stays up
   flap                 a bounded burst of cut/restore
+  lossy / slow / stall gray faults, carrier up (gray.py)
 
 Blackhole works with an nftables bridge-family table in the switch namespace, installed once
 at `up`: two rules drop every frame whose ingress or egress switch port is in the blackhole
@@ -43,6 +44,7 @@ class FaultsMixin:
 
     topo: Topology
     nl: Netlink
+    blackhole_rules: bool
 
     def cut(self, host: str, rail: Rail) -> int:
         return self.nl.set_link(self.topo.switch_ns, self.topo.port(host, rail), state="down")
@@ -59,6 +61,9 @@ class FaultsMixin:
         return self.nl.set_link(self.topo.host_ns(host), ifname, state="up")
 
     def blackhole(self, host: str, rail: Rail) -> int:
+        if not self.blackhole_rules:
+            raise LabError(f"lab {self.topo.prefix!r} was built without the blackhole rules "
+                           "(blackhole_rules=False)")
         return self.nl.set_link(self.topo.switch_ns, self.topo.port(host, rail),
                                 group=BLACKHOLE_GROUP)
 

@@ -16,6 +16,7 @@ from typing import Any, Self
 from linkguard_lab import netns
 from linkguard_lab.errors import LabError
 from linkguard_lab.faults import BLACKHOLE_GROUP, NFT_RULESET, FaultsMixin
+from linkguard_lab.gray import GrayMixin, gray_ruleset
 from linkguard_lab.netlink import LinkInfo, Netlink
 from linkguard_lab.topology import DEFAULT_PREFIX, MGMT_IFNAME, PREFIX_LEN, Rail, Topology
 
@@ -37,9 +38,13 @@ def unique_prefix(stem: str = "lg") -> str:
             return prefix
 
 
-class Lab(FaultsMixin):
-    def __init__(self, prefix: str = DEFAULT_PREFIX, hosts: int = 2, rails: int = 2) -> None:
+class Lab(FaultsMixin, GrayMixin):
+    def __init__(self, prefix: str = DEFAULT_PREFIX, hosts: int = 2, rails: int = 2, *,
+                 blackhole_rules: bool = True) -> None:
+        """blackhole_rules=False builds no nftables table (no `nft`, no nf_tables in the
+        kernel needed, e.g. on the GPU machine); blackhole() then refuses."""
         self.topo = Topology(prefix, hosts, rails)
+        self.blackhole_rules = blackhole_rules
         self.nl = Netlink()
         self._children: list[subprocess.Popen] = []
 
@@ -109,7 +114,8 @@ class Lab(FaultsMixin):
             for nic, addr in nics:
                 lines += [f"addr add {addr}/{PREFIX_LEN} dev {nic}", f"link set {nic} up"]
             netns.ip_batch(t.host_ns(host), lines)
-        netns.nft(t.switch_ns, NFT_RULESET)
+        if self.blackhole_rules:
+            netns.nft(t.switch_ns, NFT_RULESET + gray_ruleset(t))
 
     def down(self) -> None:
         """Remove every namespace of this prefix (and what runs in it). Idempotent."""
@@ -212,6 +218,7 @@ class Lab(FaultsMixin):
     def status(self) -> list[dict[str, Any]]:
         """One row per host NIC (rails, then mgmt) with its state and active faults."""
         rows = []
+        gray = self.gray_faults()
         for host in self.hosts:
             for rail in [*self.rails, None]:
                 if rail is None:
@@ -223,6 +230,7 @@ class Lab(FaultsMixin):
                                                 ("nicdown", not nic.admin_up),
                                                 ("blackhole", port.group == BLACKHOLE_GROUP))
                           if on]
+                faults += [g["kind"] for g in gray.get((host, rail), [])] if rail is not None else []
                 rows.append({
                     "host": host, "rail": rail, "ifname": nic.ifname,
                     "address": ",".join(nic.addresses), "admin_up": nic.admin_up,

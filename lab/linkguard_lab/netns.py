@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -65,8 +66,15 @@ def link_names(ns: str) -> list[str]:
 
 def sysctl(ns: str, settings: dict[str, str]) -> None:
     # -e: a kernel without IPv6 has no such keys; that is fine for the lab.
-    args = [f"{key}={value}" for key, value in settings.items()]
-    run(exec_argv(ns, ["sysctl", "-q", "-e", "-w", *args]))
+    if shutil.which("sysctl"):
+        args = [f"{key}={value}" for key, value in settings.items()]
+        run(exec_argv(ns, ["sysctl", "-q", "-e", "-w", *args]))
+        return
+    # No procps (a bare container image): write /proc/sys from a shell inside the namespace,
+    # skipping missing keys like -e.
+    for key, value in settings.items():
+        path = "/proc/sys/" + key.replace(".", "/")
+        run(exec_argv(ns, ["sh", "-c", '[ ! -e "$1" ] || echo "$2" > "$1"', "sh", path, value]))
 
 
 def nft(ns: str, ruleset: str) -> None:

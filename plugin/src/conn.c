@@ -2,6 +2,7 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -303,6 +304,7 @@ static void path_lost(struct lg_path *p, int err, int eof, const char *why)
     uint64_t left = outstanding(c);
     if (bye == 1 + LG_BYE_CLOSE) {
         /* The peer closed the connection on purpose: nothing to fail over to. */
+        __atomic_store_n(&c->peer_closed, 1, __ATOMIC_RELEASE);
         if (lg_conn_fail(c, ncclRemoteError, "peer closed the connection")) {
             if (left)
                 LG_WARN("%s conn %016llx: peer closed the connection with %llu request(s) in "
@@ -394,6 +396,23 @@ void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f)
     pthread_mutex_unlock(&p->ctrl_mu);
 }
 
+void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms)
+{
+    uint64_t end = lg_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        pthread_mutex_lock(&p->ctrl_mu);
+        int fd = p->ctrl.task.fd;
+        if (fd >= 0)
+            txq_send_locked(p);
+        int left = fd >= 0 && p->txq_off < p->txq_len;
+        pthread_mutex_unlock(&p->ctrl_mu);
+        if (!left || lg_now_ns() >= end)
+            return;
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        poll(&pfd, 1, 10);
+    }
+}
+
 void lg_path_ctrl_flush(struct lg_path *p)
 {
     pthread_mutex_lock(&p->ctrl_mu);
@@ -429,10 +448,16 @@ int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, co
                 lg_conn_path_failed(p, 0, "garbage on the control channel");
                 return -1;
             }
-            if (f.type == LG_CTRL_BYE)
+            if (f.type == LG_CTRL_BYE) {
+                /* A closing receiver's BYE carries its final placed count: the sends it
+                 * received complete even if its last ACK is still unread on another path. */
+                if (f.flags == LG_BYE_CLOSE && p->conn->kind == LG_CONN_SEND &&
+                    lg_conn_take_ack(p->conn, f.value) != 0)
+                    return -1;
                 __atomic_store_n(&p->peer_bye, 1 + (f.flags == LG_BYE_FENCE), __ATOMIC_RELEASE);
-            else
+            } else {
                 on_frame(p, &f);
+            }
         }
         memmove(s->crx.buf, s->crx.buf + off, s->crx.got - off);
         s->crx.got -= off;

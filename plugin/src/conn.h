@@ -84,6 +84,8 @@
  *    k * chunk_size) or claimed twice in one epoch. Chunks of a just-committed epoch are taken
  *    only once its partial receives are reset (c->rx_open): only a liar sends them earlier.
  *    tests/test_lying_peer.c drives each through the real code with a scripted peer.
+ *  - No backup path (unprotected): heartbeats still flow, and nothing read from a peer that
+ *    has sent heartbeats for LINKGUARD_DEAD_TIMEOUT_MS fails the connection (never a hang).
  *  - Both paths dead: keep rebuilding; after LINKGUARD_DEAD_TIMEOUT_MS with no working path
  *    (failed, silent or declared failed) the connection fails: test() returns ncclRemoteError
  *    and a WARN names the connection and both NICs with what became of each path. EOF or reset
@@ -276,6 +278,7 @@ struct lg_conn {
     struct lg_conn *mon_next; /* monitor registry */
     /* failure */
     int error; /* ncclResult_t once the connection cannot deliver (atomic) */
+    int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
     /* wrap mode (wrap.h): data through the inner plugin's comms */
@@ -319,6 +322,9 @@ int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
 /* Queues/sends a control frame on the path (any thread). */
 void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f);
 void lg_path_ctrl_flush(struct lg_path *p);
+/* Writes what the control channel still queues, waiting at most timeout_ms (close: the BYE
+ * must not be lost to a full socket buffer). */
+void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms);
 /* Reads control frames from a path's ctrl socket; calls `on_frame` for each. */
 int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, const struct lg_ctrl *));
 static inline int lg_path_up(const struct lg_path *p)
@@ -352,6 +358,9 @@ static inline struct lg_path *lg_conn_active_path(struct lg_conn *c)
 ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
                            struct lg_inner_mr *imr, void **request);
 void lg_send_stream_handler(struct lg_task *t, uint32_t events);
+/* The receiver placed every message below n (an ACK, or the count a closing receiver's BYE
+ * carries): completes them, or fails the connection if no honest peer could say so. 0 or -1. */
+int lg_conn_take_ack(struct lg_conn *c, uint64_t n);
 void lg_send_ctrl_handler(struct lg_task *t, uint32_t events);
 
 /* conn_recv.c */

@@ -131,7 +131,8 @@ int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
 {
     struct lg_conn *c = p->conn;
     uint64_t seq = r->seq; /* read before DONE: the slot may be reused right after */
-    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
+    /* Counted as placed before NCCL can see it done: a caller that closes right after its
+     * last receive says in its BYE that it holds everything it saw complete. */
     pthread_mutex_lock(&c->mu);
     int adv = lg_seqwin_mark(&c->win, seq);
     uint64_t placed = c->win.base;
@@ -142,6 +143,7 @@ int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
         lg_conn_path_failed(p, 0, "message completed twice");
         return -1;
     }
+    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
     if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
                     placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >= LG_ACK_NOW_MSGS))
         lg_recv_flush_ack(p);
@@ -401,9 +403,12 @@ static int req_complete(struct lg_req *r)
 {
     if (r->conn->kind == LG_CONN_SEND) {
         /* Placed at the receiver (acked), and no writer reads its buffer any more (so NCCL
-         * may reuse it as soon as we say done). */
+         * may reuse it as soon as we say done). In wrap mode the writer's hold is the inner
+         * send, which nobody tests once the peer has closed: a message the peer placed was
+         * read whole by then (placement comes after the last byte is read). */
         return __atomic_load_n(&r->conn->acked, __ATOMIC_ACQUIRE) > r->seq &&
-               __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0;
+               (__atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0 ||
+                (r->conn->wrap && __atomic_load_n(&r->conn->peer_closed, __ATOMIC_ACQUIRE)));
     }
     return (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_DONE) != 0;
 }

@@ -220,6 +220,13 @@ static void on_send_ctrl(struct lg_path *p, const struct lg_ctrl *f)
         lg_conn_path_failed(p, 0, "unexpected control frame");
         return;
     }
+    if (lg_conn_take_ack(c, f->value) == 0 &&
+        __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_BOUNDARY)
+        lg_monitor_wake(c); /* a graceful switch waits for the last in-flight ack */
+}
+
+int lg_conn_take_ack(struct lg_conn *c, uint64_t n)
+{
     /* Acks are cumulative and may be read by a worker or by test() (and, with failover, on
      * either path): keep the maximum. Only messages wholly handed to the transport can have
      * been placed: an ack beyond the cursor would complete a send whose buffer is still to
@@ -227,17 +234,16 @@ static void on_send_ctrl(struct lg_path *p, const struct lg_ctrl *f)
      * between the other's check and store. */
     pthread_mutex_lock(&c->mu);
     uint64_t sent = c->cursor_seq;
-    int ok = lg_ack_plausible(f->value, sent);
-    if (ok && f->value > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
-        __atomic_store_n(&c->acked, f->value, __ATOMIC_RELEASE);
+    int ok = lg_ack_plausible(n, sent);
+    if (ok && n > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->acked, n, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&c->mu);
     if (!ok) {
         lg_conn_peer_lied(c, "ACK of %llu messages, but only %llu were sent",
-                          (unsigned long long)f->value, (unsigned long long)sent);
-        return;
+                          (unsigned long long)n, (unsigned long long)sent);
+        return -1;
     }
-    if (__atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_BOUNDARY)
-        lg_monitor_wake(c); /* a graceful switch waits for the last in-flight ack */
+    return 0;
 }
 
 void lg_send_ctrl_handler(struct lg_task *t, uint32_t events)

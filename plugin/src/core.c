@@ -373,17 +373,27 @@ ncclResult_t lg_core_test(void *request, int *done, int *sizes)
     return ncclInternalError;
 }
 
+/* How long a close waits for its goodbye to leave a full control socket (a live peer reads
+ * its control channel continuously; a dead one is not worth a longer wait). */
+#define LG_BYE_DRAIN_MS 200
+
 static ncclResult_t close_conn(void *comm, enum lg_conn_kind kind, const char *call)
 {
     struct lg_conn *c = as_conn(comm, kind, call);
     if (!c)
         return ncclInternalError;
     lg_monitor_remove(c); /* from here on, no path changes under us */
-    /* Say goodbye first, so the peer logs a close, not a failure. */
-    struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_CLOSE};
+    /* Say goodbye first, so the peer logs a close, not a failure. A receiver's BYE carries
+     * what it placed: the sender completes those sends, whatever ACK it has not read yet (a
+     * receiver may close right after its last receive, as NCCL's own transports allow). The
+     * goodbye is written out before the sockets close, not left in a full queue. */
+    uint64_t placed = c->kind == LG_CONN_RECV ? __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) : 0;
+    struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_CLOSE, .value = placed};
     for (int p = 0; p < LG_NPATHS; p++)
-        if (c->paths[p] && __atomic_load_n(&c->paths[p]->state, __ATOMIC_ACQUIRE) == LG_PATH_UP)
+        if (c->paths[p] && __atomic_load_n(&c->paths[p]->state, __ATOMIC_ACQUIRE) == LG_PATH_UP) {
             lg_path_ctrl_send(c->paths[p], &bye);
+            lg_path_ctrl_drain(c->paths[p], LG_BYE_DRAIN_MS);
+        }
     lg_conn_free(c);
     lg_core_ref(-1);
     return ncclSuccess;

@@ -132,12 +132,32 @@ int lg_devices_from_pairs(const char *spec, const struct lg_ifinfo *ifs, int nif
     return t->count;
 }
 
-int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup,
+int lg_ifname_match(const char *spec, const char *name)
+{
+    if (!spec || !*spec)
+        return 1;
+    int exclude = *spec == '^';
+    spec += exclude;
+    int exact = *spec == '=';
+    spec += exact;
+    int hit = 0;
+    for (const char *p = spec; *p && !hit;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len && (exact ? strlen(name) == len && !strncmp(name, p, len)
+                          : !strncmp(name, p, len)))
+            hit = 1;
+        p = end ? end + 1 : p + len;
+    }
+    return exclude ? !hit : hit;
+}
+
+int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup, const char *ifname,
                            struct lg_device_table *t, char *err, size_t errlen)
 {
     int idx[LG_MAX_DEVS], n = 0;
     for (int i = 0; i < nifs && n < LG_MAX_DEVS; i++)
-        if (ifs[i].up && !ifs[i].loopback && ifs[i].ip)
+        if (ifs[i].up && !ifs[i].loopback && ifs[i].ip && lg_ifname_match(ifname, ifs[i].name))
             idx[n++] = i;
     t->count = 0;
     for (int k = 0; k < n; k++) {
@@ -196,24 +216,25 @@ static int source_env(const struct lg_dev_source_ctx *x, struct lg_device_table 
 static int source_ifaces(const struct lg_dev_source_ctx *x, struct lg_device_table *t,
                          char *err, size_t errlen)
 {
-    return lg_devices_from_ifaces(x->ifs, x->nifs, x->backup, t, err, errlen);
+    return lg_devices_from_ifaces(x->ifs, x->nifs, x->backup, lg_params.ifname, t, err, errlen);
 }
 
 int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifinfo *ifs,
-                        int nifs, int backup, struct lg_device_table *t)
+                        int nifs, int backup, const char *ifname, struct lg_device_table *t)
 {
     t->count = 0;
     for (uint32_t i = 0; i < snap->nic_count && t->count < LG_MAX_DEVS; i++) {
         const struct lg_shm_nic *e = &snap->nics[i];
         struct lg_nic nic;
-        if (shm_nic(e, ifs, nifs, &nic) != 0)
+        if (shm_nic(e, ifs, nifs, &nic) != 0 || !lg_ifname_match(ifname, nic.name))
             continue; /* no IPv4 address (yet): not a device for a TCP transport */
         struct lg_device *d = &t->dev[t->count];
         memset(d, 0, sizeof(*d));
         d->nic[0] = nic;
         int b = e->backup_index;
         if (backup && b >= 0 && (uint32_t)b < snap->nic_count && (uint32_t)b != i &&
-            shm_nic(&snap->nics[b], ifs, nifs, &d->nic[1]) == 0)
+            shm_nic(&snap->nics[b], ifs, nifs, &d->nic[1]) == 0 &&
+            lg_ifname_match(ifname, d->nic[1].name))
             d->has_backup = 1;
         t->count++;
     }
@@ -227,7 +248,7 @@ static int source_shm(const struct lg_dev_source_ctx *x, struct lg_device_table 
     static struct lg_shm_snapshot snap; /* init runs under NCCL's global mutex */
     if (x->single || lg_health_snapshot(&snap) != LG_SHM_OK)
         return 0; /* no live daemon: the next source */
-    return lg_devices_from_shm(&snap, x->ifs, x->nifs, x->backup, t);
+    return lg_devices_from_shm(&snap, x->ifs, x->nifs, x->backup, lg_params.ifname, t);
 }
 
 /* Device sources, tried in order; the first that yields devices wins. Contract: return the
@@ -273,7 +294,8 @@ int lg_devices_discover(struct lg_device_table *t, int single)
             return n;
         }
     }
-    LG_WARN("no usable network interface (up, not loopback, with an IPv4 address)");
+    LG_WARN("no usable network interface (up, not loopback, with an IPv4 address, passing "
+            "LINKGUARD_IFNAME=\"%s\")", lg_params.ifname);
     return -1;
 }
 

@@ -46,15 +46,21 @@ int lg_ifaces_scan(struct lg_ifinfo *out, int max);
  * in err. `backup` = 0 drops every backup. */
 int lg_devices_from_pairs(const char *spec, const struct lg_ifinfo *ifs, int nifs, int backup,
                           struct lg_device_table *t, char *err, size_t errlen);
-/* Every up, non-loopback IPv4 interface, paired with the next one (pure). */
-int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup,
+/* Whether interface `name` passes an NCCL_SOCKET_IFNAME-style list (LINKGUARD_IFNAME):
+ * comma-separated prefixes; '^' first: the list excludes; then '=' first: exact names. An
+ * empty or NULL list passes everything. */
+int lg_ifname_match(const char *spec, const char *name);
+/* Every up, non-loopback IPv4 interface that passes `ifname` (lg_ifname_match), paired with
+ * the next one (pure). */
+int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup, const char *ifname,
                            struct lg_device_table *t, char *err, size_t errlen);
 
 /* Devices from the daemon's table (pure): one per NIC entry with an IPv4 address (the entry's,
- * else the interface's), in table order, paired with the entry's backup_index. */
+ * else the interface's) that passes `ifname`, in table order, paired with the entry's
+ * backup_index when that one passes too. */
 struct lg_shm_snapshot;
 int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifinfo *ifs,
-                        int nifs, int backup, struct lg_device_table *t);
+                        int nifs, int backup, const char *ifname, struct lg_device_table *t);
 
 /* Builds the process's table from the first source that yields devices:
  *   the daemon's shared-memory table when a live daemon is there (lg_devices_from_shm),

@@ -769,6 +769,49 @@ static uint64_t add_backup(struct lg_conn *c, uint64_t now)
                ? sl->next_try_ns : next;
 }
 
+/* ---- a connection without protection ---------------------------------------------------- */
+
+/* No backup path (its NIC was down at connect, LINKGUARD_BACKUP=0, the standalone lgtcp):
+ * nothing to fail over to, but a peer that went silent must end in a clear error, never a
+ * hang. Both sides send heartbeats, so an idle connection is heard; nothing read for
+ * LINKGUARD_DEAD_TIMEOUT_MS fails it. Silence is counted run by run, each at most what the
+ * protected check allows (time this process was starved is not held against the peer), and
+ * only once the peer has sent a heartbeat (one that never does predates them: no verdict). */
+static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    uint64_t hb = MS(lg_params.heartbeat_ms);
+    struct lg_path *p = c->paths[c->active];
+    uint64_t gap = fo->last_run_ns ? now - fo->last_run_ns : 0;
+    fo->last_run_ns = now;
+    if (c->kind == LG_CONN_SEND)
+        pump(p); /* test() reads it only while NCCL polls */
+    heartbeats(c, now);
+    pthread_mutex_lock(&c->mb_mu);
+    int heard_hb = c->mb.hb_valid;
+    pthread_mutex_unlock(&c->mb_mu);
+    if (!heard_hb || !lg_path_up(p) || !silent(p, now)) {
+        fo->stall_since = 0;
+        return now + hb;
+    }
+    if (!fo->stall_since) {
+        fo->stall_since = now;
+        fo->stalled_ns = MS(lg_params.silent_timeout_ms);
+        return now + hb;
+    }
+    fo->stalled_ns += LG_MIN(gap, 4 * hb + MS(lg_params.silent_timeout_ms) / 2);
+    if (fo->stalled_ns < MS(lg_params.dead_timeout_ms))
+        return now + hb;
+    double quiet = ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now);
+    if (lg_conn_fail(c, ncclRemoteError, "nothing heard from the peer for %.0f ms", quiet))
+        LG_WARN("%s conn %016llx on dev %d: nothing heard from the peer for %.0f ms on the %s "
+                "path on NIC %s to %s, and the connection has no backup path "
+                "(LINKGUARD_DEAD_TIMEOUT_MS=%lld); failing the connection",
+                kind_str(c), (unsigned long long)c->nonce, c->dev, quiet, slot_name(p->index),
+                p->nic, p->peer, (long long)lg_params.dead_timeout_ms);
+    return now + 20 * hb;
+}
+
 /* ---- one run ------------------------------------------------------------------------------- */
 
 uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
@@ -779,7 +822,11 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
     if (__atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
         return now + 20 * hb;
     if (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE)) {
-        uint64_t next = c->upgradable ? add_backup(c, now) : now + 20 * hb;
+        uint64_t next = unprotected_step(c, now);
+        if (c->upgradable) {
+            uint64_t up = add_backup(c, now);
+            next = up < next ? up : next;
+        }
         return handshaking ? now + MS(1) : next;
     }
     if (c->kind == LG_CONN_SEND)

@@ -16,6 +16,11 @@ void lg_sock_set_role(int fd, enum lg_sock_role role)
     int one = 1;
     /* Frames are written whole by one writev, so Nagle only adds latency. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* Bytes unacknowledged for the dead timeout fail the socket (ETIMEDOUT) instead of TCP's
+     * ~15 min of retransmissions (tcp(7)): a stream that stalls alone ends in a failover or a
+     * clear error, however well its path's other sockets still talk. */
+    unsigned int ms = (unsigned int)lg_params.dead_timeout_ms;
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
     if (role == LG_SOCK_DATA) {
         int v;
         if (lg_params.sndbuf > 0 && (v = (int)lg_params.sndbuf) > 0)

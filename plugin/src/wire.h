@@ -39,7 +39,8 @@ int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h);
 #define LG_CTRL_SIZE 16
 enum lg_ctrl_type {
     LG_CTRL_ACK = 1,    /* recv->send: value = messages placed in posted buffers (cumulative) */
-    LG_CTRL_BYE = 2,    /* EOF follows on purpose; flags: LG_BYE_CLOSE or LG_BYE_FENCE */
+    LG_CTRL_BYE = 2,    /* EOF follows on purpose; flags: LG_BYE_CLOSE or LG_BYE_FENCE; a
+                         * closing receiver's BYE(CLOSE) carries value = messages placed */
     LG_CTRL_HB = 3,     /* heartbeat: flags = LG_HB_* (the sender of the frame's view), epoch =
                          * its committed epoch, value = gen of its path 0 | gen of path 1 << 32 */
     LG_CTRL_SWITCH = 4, /* send->recv: move data to path `value` at epoch `epoch` */

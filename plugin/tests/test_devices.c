@@ -61,17 +61,42 @@ static void test_pairs(void)
     CHECK_EQ(pairs("averyveryverylongname:rail0", 1), -1);
 }
 
+/* NCCL_SOCKET_IFNAME's syntax (NCCL's environment variable docs): prefixes, '=' exact, '^'
+ * exclude. */
+static void test_ifname(void)
+{
+    static const struct {
+        const char *spec, *name;
+        int want;
+    } t[] = {
+        {NULL, "eth0", 1},           {"", "eth0", 1},           {"eth", "eth0", 1},
+        {"eth", "ens1", 0},          {"ib,eth", "eth3", 1},     {"=eth0", "eth0", 1},
+        {"=eth0", "eth01", 0},       {"=eth0,eth1", "eth1", 1}, {"^docker,lo", "docker0", 0},
+        {"^docker,lo", "lo", 0},     {"^docker,lo", "rail0", 1}, {"^=lo", "lo", 0},
+        {"^=lo", "lo0", 1},          {"^docker,lo,virbr", "virbr0", 0},
+        {",,", "eth0", 0},           {"^", "eth0", 1},
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        CHECK_EQ(lg_ifname_match(t[i].spec, t[i].name), t[i].want);
+}
+
 static void test_auto(void)
 {
     /* Up, not loopback, with IPv4: rail0, rail1, rail3; each backed by the next. */
-    CHECK_EQ(lg_devices_from_ifaces(ifs, nifs, 1, &t, err, sizeof(err)), 3);
+    CHECK_EQ(lg_devices_from_ifaces(ifs, nifs, 1, NULL, &t, err, sizeof(err)), 3);
     CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && !strcmp(t.dev[0].nic[1].name, "rail1"));
     CHECK(!strcmp(t.dev[1].nic[0].name, "rail1") && !strcmp(t.dev[1].nic[1].name, "rail3"));
     CHECK(!strcmp(t.dev[2].nic[0].name, "rail3") && !strcmp(t.dev[2].nic[1].name, "rail0"));
-    CHECK_EQ(lg_devices_from_ifaces(ifs, 3, 1, &t, err, sizeof(err)), 1); /* lo, mgmt, rail0 */
+    CHECK_EQ(lg_devices_from_ifaces(ifs, 3, 1, NULL, &t, err, sizeof(err)), 1); /* lo, mgmt, rail0 */
     CHECK(!t.dev[0].has_backup); /* alone: nobody to pair with */
-    CHECK_EQ(lg_devices_from_ifaces(ifs, nifs, 0, &t, err, sizeof(err)), 3);
+    CHECK_EQ(lg_devices_from_ifaces(ifs, nifs, 0, NULL, &t, err, sizeof(err)), 3);
     CHECK(!t.dev[0].has_backup);
+    /* docker0 and virbr0 are up with addresses, and still no device by default. */
+    struct lg_ifinfo more[] = {{"docker0", 0x010011ac, 1, 0}, {"rail0", 0x01001283, 1, 0},
+                               {"virbr0", 0x01007ac0, 1, 0}, {"rail1", 0x01011283, 1, 0}};
+    CHECK_EQ(lg_devices_from_ifaces(more, 4, 1, "^docker,lo,virbr", &t, err, sizeof(err)), 2);
+    CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && !strcmp(t.dev[0].nic[1].name, "rail1"));
+    CHECK_EQ(lg_devices_from_ifaces(more, 4, 1, "=rail1", &t, err, sizeof(err)), 1);
 }
 
 static void put(const char *path, const char *text)
@@ -140,7 +165,7 @@ static void test_from_shm(void)
     snap.nics[0].n_ipv4 = 1;
     snap.nics[0].ipv4[0] = 0x09001283; /* the daemon's address wins over the interface's */
     snap.nic_count = 5;
-    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, &t), 3);
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, NULL, &t), 3);
     CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && t.dev[0].nic[0].ip == 0x09001283);
     CHECK(t.dev[0].has_backup && !strcmp(t.dev[0].nic[1].name, "rail1"));
     CHECK(t.dev[0].nic[1].ip == ifs[3].ip);
@@ -149,15 +174,21 @@ static void test_from_shm(void)
     /* mgmt has no address: not a device; rail3's backup index is out of the table;
      * rail9 is unknown to the system and the table gives it no address. */
     CHECK(!strcmp(t.dev[2].nic[0].name, "rail3") && !t.dev[2].has_backup);
-    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 0, &t), 3); /* LINKGUARD_BACKUP=0 */
+    /* LINKGUARD_IFNAME applies to the daemon's table too: rail1 left out, so rail0 keeps
+     * no backup. */
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, "^rail1", &t), 2);
+    CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && !t.dev[0].has_backup);
+    CHECK(!strcmp(t.dev[1].nic[0].name, "rail3"));
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 0, NULL, &t), 3); /* LINKGUARD_BACKUP=0 */
     CHECK(!t.dev[0].has_backup);
     snap.nic_count = 0;
-    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, &t), 0); /* empty: the next source */
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, NULL, &t), 0); /* empty: the next source */
 }
 
 int main(void)
 {
     test_pairs();
+    test_ifname();
     test_from_shm();
     test_auto();
     test_sysfs();

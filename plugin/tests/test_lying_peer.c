@@ -1,4 +1,5 @@
-/* A peer that lies (issue #16): each case is one of the findings, driven through the real
+/* A peer that lies (issue #16), and one that closes right after its last receive (issue #13).
+ * Each lie is one of the findings, driven through the real
  * connection code by a scripted peer (lg_test_peer.h). A lie fails the connection with
  * ncclRemoteError and a WARN; it never completes a request early (NCCL would reuse the buffer
  * while we still read or write it) and never leaves the connection stuck. Buffers are given
@@ -11,6 +12,7 @@
 #include "lg_test_pair.h"
 #include "lg_test_peer.h"
 #include "linkguard_shm.h"
+#include "params.h"
 
 #define CHUNK 4096
 
@@ -125,21 +127,31 @@ static uint32_t provoke_switch(struct lg_peer *pe)
     return sw.epoch;
 }
 
+/* A protected send connection with `acked` messages sent, acked and freed, one more posted
+ * (*buf, *req), a switch to the backup provoked, and the peer's RESYNC to message `n` at the
+ * proposed epoch, which it returns. */
+static uint32_t switch_and_resync(struct lg_peer *pe, int acked, uint64_t n, char **buf, void **req)
+{
+    CHECK_EQ(peer_open(pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
+    send_acked(pe, acked);
+    *buf = malloc(64);
+    CHECK_EQ(lg_core_isend(pe->c, *buf, 64, 0, NULL, req), ncclSuccess);
+    uint32_t e = provoke_switch(pe);
+    CHECK(e > 0);
+    CHECK_EQ(peer_frame(pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1, .epoch = e,
+                                                .value = n}),
+             0);
+    return e;
+}
+
 /* 3. A RESYNC below what the receiver already acknowledged: the rewind replayed finished
  * messages from buffers NCCL had reused. */
 static void test_resync_below_acked(void)
 {
     struct lg_peer pe;
-    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
-    send_acked(&pe, 4);
-    char *b = malloc(64);
+    char *b = NULL;
     void *r = NULL;
-    CHECK_EQ(lg_core_isend(pe.c, b, 64, 0, NULL, &r), ncclSuccess);
-    uint32_t e = provoke_switch(&pe);
-    CHECK(e > 0);
-    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1, .epoch = e,
-                                                 .value = 2}),
-             0);
+    switch_and_resync(&pe, 4, 2, &b, &r);
     ncclResult_t rc;
     CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
     CHECK_EQ(rc, ncclRemoteError);
@@ -199,16 +211,9 @@ static void test_forged_switch(void)
 static void test_honest_switch(void)
 {
     struct lg_peer pe;
-    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
-    send_acked(&pe, 2);
-    char *b = malloc(64);
+    char *b = NULL;
     void *r = NULL;
-    CHECK_EQ(lg_core_isend(pe.c, b, 64, 0, NULL, &r), ncclSuccess);
-    uint32_t e = provoke_switch(&pe);
-    CHECK(e > 0);
-    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1, .epoch = e,
-                                                 .value = 2}),
-             0);
+    uint32_t e = switch_and_resync(&pe, 2, 2, &b, &r);
     uint8_t hb[LG_CHUNK_HDR_SIZE];
     struct lg_chunk_hdr h = {0};
     int ok = 0;
@@ -229,6 +234,62 @@ static void test_honest_switch(void)
     free(b);
 }
 
+/* Issue #13: a receiver that closes right after its last receive. Its BYE (here on the backup,
+ * while no ACK ever comes on the primary) carries what it placed: those sends complete; one it
+ * never received fails, naming the close. */
+static void test_goodbye_carries_the_final_count(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
+    char *b0 = malloc(64), *b1 = malloc(64);
+    void *r0 = NULL, *r1 = NULL;
+    CHECK_EQ(lg_core_isend(pe.c, b0, 64, 0, NULL, &r0), ncclSuccess);
+    CHECK_EQ(lg_core_isend(pe.c, b1, 64, 0, NULL, &r1), ncclSuccess);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r0, 100, &rc), 0); /* written (and drained), not acked */
+    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_BYE, .flags = LG_BYE_CLOSE,
+                                                 .value = 1}),
+             0);
+    shutdown(pe.ctrl[1], SHUT_WR);
+    CHECK_EQ(peer_poll(&pe, r0, 2000, &rc), 1);
+    CHECK_EQ(peer_poll(&pe, r1, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    peer_close(&pe);
+    free(b0);
+    free(b1);
+}
+
+/* Issue #12: a connection without a backup path whose peer goes silent ends in an error, not a
+ * hang; it sends heartbeats itself, and a peer that never sent one (an older build) is never
+ * judged. */
+static void test_unprotected_silent_peer(void)
+{
+    int64_t saved_dead = lg_params.dead_timeout_ms, saved_silent = lg_params.silent_timeout_ms;
+    lg_params.dead_timeout_ms = 600;
+    lg_params.silent_timeout_ms = 200;
+    for (int with_hb = 1; with_hb >= 0; with_hb--) {
+        struct lg_peer pe;
+        CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 1, 1, CHUNK), 0);
+        char *buf = malloc(64);
+        void *data[1] = {buf}, *r = NULL;
+        size_t size[1] = {64};
+        CHECK_EQ(lg_core_irecv(pe.c, 1, data, size, NULL, NULL, &r), ncclSuccess);
+        struct lg_ctrl hb;
+        CHECK_EQ(peer_expect(&pe, 0, LG_CTRL_HB, &hb, 2000), 0); /* ours */
+        if (with_hb)
+            CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_HB}), 0);
+        ncclResult_t rc;
+        int got = peer_poll(&pe, r, with_hb ? 5000 : 1500, &rc);
+        CHECK_EQ(got, with_hb ? -1 : 0);
+        if (with_hb)
+            CHECK_EQ(rc, ncclRemoteError);
+        peer_close(&pe);
+        free(buf);
+    }
+    lg_params.dead_timeout_ms = saved_dead;
+    lg_params.silent_timeout_ms = saved_silent;
+}
+
 int main(void)
 {
     setenv(LG_SHM_PATH_ENV, "/nonexistent/linkguard-test", 1); /* no daemon */
@@ -244,6 +305,8 @@ int main(void)
     test_forged_heartbeat();
     test_forged_switch();
     test_honest_switch();
+    test_goodbye_carries_the_final_count();
+    test_unprotected_silent_peer();
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }

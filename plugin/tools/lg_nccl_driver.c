@@ -36,6 +36,8 @@ struct drv_opts {
     const char *plugin, *mgmt;
     int version, server, dev, conns, depth, bidir, corrupt, close_inflight, optional, props;
     int no_verify; /* benchmark mode: no per-message fill/check (reported) */
+    int eager_close; /* no barrier: close as soon as this side's own requests are done */
+    int rounds;      /* connect, move, close this many times in one process (plugin kept) */
     int pingpong;  /* round trips through the plugin */
     const char *tcp_pingpong; /* ADDR:PORT: round trips over plain TCP, no plugin */
     size_t size, recv_extra;
@@ -91,6 +93,7 @@ static struct {
     uint64_t duplicated, reordered, unwritten; /* kinds of corrupt messages */
     double t_start, t_last, max_gap;
     const char *failure; /* a driver-level failure (setup, timeout), not a plugin error */
+    int rounds_ok; /* rounds whose comms connected and moved their share without an error */
 } D;
 
 static void record_error(const char *call, ncclResult_t rc, int conn)
@@ -108,6 +111,11 @@ static void usage(void)
             "  [--version 8..12] [--dev N] [--conns N] [--size BYTES] [--depth N<=32]\n"
             "  [--count N | --bytes TOTAL] [--bidir] [--recv-extra BYTES] [--optional]\n"
             "  [--timeout SEC] [--corrupt] [--close-inflight] [--props] [--verbose]\n"
+            "  [--rounds N]     connect, move --count (--close-inflight: half of it), close, N\n"
+            "                   times over in one process; reports rounds_ok\n"
+            "  [--eager-close]  no barrier: close send, receive and listen comms as soon as\n"
+            "                   this side's requests are done (a receiver that closes right\n"
+            "                   after its last receive; the peer may still be completing)\n"
             "  [--no-verify]   (benchmarks only: skip the per-message fill and check)\n"
             "  [--pingpong | --tcp-pingpong ADDR:PORT]  round trips (plugin / plain TCP)\n"
             "  [--list-params]  the plugin's environment variables (Markdown)\n"
@@ -168,7 +176,7 @@ static void parse_args(int argc, char **argv)
         {"no-verify", 0, 0, 'N'}, {"list-params", 0, 0, 'L'}, {"pingpong", 0, 0, 'R'}, {"tcp-pingpong", 1, 0, 'T'},
         {"duration-s", 1, 0, 'S'}, {"pace-us", 1, 0, 'A'}, {"progress-ms", 1, 0, 'G'},
         {"top-gaps", 1, 0, 'K'}, {"gap-list-ms", 1, 0, 'M'}, {"timestamps", 0, 0, 'Z'},
-        {"corrupt-kind", 1, 0, 'Y'}, {"idle-us", 1, 0, 'U'}, {"gap-file", 1, 0, 'F'},
+        {"corrupt-kind", 1, 0, 'Y'}, {"eager-close", 0, 0, 'E'}, {"rounds", 1, 0, 'W'}, {"idle-us", 1, 0, 'U'}, {"gap-file", 1, 0, 'F'},
         {0, 0, 0, 0}};
     struct drv_opts *o = &D.o;
     *o = (struct drv_opts){.plugin = "libnccl-net-linkguard.so", .conns = 1, .depth = 8,
@@ -198,6 +206,8 @@ static void parse_args(int argc, char **argv)
                 usage();
             break;
         case 'I': o->close_inflight = 1; break;
+        case 'E': o->eager_close = 1; break;
+        case 'W': o->rounds = atoi(optarg); break;
         case 'O': o->optional = 1; break;
         case 'P': o->props = 1; break;
         case 'v': drv_log_level = NCCL_LOG_INFO; break;
@@ -226,10 +236,14 @@ static void parse_args(int argc, char **argv)
     if (o->duration < 0 || o->pace_us < 0 || o->progress_ms < 0 || o->top_gaps < 0 ||
         o->idle_us < 0 || o->idle_us > 100000 ||
         o->top_gaps > 64 || (o->duration > 0 && (o->pingpong || o->tcp_pingpong ||
-                                                 o->close_inflight)))
+                                                 o->close_inflight)) ||
+        o->rounds < 0 || o->rounds > 1000 ||
+        (o->rounds > 1 && (o->duration > 0 || o->pingpong || o->eager_close)))
         usage();
     if (o->duration > 0 && !o->count && !o->bytes)
         o->count = 100000000; /* the hard cap of a timed run */
+    if (!o->rounds)
+        o->rounds = 1;
     if (!o->count)
         o->count = o->bytes ? (o->bytes / o->conns + (o->size ? o->size : 1) - 1) /
                                   (o->size ? o->size : 1)
@@ -444,6 +458,39 @@ static void run(double deadline)
     }
 }
 
+/* After run(): the round connected and moved its share (all of it; half with
+ * --close-inflight) with no error recorded since `errors_before`. */
+static int round_ok(int set, int errors_before)
+{
+    uint64_t target = (uint64_t)D.ncomms * D.o.count;
+    uint64_t want = D.o.close_inflight ? target / 2 : target;
+    return set == 0 && D.nerrors == errors_before && D.completions >= want && !D.failure;
+}
+
+static void teardown(void);
+static int barrier(int mfd, double seconds);
+
+/* --rounds: every round but the last (main runs that one): new comms, traffic, a barrier,
+ * closes (with requests in flight under --close-inflight), as a job that aborts and
+ * reconnects its communicators does. */
+static void extra_rounds(int mfd, double deadline)
+{
+    for (int r = 1; r < D.o.rounds && !D.failure; r++) {
+        int before = D.nerrors;
+        D.completions = 0;
+        int set = setup(mfd, deadline);
+        for (int i = 0; i < D.ncomms; i++)
+            D.comms[i].limit = D.o.count;
+        if (set == 0)
+            run(deadline);
+        D.rounds_ok += round_ok(set, before);
+        barrier(mfd, D.o.timeout);
+        teardown();
+        memset(D.comms, 0, sizeof(D.comms));
+    }
+    D.completions = 0;
+}
+
 static void teardown(void)
 {
     for (int i = 0; i < D.ncomms; i++) {
@@ -458,6 +505,17 @@ static void teardown(void)
             record_error(m->send ? "closeSend" : "closeRecv", rc, m->conn);
         free(m->buf);
     }
+}
+
+static int barrier(int mfd, double seconds)
+{
+    char tok = 'D', ptok = 0;
+    double bdl = drv_now() + seconds;
+    if (drv_io(mfd, &tok, 1, 1, bdl) == 0 && drv_io(mfd, &ptok, 1, 0, bdl) == 0)
+        return 0;
+    if (!D.failure && !D.nerrors)
+        D.failure = "peer vanished (management connection)";
+    return -1;
 }
 
 static int report(int closes_ok)
@@ -477,15 +535,16 @@ static int report(int closes_ok)
            "\"bidir\": %s, \"bytes_sent\": %llu, \"bytes_received\": %llu, \"seconds\": %.6f, "
            "\"gbps\": %.3f, \"completions\": %llu, \"max_gap_ms\": %.3f, "
            "\"corrupt_messages\": %llu, \"size_mismatches\": %llu, \"missing_messages\": %llu, "
-           "\"close_inflight\": %s, \"verified\": %s, \"failure\": %s%s%s, \"errors\": [",
+           "\"close_inflight\": %s, \"rounds\": %d, \"rounds_ok\": %d, \"verified\": %s, "
+           "\"failure\": %s%s%s, \"errors\": [",
            o->server ? "server" : "client", D.net.name ? D.net.name : "", D.net.version,
            p.name ? p.name : "", p.speed, o->conns, o->size, o->depth,
            (unsigned long long)o->count, o->bidir ? "true" : "false",
            (unsigned long long)D.bytes_sent, (unsigned long long)D.bytes_recv, secs,
            secs > 0 ? (double)moved * 8 / secs / 1e9 : 0.0, (unsigned long long)D.completions,
            D.max_gap * 1e3, (unsigned long long)D.corrupt, (unsigned long long)D.mismatched,
-           (unsigned long long)missing, o->close_inflight ? "true" : "false",
-           o->no_verify ? "false" : "true",
+           (unsigned long long)missing, o->close_inflight ? "true" : "false", o->rounds,
+           D.rounds_ok, o->no_verify ? "false" : "true",
            D.failure ? "\"" : "", D.failure ? D.failure : "null", D.failure ? "\"" : "");
     for (int i = 0; i < D.nerrors && i < DRV_MAX_ERRORS; i++)
         printf("%s{\"call\": \"%s\", \"code\": %d, \"conn\": %d}", i ? ", " : "",
@@ -557,18 +616,29 @@ int main(int argc, char **argv)
     if (D.o.duration > 0) /* SIGUSR1 ends a timed run early, cleanly (driver_stream.h) */
         sigaction(SIGUSR1, &(struct sigaction){.sa_handler = drv_on_sigusr1,
                                                 .sa_flags = SA_RESTART}, NULL);
+    extra_rounds(mfd, deadline);
+    int errors_before = D.nerrors;
     int set = setup(mfd, deadline);
     for (int i = 0; i < D.ncomms; i++)
         D.comms[i].limit = D.o.count;
     if (set == 0)
         D.o.pingpong ? run_pingpong(deadline)
         : D.o.duration > 0 ? stream_run(mfd, deadline) : run(deadline);
-    /* Barrier: neither side closes while the other may still be completing. */
-    char tok = 'D', ptok = 0;
-    double bdl = drv_now() + (D.failure || D.nerrors ? 5 : D.o.timeout);
-    if (drv_io(mfd, &tok, 1, 1, bdl) != 0 || drv_io(mfd, &ptok, 1, 0, bdl) != 0) {
-        if (!D.failure && !D.nerrors)
-            D.failure = "peer vanished (management connection)";
+    D.rounds_ok += round_ok(set, errors_before);
+    /* Barrier: neither side closes while the other may still be completing (unless asked to
+     * behave like a caller that does; the barrier then comes after the closes). */
+    if (D.o.eager_close) {
+        int before = D.nerrors;
+        teardown();
+        closes_ok = D.nerrors == before;
+    }
+    barrier(mfd, D.failure || D.nerrors ? 5 : D.o.timeout);
+    if (D.o.eager_close) {
+        close(mfd);
+        if ((rc = drv_finalize(&D.net)) != ncclSuccess)
+            record_error("finalize", rc, -1), closes_ok = 0;
+        free(D.pat.base);
+        return report(closes_ok);
     }
     int before = D.nerrors;
     if (D.o.duration > 0)

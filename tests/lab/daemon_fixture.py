@@ -2,8 +2,9 @@
 
 `daemons` (a fixture; register it from a conftest.py with an import) starts one daemon per lab
 host through the installed entry point, each with its own shared-memory file
-/dev/shm/<lab prefix>-<host>, its own gRPC socket (/tmp/lgd-*/api.sock) and config file in
-private temporary directories, and /metrics off. A daemon is ready once its file is there, its
+/dev/shm/<lab prefix>-<host>, its own gRPC sockets (/tmp/lgd-*/api.sock, api-ro.sock), state
+directory and config file in private temporary directories, and /metrics off. A daemon started
+again (stop or kill, then start) keeps its state directory, as under systemd. A daemon is ready once its file is there, its
 heartbeat is fresh, the file names this PID, every NIC has a state and the API socket exists. `Daemon.stop()` sends SIGTERM by PID and
 asserts a clean exit: status 0 and the shm file removed. The fixture's teardown stops what a
 test left running (SIGKILL after a grace period) and removes leftover files, before the lab goes.
@@ -107,6 +108,8 @@ class Daemon:
     shm_path: Path
     config_path: Path
     grpc_socket: Path
+    grpc_ro_socket: Path
+    state_dir: Path
     proc: subprocess.Popen[bytes] | None = None
     _reader: ShmReader | None = field(default=None, repr=False)
 
@@ -174,7 +177,8 @@ class Daemon:
                                  f"{timeout_s:g} s:\n{self.stderr()}") from None
         assert rc == 0, f"linkguardd in host {self.host} exited with {rc}:\n{self.stderr()}"
         assert not self.shm_path.exists(), f"{self.shm_path} left behind after SIGTERM"
-        assert not self.grpc_socket.exists(), f"{self.grpc_socket} left behind after SIGTERM"
+        for sock in (self.grpc_socket, self.grpc_ro_socket):
+            assert not sock.exists(), f"{sock} left behind after SIGTERM"
         return rc
 
     def kill(self) -> None:
@@ -307,9 +311,13 @@ class Daemons:
         # Not under tmp_path: a unix socket path is limited to 107 bytes (sun_path), and the
         # API puts its private socket one directory deeper.
         grpc_socket = Path(tempfile.mkdtemp(prefix="lgd-", dir="/tmp")) / "api.sock"
+        grpc_ro_socket = grpc_socket.with_name("api-ro.sock")
+        state_dir = workdir / "state"
         argv = [str(LINKGUARDD), "--config", str(config_path), "--shm-path", str(shm_path),
-                "--grpc-socket", str(grpc_socket), "--metrics-address", "", *args]
-        daemon = Daemon(lab, host, workdir, argv, shm_path, config_path, grpc_socket)
+                "--grpc-socket", str(grpc_socket), "--grpc-ro-socket", str(grpc_ro_socket),
+                "--state-dir", str(state_dir), "--metrics-address", "", *args]
+        daemon = Daemon(lab, host, workdir, argv, shm_path, config_path, grpc_socket,
+                        grpc_ro_socket, state_dir)
         daemon.write_config(config or {})
         self.started.append(daemon)
         return daemon.start(timeout_s)

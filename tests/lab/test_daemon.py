@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import subprocess
 
 import pytest
 from daemon_fixture import Daemon, Daemons, c_tool, wait_for
+from ops_helpers import LINKGUARD_CLI, clean_env, describe, run_cli
 
 from linkguard_lab.lab import Lab
 from linkguardd.shm.layout import LG_NIC_F_CARRIER, LG_NIC_F_PRESENT, Event
@@ -247,3 +250,45 @@ def test_waitevent_stamps_are_causal(lab: Lab, daemons: Daemons) -> None:
     assert t_cut <= ev["fact_ns"] <= ev["time_ns"] <= ev["table_seen_ns"] <= ev["seen_ns"]
     lab.restore("a", 0)
     a.stop()
+
+
+def test_a_drain_survives_a_crash_and_a_clean_restart(lab: Lab, daemons: Daemons) -> None:
+    """The cable swap outlives the daemon: killed mid-maintenance (SIGKILL: no chance to save
+    anything then) and restarted, the first table it publishes already has the NIC DRAINED.
+    Event numbers go on from where they were, so an old `--since` means the same events."""
+    a = daemons.start(lab, "a", *FAST)
+    drained = run_cli(lab, "a", a.grpc_socket, "drain", "rail1", "--reason", "swap optic 17")
+    assert drained.returncode == 0, describe(drained)
+    head = a.ring_head()
+    os.kill(a.pid, signal.SIGKILL)  # the daemon this test started, by PID
+    assert a.proc is not None
+    a.proc.wait(timeout=10)
+    a.close_reader()
+
+    a.start()
+    argv = [str(LINKGUARD_CLI), "--socket", str(a.grpc_socket), "--ro-socket",
+            str(a.grpc_ro_socket)]
+    listed = lab.run("a", [*argv, "events", "-o", "json"], timeout=30, env=clean_env())
+    first = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert first and first[0]["seq"] > head, describe(listed)  # no number reused after a crash
+    assert (first[0]["nic"], first[0]["old_state"], first[0]["new_state"], first[0]["reason"]) \
+        == ("rail1", "UNKNOWN", "DRAINED", "OPERATOR_DRAIN")  # before anything else published
+    assert a.c_nics()["rail1"]["state"] == "DRAINED"
+    assert "rail1 stays DRAINED across the restart" in a.stderr()
+    status = lab.run("a", [*argv, "status", "rail1", "-o", "json"], timeout=30, env=clean_env())
+    assert status.returncode == 1, describe(status)
+    assert json.loads(status.stdout)["nics"][0]["drain_reason"] == "swap optic 17"
+
+    # A clean restart continues right after the last event, and a --since from the future
+    # (another host, a lost state directory) is refused with the newest number.
+    new_head = a.ring_head()
+    a.stop()
+    a.start()
+    assert a.events(new_head)[0].seq == new_head + 1
+    ahead = run_cli(lab, "a", a.grpc_socket, "events", "--since", str(new_head + 1000))
+    assert ahead.returncode == 2, describe(ahead)
+    assert f"there is no event #{new_head + 1000} yet" in ahead.stderr
+    undrained = run_cli(lab, "a", a.grpc_socket, "undrain", "rail1")
+    assert undrained.returncode == 0, describe(undrained)
+    a.stop()
+    assert json.loads((a.state_dir / "state.json").read_text())["drains"] == {}

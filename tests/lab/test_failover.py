@@ -378,3 +378,23 @@ def test_both_rails_cut_is_a_clear_bounded_error(lab: Lab, daemons: Daemons) -> 
     assert warn, srv.stderr[-3000:] + cli.stderr[-3000:]
     assert re.search(r"(send|recv) conn [0-9a-f]+ on dev 0: no working path for \d+ ms", warn[0])
     assert "primary path on NIC rail0" in warn[0] and "backup path on NIC rail1" in warn[0]
+
+
+def test_unprotected_connection_with_a_silent_peer_is_a_clear_error(lab: Lab,
+                                                                    daemons: Daemons) -> None:
+    """Issue #12: no backup path (LINKGUARD_BACKUP=0) and the one rail goes silent (blackholed,
+    carrier up, so neither daemon sees anything): a clear error after the dead timeout, never
+    a hang."""
+    run = Run(lab, daemons, env={"LINKGUARD_BACKUP": "0"})
+    lab.blackhole("a", 0)
+    try:
+        srv, cli = run.pair.wait(timeout=DEAD_TIMEOUT_MS / 1000 + 60)
+    finally:
+        lab.unblackhole("a", 0)
+    errors = srv.report.get("errors", []) + cli.report.get("errors", [])
+    assert errors, (srv.report, cli.report)
+    assert all(e["call"] in ("test", "isend", "irecv") and e["code"] == 6 for e in errors), errors
+    warn = [ln for r in (srv, cli) for ln in r.stderr.splitlines()
+            if "WARN" in ln and "nothing heard from the peer for" in ln]
+    assert warn, srv.stderr[-3000:] + cli.stderr[-3000:]
+    assert "path on NIC rail0" in warn[0] and "no backup path" in warn[0], warn[0]

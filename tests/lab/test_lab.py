@@ -226,3 +226,24 @@ def test_fixture_tears_down_when_a_test_fails(tmp_path: Path) -> None:
     prefix = (tmp_path / "prefix").read_text()
     assert prefix.startswith("lgt")
     assert not [n for n in netns.list_netns() if n.startswith(f"{prefix}-")]
+
+
+def test_a_lab_without_nft_rules_or_sysctl_still_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a bare image (the GPU machine's) allows: no nftables table, no procps `sysctl`."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    real_which = netns.shutil.which
+    monkeypatch.setattr(netns.shutil, "which",
+                        lambda name: None if name == "sysctl" else real_which(name))
+    with Lab(unique_prefix("lgt"), blackhole_rules=False) as lab:
+        lab.up()
+        ruleset = netns.run(netns.exec_argv(lab.ns("sw"), ["nft", "list", "ruleset"])).stdout
+        assert "linkguard_lab" not in ruleset
+        with pytest.raises(LabError, match="without the blackhole rules"):
+            lab.blackhole("a", 0)
+        # The /proc/sys fallback applied the lab's sysctls inside the host namespace.
+        v6 = lab.run("a", ["cat", "/proc/sys/net/ipv6/conf/all/disable_ipv6"]).stdout.strip()
+        assert v6 in ("1", "")  # "" only on a kernel without IPv6 (the key is skipped)
+        lab.cut("a", 0)
+        assert carrier(lab, "a", "rail0") == "0" and carrier(lab, "b", "rail0") == "1"
+    assert not lab.existing_namespaces()

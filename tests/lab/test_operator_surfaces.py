@@ -43,7 +43,7 @@ HOLD_DOWN_MS = 300
 WAIT_S = 5.0  # anything event-driven (a transition takes well under 1 ms here)
 METRICS = "127.0.0.1:9846"  # inside host a's namespace: nothing is exposed
 PROM_WAIT_S = 30.0  # Prometheus start-up + a 1 s scrape interval, on a loaded machine
-EXIT_OK, EXIT_NOT_UP, EXIT_UNREACHABLE = 0, 1, 3
+EXIT_OK, EXIT_NOT_UP, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 3, 6
 
 _ROW = re.compile(r"^(?P<nic>rail\d+)\s+(?P<state>[A-Z]+)\s+(?P<reason>[a-z_]+)\s+"
                   r"(?P<backup>\S+)\s+(?P<carrier>yes|no|absent)\b")
@@ -115,7 +115,12 @@ def test_cli_status_drain_undrain_events(lab: Lab, daemons: Daemons) -> None:
         "CARRIER_LOST", False, "rail1")
     assert nics["rail1"]["carrier"] is True
 
-    drained = cli(lab, d, "drain", "rail1", "--reason", "swap cable")
+    # rail1's backup is down: the drain is refused (traffic would have nowhere to go) ...
+    refused = cli(lab, d, "drain", "rail1", "--reason", "swap cable", rc=EXIT_REFUSED)
+    assert "refusing to drain rail1: its backup rail0 is DOWN" in refused.stderr
+    assert nic_states(lab, d)["rail1"] == "UP"
+    # ... unless forced
+    drained = cli(lab, d, "drain", "rail1", "--reason", "swap cable", "--force")
     assert drained.stdout.splitlines()[0] == "rail1: DRAINED; traffic moves to rail0"
     nics = {n["name"]: n for n in status_json(lab, d, rc=EXIT_NOT_UP)["nics"]}
     assert (nics["rail1"]["state"], nics["rail1"]["reason"], nics["rail1"]["drain_reason"]) == (
@@ -278,7 +283,7 @@ def test_promtool_check_metrics_live_scrape(lab: Lab, daemons: Daemons) -> None:
     # a scrape with more than the start-up state in it: DOWN, DRAINED, a latency observed
     lab.cut("a", 0)
     d.wait_state("rail0", NicState.DOWN, WAIT_S)
-    cli(lab, d, "drain", "rail1", "--reason", "promtool")
+    cli(lab, d, "drain", "rail1", "--reason", "promtool", "--force")  # its backup is DOWN
 
     body = scrape(lab)
     assert 'linkguard_nic_state{linkguard_nic_state="down",nic="rail0"} 1.0' in body

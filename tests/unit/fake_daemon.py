@@ -116,6 +116,10 @@ class FakeDaemon:
         with self._lock:
             return [e for e in self._history if e.seq > seq]
 
+    def head_seq(self) -> int:
+        with self._lock:
+            return self._seq
+
     def subscribe(self) -> asyncio.Queue[EventView]:
         queue: asyncio.Queue[EventView] = asyncio.Queue()
         with self._lock:
@@ -208,11 +212,15 @@ def short_socket_dir() -> str:
 
 
 class ServedFake:
-    """`with ServedFake(fake) as served:` the real API on served.socket_path, in a thread."""
+    """`with ServedFake(fake) as served:` the real API on served.socket_path (admin) and
+    served.ro_socket_path (read-only), in a thread."""
 
     def __init__(self, fake: FakeDaemon, socket_dir: str | None = None, **server_args: Any):
         self.fake = fake
-        self.socket_path = os.path.join(socket_dir or short_socket_dir(), "linkguard.sock")
+        directory = socket_dir or short_socket_dir()
+        self.socket_path = os.path.join(directory, "linkguard.sock")
+        self.ro_socket_path = os.path.join(directory, "linkguard-ro.sock")
+        server_args.setdefault("ro_socket_path", self.ro_socket_path)
         server_args.setdefault("identity", IDENTITY)
         server_args.setdefault("monotonic_ns", lambda: fake.monotonic_ns)
         self._server_args = server_args

@@ -1,10 +1,15 @@
-"""The gRPC API over a real unix socket: reads, Watch resume, drain permissions, error codes."""
+"""The gRPC API over real unix sockets: reads, Watch resume, the admin and read-only sockets
+checked by the kernel, drain preconditions, error codes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import errno
 import grp
 import json
+import logging
 import os
+import pwd
 import queue
 import socket
 import stat
@@ -21,7 +26,8 @@ from fake_daemon import FakeDaemon, ServedFake, short_socket_dir
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 from linkguardd.api import ApiError, ApiServer
-from linkguardd.api.peercred import PeerCredentials, is_admin, read_peer_credentials
+from linkguardd.api.callers import CALLER_PID_KEY, connected_peers, read_peer_credentials
+from linkguardd.state_file import StateNotSaved
 from linkguardd.states import NicState
 
 WAIT_S = 30  # upper bound for waiting on the server thread; never a measured duration
@@ -34,8 +40,7 @@ def fake() -> FakeDaemon:
 
 @pytest.fixture
 def served(fake: FakeDaemon) -> Iterator[ServedFake]:
-    # the test process's own primary group is the admin group, so drains work as non-root too
-    with ServedFake(fake, admin_group=str(os.getgid())) as s:
+    with ServedFake(fake) as s:
         yield s
 
 
@@ -239,96 +244,191 @@ def test_get_module_rejects_an_empty_name(stub: pb_grpc.LinkguardStub) -> None:
 
 # --- drain, undrain and who may -----------------------------------------------------------------
 def test_drain_then_undrain(fake: FakeDaemon, stub: pb_grpc.LinkguardStub) -> None:
-    nic = stub.Drain(pb.DrainRequest(nic="rail0", reason="swap optic"), timeout=WAIT_S)
+    nic = stub.Drain(pb.DrainRequest(nic="rail1", reason="swap optic"), timeout=WAIT_S)
     assert nic.state == pb.NIC_STATE_DRAINED and nic.drain_reason == "swap optic"
-    assert fake.nic("rail0").state == NicState.DRAINED
-    nic = stub.Undrain(pb.UndrainRequest(nic="rail0"), timeout=WAIT_S)
+    assert fake.nic("rail1").state == NicState.DRAINED
+    nic = stub.Undrain(pb.UndrainRequest(nic="rail1"), timeout=WAIT_S)
     assert nic.state == pb.NIC_STATE_RECOVERING
 
 
-ROOT = PeerCredentials(pid=1, uid=0, gid=0)
+def test_drain_is_refused_when_the_backup_is_not_up_unless_forced(
+        fake: FakeDaemon, stub: pb_grpc.LinkguardStub) -> None:
+    err = rpc_error(stub.Drain, pb.DrainRequest(nic="rail0", reason="swap optic"))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "rail0" in err.details() and "backup rail1 is DEGRADED" in err.details()
+    assert "--force" in err.details() and fake.nic("rail0").state == NicState.UP
+    nic = stub.Drain(pb.DrainRequest(nic="rail0", reason="swap optic", force=True),
+                     timeout=WAIT_S)
+    assert nic.state == pb.NIC_STATE_DRAINED
 
 
-@pytest.mark.parametrize("creds, admin_gid, allowed", [
-    (ROOT, None, True),
-    (PeerCredentials(10, 1000, 1000), None, False),
-    (PeerCredentials(10, 1000, 1000), 1500, False),
-    (PeerCredentials(10, 1000, 1500), 1500, True),  # primary group
-    (PeerCredentials(10, 1000, 1000, (27, 1500)), 1500, True),  # supplementary group
-    (PeerCredentials(10, 1000, 1000, (27,)), 1500, False),
-    (None, 1500, False),  # a call that did not come through the gate
-])
-def test_is_admin(creds: PeerCredentials | None, admin_gid: int | None, allowed: bool) -> None:
-    assert is_admin(creds, admin_gid) is allowed
+def test_drain_of_a_nic_without_backup_needs_force() -> None:
+    fake = FakeDaemon([dataclasses.replace(n, backup="") for n in FakeDaemon().nics()])
+    with ServedFake(fake) as served, grpc.insecure_channel("unix:" + served.socket_path) as ch:
+        err = rpc_error(pb_grpc.LinkguardStub(ch).Drain, pb.DrainRequest(nic="rail1", reason="x"))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "rail1: it has no backup NIC" in err.details()
 
 
-def test_peer_credentials_are_the_kernels() -> None:
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    with a, b:
-        creds = read_peer_credentials(a)
-    assert (creds.pid, creds.uid, creds.gid) == (os.getpid(), os.getuid(), os.getgid())
-    assert set(creds.groups) == set(os.getgroups())
+def test_a_drain_that_could_not_be_saved_is_in_force_and_says_so(
+        fake: FakeDaemon, stub: pb_grpc.LinkguardStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    drain = fake.drain
+
+    def unsaved(name: str, reason: str) -> object:
+        drain(name, reason)
+        raise StateNotSaved("cannot write /var/lib/linkguard/state.json: Read-only file system")
+
+    monkeypatch.setattr(fake, "drain", unsaved)
+    err = rpc_error(stub.Drain, pb.DrainRequest(nic="rail1", reason="swap optic"))
+    assert err.code() == grpc.StatusCode.INTERNAL
+    assert "rail1 is DRAINED, but the daemon could not save it" in err.details()
+    assert "will not survive a restart" in err.details()
+    assert fake.nic("rail1").state == NicState.DRAINED
 
 
-@pytest.mark.skipif(os.getuid() == 0, reason="root may always drain")
-def test_drain_denied_to_a_non_admin_caller(fake: FakeDaemon) -> None:
-    with ServedFake(fake, admin_group=None) as served, \
-            grpc.insecure_channel("unix:" + served.socket_path) as ch:
-        err = rpc_error(pb_grpc.LinkguardStub(ch).Drain, pb.DrainRequest(nic="rail0", reason="x"))
-    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert f"uid {os.getuid()}" in err.details()
-    assert fake.nic("rail0").state == NicState.UP
+def test_the_read_only_socket_reads_but_refuses_drain(fake: FakeDaemon, served: ServedFake) -> None:
+    with grpc.insecure_channel("unix:" + served.ro_socket_path) as ch:
+        ro = pb_grpc.LinkguardStub(ch)
+        assert [n.name for n in ro.GetStatus(pb.GetStatusRequest(), timeout=WAIT_S).nics] == [
+            "rail0", "rail1", "rail2"]
+        for call, request in ((ro.Drain, pb.DrainRequest(nic="rail1", reason="x")),
+                              (ro.Undrain, pb.UndrainRequest(nic="rail1"))):
+            err = rpc_error(call, request)
+            assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert served.ro_socket_path in err.details()
+            assert f"use the admin socket {served.socket_path}" in err.details()
+    assert fake.nic("rail1").state == NicState.DEGRADED
 
 
-# A separate process that drops root before its first grpc call: forking a process that already
-# runs grpc is not supported, and the venv's interpreter may live where `nobody` cannot exec it.
-DROP_AND_DRAIN = """
+def test_the_drain_audit_line_names_the_callers_uid(
+        stub: pb_grpc.LinkguardStub, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="linkguardd.api.server")
+    stub.Drain(pb.DrainRequest(nic="rail1", reason="swap optic"), timeout=WAIT_S,
+               metadata=((CALLER_PID_KEY, str(os.getpid())),))
+    stub.Undrain(pb.UndrainRequest(nic="rail1"), timeout=WAIT_S)  # no pid claimed: one peer
+    lines = [r.getMessage() for r in caplog.records if "drained" in r.getMessage()]
+    me = f"uid {os.getuid()} ({pwd.getpwuid(os.getuid()).pw_name}) pid {os.getpid()}"
+    assert lines == [f"api: {me} drained rail1: swap optic", f"api: {me} undrained rail1"]
+
+
+def test_connected_peers_are_the_kernels_credentials() -> None:
+    path = os.path.join(short_socket_dir(), "s")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen()
+        assert connected_peers(path) == []  # the listener is not a caller
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(path)
+            accepted, _ = listener.accept()
+            with accepted:
+                creds = read_peer_credentials(accepted)
+                assert (creds.pid, creds.uid, creds.gid) == (os.getpid(), os.getuid(),
+                                                             os.getgid())
+                assert connected_peers(path) == [creds]
+
+
+def test_since_beyond_the_newest_event_is_out_of_range(fake: FakeDaemon,
+                                                       stub: pb_grpc.LinkguardStub) -> None:
+    fake.inject_down("rail0")
+    err = rpc_error(stub.ListEvents, pb.ListEventsRequest(since_seq=57))
+    assert err.code() == grpc.StatusCode.OUT_OF_RANGE
+    assert "no event #57 yet: the newest is #1" in err.details()
+    with pytest.raises(grpc.RpcError) as info:
+        next(iter(stub.Watch(pb.WatchRequest(since_seq=2), timeout=WAIT_S)))
+    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE
+    assert stub.ListEvents(pb.ListEventsRequest(since_seq=1), timeout=WAIT_S).events == []
+
+
+# Each caller is a forked child that drops to `nobody` with the given groups before touching
+# the sockets: only connect(2), so the answer is the kernel's. grpc calls as another user run
+# in a fresh interpreter (forking a process that runs grpc is not supported).
+READER_GID, ADMIN_GID, NOBODY = 1, 2, 65534  # Debian's daemon and bin groups stand in
+
+
+def connect_as_nobody(path: str, groups: tuple[int, ...]) -> int:
+    """0 if `nobody` with `groups` may connect to `path`, else the errno."""
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 99
+        try:
+            os.setgroups(list(groups))
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.connect(path)
+                    code = 0
+                except OSError as exc:
+                    code = exc.errno or 98
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+DRAIN_AS = """
 import os, sys, grpc
 from linkguard.v1 import linkguard_pb2 as pb, linkguard_pb2_grpc as pb_grpc
-path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-os.setgroups([int(g) for g in sys.argv[4:]]); os.setgid(gid); os.setuid(uid)
+path, uid = sys.argv[1], int(sys.argv[2])
+os.setgroups([int(g) for g in sys.argv[3:]]); os.setgid(uid); os.setuid(uid)
 with grpc.insecure_channel("unix:" + path) as ch:
+    stub = pb_grpc.LinkguardStub(ch)
+    print(len(stub.GetStatus(pb.GetStatusRequest(), timeout=30).nics))
     try:
-        pb_grpc.LinkguardStub(ch).Drain(pb.DrainRequest(nic="rail0", reason="t"), timeout=30)
+        stub.Drain(pb.DrainRequest(nic="rail1", reason="t"), timeout=30)
         print("OK")
     except grpc.RpcError as e:
         print(e.code().name, e.details())
 """
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run a caller as another user")
-@pytest.mark.parametrize("extra_groups, expected", [((), "PERMISSION_DENIED"), ((1,), "OK")])
-def test_drain_as_another_user_is_judged_by_its_kernel_credentials(
-        fake: FakeDaemon, extra_groups: tuple[int, ...], expected: str) -> None:
-    nobody, nogroup = 65534, 65534
+@pytest.fixture
+def shared_served(fake: FakeDaemon) -> Iterator[ServedFake]:
+    """The sockets in a directory `nobody` can enter, with the stand-in groups."""
     directory = short_socket_dir()
-    os.chmod(directory, 0o755)  # `nobody` must reach the socket; grpc's private dir stays 0700
-    admin = grp.getgrgid(1).gr_name  # gid 1 ("daemon" on Debian) stands in for the admin group
-    with ServedFake(fake, directory, admin_group=admin,
-                    socket_group=grp.getgrgid(nogroup).gr_name) as served:
-        out = subprocess.run(
-            [sys.executable, "-c", DROP_AND_DRAIN, served.socket_path, str(nobody),
-             str(nogroup), *map(str, extra_groups)],
-            capture_output=True, text=True, timeout=60, check=True).stdout
-    assert out.startswith(expected), out
-    if expected == "PERMISSION_DENIED":
-        assert f"uid {nobody}" in out and admin in out
-        assert fake.nic("rail0").state == NicState.UP
-    else:
-        assert fake.nic("rail0").state == NicState.DRAINED
+    os.chmod(directory, 0o755)
+    with ServedFake(fake, directory, admin_group=grp.getgrgid(ADMIN_GID).gr_name,
+                    reader_group=grp.getgrgid(READER_GID).gr_name) as served:
+        yield served
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run a caller as another user")
+@pytest.mark.parametrize("groups, admin, ro", [
+    ((), errno.EACCES, errno.EACCES),
+    ((READER_GID,), errno.EACCES, 0),
+    ((ADMIN_GID,), 0, errno.EACCES),
+    ((READER_GID, ADMIN_GID), 0, 0),
+])
+def test_the_kernel_decides_who_may_connect(shared_served: ServedFake, groups: tuple[int, ...],
+                                            admin: int, ro: int) -> None:
+    assert connect_as_nobody(shared_served.socket_path, groups) == admin
+    assert connect_as_nobody(shared_served.ro_socket_path, groups) == ro
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run a caller as another user")
+@pytest.mark.parametrize("socket_name, group, expected", [
+    ("ro_socket_path", READER_GID, "PERMISSION_DENIED"),
+    ("socket_path", ADMIN_GID, "OK"),
+])
+def test_a_reader_may_not_drain_an_admin_may(fake: FakeDaemon, shared_served: ServedFake,
+                                            socket_name: str, group: int, expected: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", DRAIN_AS, getattr(shared_served, socket_name), str(NOBODY),
+         str(group)], capture_output=True, text=True, timeout=60, check=True).stdout.split("\n")
+    assert out[0] == "3" and out[1].startswith(expected), out
+    assert fake.nic("rail1").state == (NicState.DRAINED if expected == "OK"
+                                       else NicState.DEGRADED)
 
 
 # --- sockets on disk ----------------------------------------------------------------------------
-def test_socket_mode_group_and_cleanup(fake: FakeDaemon) -> None:
+def test_socket_modes_groups_and_cleanup(fake: FakeDaemon) -> None:
     group = grp.getgrgid(os.getgid()).gr_name
     directory = short_socket_dir()
-    with ServedFake(fake, directory, socket_group=group) as served:
-        st = os.stat(served.socket_path)
-        assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660
-        assert st.st_gid == os.getgid()
-        private = [p for p in os.listdir(directory) if p.endswith(".private")]
-        assert len(private) == 1
-        assert stat.S_IMODE(os.stat(os.path.join(directory, private[0])).st_mode) == 0o700
+    with ServedFake(fake, directory, admin_group=group, reader_group=group) as served:
+        for path in (served.socket_path, served.ro_socket_path):
+            st = os.stat(path)
+            assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660
+            assert st.st_gid == os.getgid()
+        assert sorted(os.listdir(directory)) == ["linkguard-ro.sock", "linkguard.sock"]
     assert os.listdir(directory) == []
 
 
@@ -364,7 +464,7 @@ def test_the_engine_serves_the_api_and_metrics() -> None:
 
     directory = short_socket_dir()
     settings = Settings(interfaces=("rail0", "rail1"), shm_path=os.path.join(directory, "shm"),
-                        sysfs_root=directory)
+                        sysfs_root=directory, state_dir="")
 
     async def main() -> None:
         metrics = Metrics()
@@ -382,7 +482,7 @@ def test_the_engine_serves_the_api_and_metrics() -> None:
                 status = await stub.GetStatus(pb.GetStatusRequest(), timeout=WAIT_S)
                 assert [n.name for n in status.nics] == ["rail0", "rail1"]
                 assert status.nics[1].reason == "ABSENT"  # no such netdev under the fake sysfs
-                nic = await stub.Drain(pb.DrainRequest(nic="rail0", reason="swap"),
+                nic = await stub.Drain(pb.DrainRequest(nic="rail0", reason="swap", force=True),
                                        timeout=WAIT_S)
                 assert nic.state == pb.NIC_STATE_DRAINED and nic.drain_reason == "swap"
                 events = await stub.ListEvents(pb.ListEventsRequest(), timeout=WAIT_S)

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 from fake_daemon import FakeDaemon, ServedFake, all_up_nics, short_socket_dir
 
-from linkguard_cli.main import DEFAULT_SOCKET, cli
+from linkguard_cli import main as cli_main
+from linkguard_cli.main import DEFAULT_RO_SOCKET, DEFAULT_SOCKET, cli
 from linkguardd.settings import Settings
 from linkguardd.states import NicState
 
@@ -37,21 +38,32 @@ def fake() -> FakeDaemon:
 
 @pytest.fixture
 def served(fake: FakeDaemon) -> Iterator[ServedFake]:
-    # the test process's own group is the admin group: drains work when not run as root too
-    with ServedFake(fake, admin_group=str(os.getgid())) as s:
+    with ServedFake(fake) as s:
         yield s
+
+
+def sockets(served: ServedFake) -> list[str]:
+    return ["--socket", served.socket_path, "--ro-socket", served.ro_socket_path]
 
 
 def run(served: ServedFake | None, *argv: str, color: bool = False,
         env: dict[str, str] | None = None) -> Result:
-    args = ["--socket", served.socket_path, *argv] if served else list(argv)
+    args = [*sockets(served), *argv] if served else list(argv)
     return CliRunner().invoke(cli, args, color=color, env=env)
 
 
 ROWS = [  # argv, exit status, fragment of the output (stdout and stderr)
+    (["--version"], 0, "linkguard-cli 0.1.0"),
     (["status"], 1, "rail2  DOWN"),
     (["status"], 1, "2 of 3 NICs not UP: rail1, rail2"),
     (["status", "--json"], 1, '"all_up": false'),
+    (["status", "-o", "json"], 1, '"all_up": false'),
+    (["status", "-o", "wide"], 1, "FLAP PENALTY  SINCE"),
+    (["status", "-o", "yaml"], 2, "Invalid value for '-o'"),
+    (["status", "rail0"], 0, "rail0  UP"),
+    (["status", "rail0", "rail2"], 1, "1 of 2 NICs not UP: rail2"),
+    (["status", "eth9"], 2, "no NIC named 'eth9'; monitored NICs: rail0, rail1, rail2"),
+    (["status", "-o", "json", "rail1"], 1, '"name": "rail1"'),
     (["dom"], 0, "rail1: QSFP28 (SFF-8636), FS QSFP28-SR4-100G, serial FS2231A0043"),
     (["dom", "rail1"], 0, "0.0800 mW / -10.97 dBm ! low warning"),
     (["dom", "rail2"], 0, "rail2: no module"),
@@ -66,12 +78,18 @@ ROWS = [  # argv, exit status, fragment of the output (stdout and stderr)
     (["undrain", "eth9"], 2, "no NIC named 'eth9'"),
     (["events"], 0, "no events"),
     (["events", "--since", "-1"], 2, "Invalid value for '--since'"),
+    (["events", "--since", "99"], 2, "there is no event #99 yet: the newest is #0"),
+    (["watch", "--since", "99"], 2, "there is no event #99 yet"),
     (["watch", "--count", "0"], 2, "Invalid value for '--count'"),
     (["dump"], 0, '"grpc_socket": "/run/linkguard/linkguard.sock"'),
     (["frobnicate"], 2, "No such command 'frobnicate'"),
     (["--timeout", "0", "status"], 2, "Invalid value for '--timeout'"),
     (["--help"], 0, "drain"),
-    (["drain", "rail0", "--reason", "swap optic"], 0, "rail0: DRAINED; traffic moves to rail1"),
+    (["drain", "rail0", "--reason", "swap optic"], 6,
+     "refusing to drain rail0: its backup rail1 is DEGRADED (dom_warning)"),
+    (["drain", "rail0", "--reason", "swap optic", "--force"], 0,
+     "rail0: DRAINED; traffic moves to rail1"),
+    (["drain", "rail2", "--reason", "swap optic"], 0, "rail2: DRAINED; traffic moves to rail0"),
     (["undrain", "rail1"], 0, "rail1: RECOVERING; UP again once the link has been healthy"),
 ]
 
@@ -113,8 +131,77 @@ def test_socket_from_the_environment(served: ServedFake) -> None:
     assert result.exit_code == 1 and "rail0" in result.output
 
 
-def test_default_socket_is_the_daemons() -> None:
-    assert Settings().grpc_socket == DEFAULT_SOCKET
+def test_default_sockets_are_the_daemons() -> None:
+    assert (Settings().grpc_socket, Settings().grpc_ro_socket) == (DEFAULT_SOCKET,
+                                                                   DEFAULT_RO_SOCKET)
+
+
+def test_reads_use_the_read_only_socket_and_drains_the_admin_one(served: ServedFake) -> None:
+    absent = os.path.join(short_socket_dir(), "absent.sock")
+    reads = CliRunner().invoke(cli, ["--socket", absent, "--ro-socket", served.ro_socket_path,
+                                     "status"])
+    assert reads.exit_code == 1 and "rail0" in reads.output
+    drains = CliRunner().invoke(cli, ["--socket", absent, "--ro-socket", served.ro_socket_path,
+                                      "drain", "rail2", "--reason", "x"])
+    assert drains.exit_code == 3 and f"cannot reach linkguardd at {absent}" in drains.output
+
+
+def test_the_admin_socket_serves_reads_when_the_read_only_one_is_unusable(
+        served: ServedFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_main, "DEFAULT_RO_SOCKET", "/nonexistent/linkguard-ro.sock")
+    ctx = cli.make_context("linkguard-cli", ["--socket", served.socket_path, "status"])
+    assert cli_main.read_socket(ctx, served.socket_path, "/nonexistent/ro.sock") == \
+        served.socket_path  # an explicit --socket serves everything
+    ctx = cli.make_context("linkguard-cli", ["status"])
+    assert cli_main.read_socket(ctx, served.socket_path, "/nonexistent/ro.sock") == \
+        served.socket_path  # an admin outside the reader group still reads
+    assert cli_main.read_socket(ctx, served.socket_path, served.ro_socket_path) == \
+        served.ro_socket_path
+
+
+def test_a_drain_on_the_read_only_socket_is_exit_4(fake: FakeDaemon, served: ServedFake) -> None:
+    result = CliRunner().invoke(cli, ["--socket", served.ro_socket_path, "drain", "rail2",
+                                      "--reason", "x"])
+    assert result.exit_code == 4 and "not served on the read-only socket" in result.output
+    assert fake.nic("rail2").state == NicState.DOWN
+
+
+# --- exit statuses through the real entry point (run() is what the console script calls) -------
+def test_a_crash_of_the_cli_is_never_exit_1(served: ServedFake, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    def broken(*args: object, **kwargs: object) -> str:
+        raise ValueError("a bug")
+
+    assert cli_main.run([*sockets(served), "status"]) == 1  # a NIC is down: 1
+    monkeypatch.setattr(cli_main.render, "status_table", broken)
+    assert cli_main.run([*sockets(served), "status"]) == 70
+    err = capsys.readouterr().err
+    assert "internal error (ValueError: a bug)" in err and "not a NIC state" in err
+    assert "Traceback" in err
+
+
+def test_entry_point_exit_statuses(served: ServedFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    absent = os.path.join(short_socket_dir(), "absent.sock")
+    assert cli_main.run(["--socket", absent, "status"]) == 3
+    assert cli_main.run([*sockets(served), "status", "--bogus"]) == 2
+    assert cli_main.run([*sockets(served), "dom", "rail0"]) == 0
+    assert cli_main.run(["--version"]) == 0
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main.Client, "status", interrupted)
+    assert cli_main.run([*sockets(served), "status"]) == 130
+
+
+def test_shell_completion_offers_the_daemons_nic_names(served: ServedFake) -> None:
+    env = {"_LINKGUARD_CLI_COMPLETE": "bash_complete", "COMP_CWORD": "4",
+           "COMP_WORDS": f"linkguard-cli --ro-socket {served.ro_socket_path} drain ra"}
+    result = CliRunner().invoke(cli, [], prog_name="linkguard-cli", env=env)
+    assert result.output.split() == ["plain,rail0", "plain,rail1", "plain,rail2"]
+    env["COMP_WORDS"] = "linkguard-cli --ro-socket /nonexistent.sock status r"
+    env["COMP_CWORD"] = "4"
+    assert CliRunner().invoke(cli, [], prog_name="linkguard-cli", env=env).output.split() == []
 
 
 def test_a_stale_heartbeat_is_called_out(fake: FakeDaemon, served: ServedFake) -> None:
@@ -140,25 +227,18 @@ def test_status_turns_1_when_a_nic_goes_down() -> None:
 
 def test_drain_then_status_shows_drained_and_undrain_recovers(fake: FakeDaemon,
                                                              served: ServedFake) -> None:
-    result = run(served, "drain", "rail0", "--reason", "swap optic, ticket 1234")
-    assert result.exit_code == 0 and "undo with: linkguard-cli undrain rail0" in result.output
-    assert fake.nic("rail0").state == NicState.DRAINED
+    result = run(served, "drain", "rail1", "--reason", "swap optic, ticket 1234")
+    assert result.exit_code == 0 and "undo with: linkguard-cli undrain rail1" in result.output
+    assert fake.nic("rail1").state == NicState.DRAINED
     status = run(served, "status")
-    assert "rail0  DRAINED" in status.output
-    assert "rail0 drained: swap optic, ticket 1234" in status.output
-    result = run(served, "undrain", "rail0")
-    assert result.exit_code == 0 and "rail0: RECOVERING" in result.output
+    assert "rail1  DRAINED" in status.output
+    assert "rail1 drained: swap optic, ticket 1234" in status.output
+    result = run(served, "undrain", "rail1")
+    assert result.exit_code == 0 and "rail1: RECOVERING" in result.output
     events = run(served, "events")
-    assert "#1  rail0  UP -> DRAINED  operator_drain  (swap optic, ticket 1234)" in events.output
-    assert "#2  rail0  DRAINED -> RECOVERING  operator_undrain" in events.output
-
-
-def test_drain_denied_is_exit_4(fake: FakeDaemon) -> None:
-    if os.getuid() == 0:
-        pytest.skip("root may always drain; test_api runs a non-root caller")
-    with ServedFake(fake, admin_group=None) as served:
-        result = run(served, "drain", "rail0", "--reason", "x")
-    assert result.exit_code == 4 and "permission denied" in result.output
+    assert "#1  rail1  DEGRADED -> DRAINED  operator_drain  (swap optic, ticket 1234)" in \
+        events.output
+    assert "#2  rail1  DRAINED -> RECOVERING  operator_undrain" in events.output
 
 
 def test_events_since_and_json(fake: FakeDaemon, served: ServedFake) -> None:
@@ -247,6 +327,10 @@ def test_colour_only_on_a_terminal(served: ServedFake) -> None:
 # --- golden outputs (pytest --update-golden rewrites them) ---------------------------------------
 def test_golden_status_table(served: ServedFake, golden: Golden) -> None:
     golden("status.txt", run(served, "status").output)
+
+
+def test_golden_status_wide(served: ServedFake, golden: Golden) -> None:
+    golden("status-wide.txt", run(served, "status", "-o", "wide").output)
 
 
 def test_golden_status_json(served: ServedFake, golden: Golden) -> None:

@@ -70,3 +70,18 @@ def test_good_config_exits_0(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("configuration ok: nics=rail0,rail1 ")
     assert "rail0:rail1" in proc.stdout
+
+
+def test_version_names_the_package_and_the_shm_layout() -> None:
+    from linkguardd.shm.layout import LG_SHM_VERSION
+
+    proc = subprocess.run([str(LINKGUARDD), "--version"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("linkguardd 0.1.0 (shm layout ")
+    assert f"shm layout {LG_SHM_VERSION}," in proc.stdout
+
+
+def test_the_ro_socket_must_differ_from_the_admin_socket(tmp_path: Path) -> None:
+    proc = check_config(tmp_path, 'grpc_socket = "/run/x.sock"\ngrpc_ro_socket = "/run/x.sock"\n')
+    assert proc.returncode == 2 and "grpc_ro_socket: must differ from grpc_socket" in proc.stderr

@@ -121,7 +121,7 @@ def test_count_mode_report_keeps_its_fields_and_gains_gaps() -> None:
     for key in ("role", "plugin", "version", "device", "speed_mbps", "conns", "size", "depth",
                 "count", "bidir", "bytes_sent", "bytes_received", "seconds", "gbps",
                 "completions", "max_gap_ms", "corrupt_messages", "size_mismatches",
-                "missing_messages", "close_inflight", "verified", "failure", "errors",
+                "missing_messages", "close_inflight", "rounds", "rounds_ok", "verified", "failure", "errors",
                 "rtt_us", "ok"):
         assert key in srv.report, key
     assert srv.report["mode"] == "count" and srv.report["completions"] == 100

@@ -3,18 +3,26 @@ values arrive, each raises only its documented error, never anything else.
 
 - the config loader (TOML files and flag/environment overrides): ConfigError, naming the key;
 - the rtnetlink decoder (datagrams from the kernel): no exception at all, every message and
-  attribute it yields lies inside the datagram and inside its own message.
+  attribute it yields lies inside the datagram and inside its own message;
+- gRPC requests to the real API server: only documented status codes, each with a message.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+import pytest
+from fake_daemon import FakeDaemon, ServedFake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from linkguard.v1 import linkguard_pb2 as pb
+from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 
 from linkguardd.monitors import rtnl
 from linkguardd.settings import ConfigError, Settings, build_settings, load_config
@@ -155,3 +163,67 @@ def test_message_too_short_for_its_type_is_skipped() -> None:
     done = rtnl.HDR.pack(rtnl.HDR.size, rtnl.NLMSG_DONE, 0, 1, 0)
     buf = bytearray(short_link + short_err + done)
     assert [m[0] for m in rtnl.parse_messages(buf, len(buf))] == [rtnl.NLMSG_DONE]
+
+
+# ---- gRPC requests -------------------------------------------------------------------------
+
+# What a request may be answered with; anything else (UNKNOWN, INTERNAL: an exception in a
+# handler) means the server did not validate what it was given.
+ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+           grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE,
+           grpc.StatusCode.PERMISSION_DENIED}
+names = st.sampled_from(["rail0", "rail1", "rail2", ""]) | st.text(max_size=40)
+seqs = st.integers(min_value=0, max_value=2**64 - 1)
+
+
+@pytest.fixture(scope="module")
+def api_stub() -> Iterator[pb_grpc.LinkguardStub]:
+    with ServedFake(FakeDaemon()) as served, \
+            grpc.insecure_channel("unix:" + served.socket_path) as channel:
+        yield pb_grpc.LinkguardStub(channel)
+
+
+def answer(call: Any, request: Any) -> grpc.StatusCode:
+    try:
+        call(request, timeout=30)
+    except grpc.RpcError as e:
+        assert e.code() in ALLOWED, (request, e.code(), e.details())
+        assert e.details(), request  # an error says what is wrong
+        return e.code()
+    return grpc.StatusCode.OK
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(nic=names, reason=st.text(max_size=300), force=st.booleans())
+def test_any_drain_request_gets_a_documented_answer(api_stub: pb_grpc.LinkguardStub, nic: str,
+                                                    reason: str, force: bool) -> None:
+    code = answer(api_stub.Drain, pb.DrainRequest(nic=nic, reason=reason, force=force))
+    if code == grpc.StatusCode.OK:  # leave the fake as it was for the next example
+        answer(api_stub.Undrain, pb.UndrainRequest(nic=nic))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(nic=names, since=seqs, limit=st.integers(min_value=0, max_value=2**32 - 1))
+def test_any_read_request_gets_a_documented_answer(api_stub: pb_grpc.LinkguardStub, nic: str,
+                                                   since: int, limit: int) -> None:
+    answer(api_stub.Undrain, pb.UndrainRequest(nic=nic))
+    answer(api_stub.GetModule, pb.GetModuleRequest(nic=nic))
+    answer(api_stub.ListEvents, pb.ListEventsRequest(since_seq=since, limit=limit))
+    answer(api_stub.GetStatus, pb.GetStatusRequest())
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(since=seqs, replay=st.booleans())
+def test_any_watch_request_gets_a_documented_answer(api_stub: pb_grpc.LinkguardStub, since: int,
+                                                    replay: bool) -> None:
+    stream = api_stub.Watch(pb.WatchRequest(since_seq=since, replay=replay), timeout=0.5)
+    try:
+        for _ in stream:
+            pass
+    except grpc.RpcError as e:
+        code = e.code()
+        # A healthy watch simply runs until the client's deadline.
+        assert code in ALLOWED | {grpc.StatusCode.DEADLINE_EXCEEDED}, (since, code, e.details())

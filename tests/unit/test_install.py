@@ -42,8 +42,14 @@ def test_files_land_where_systemd_ldso_and_admins_look(tmp_path: Path, plugin: P
     usr = dest / "usr/local"
     assert (usr / "lib/libnccl-net-linkguard.so").read_bytes() == plugin.read_bytes()
     assert mode(usr / "lib/libnccl-net-linkguard.so") == 0o755
-    for tool in ("linkguardd", "linkguard-cli"):
+    for tool in ("linkguardd", "linkguard-cli", "linkguard-slurm-healthcheck",
+                 "linkguard-slurm-taskprolog"):
         assert os.readlink(usr / "bin" / tool) == f"../lib/linkguard/venv/bin/{tool}"
+    slurm_example = (ROOT / "slurm/linkguard-slurm.toml").read_text()
+    assert (dest / "etc/linkguard/slurm.toml").read_text() == slurm_example
+    assert (dest / "etc/linkguard/slurm.toml.example").read_text() == slurm_example
+    assert (usr / "share/linkguard/nhc/linkguard.nhc").read_text() == \
+        (ROOT / "slurm/nhc/linkguard.nhc").read_text()
     unit = (usr / "lib/systemd/system/linkguardd.service").read_text()
     assert "\nExecStart=/usr/local/bin/linkguardd\n" in unit
     assert "Documentation=file:///usr/local/share/doc/linkguard/operators.md" in unit
@@ -53,11 +59,16 @@ def test_files_land_where_systemd_ldso_and_admins_look(tmp_path: Path, plugin: P
     assert (dest / "etc/linkguard/linkguard.toml.example").read_text() == example
     assert (dest / "etc/default/linkguardd").read_text() == \
         (ROOT / "systemd/linkguardd.default").read_text()
-    for doc in ("operators.md", "failover.md", "wrap-mode.md"):
+    for doc in ("operators.md", "failover.md", "wrap-mode.md", "slurm.md"):
         assert (usr / "share/doc/linkguard" / doc).read_text() == (ROOT / "docs" / doc).read_text()
     assert mode(dest / "etc/linkguard/linkguard.toml") == 0o644
     assert not (dest / "etc/nccl.conf").exists()  # opt-in only
     assert "NCCL_NET_PLUGIN=linkguard" in out.stdout  # ...but documented
+    for path, fragment in (("bash-completion/completions/linkguard-cli", "complete -o"),
+                           ("zsh/site-functions/_linkguard-cli", "compdef"),
+                           ("fish/vendor_completions.d/linkguard-cli.fish", "complete --no-files")):
+        text = (usr / "share" / path).read_text()
+        assert "_LINKGUARD_CLI_COMPLETE" in text and fragment in text, path
 
 
 def test_other_prefix_puts_the_unit_in_etc(tmp_path: Path, plugin: Path) -> None:
@@ -126,3 +137,96 @@ def test_the_venv_runs_from_its_final_path_after_staging(tmp_path: Path, plugin:
                           "--socket", str(tmp_path / "none.sock"), "status"],
                          capture_output=True, text=True, timeout=120, check=False)
     assert cli.returncode == 3 and "no such socket" in cli.stderr
+
+
+# --- reproducible installs: constraints.txt, pyproject.toml and the generated stubs agree -------
+def pins() -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    out = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep, f"constraints.txt: {line!r} is not an exact pin"
+            out[canonicalize_name(name)] = version.strip()
+    return out
+
+
+def requirements() -> list:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [Requirement(r) for r in project["dependencies"] +
+            project["optional-dependencies"]["dev"]]
+
+
+def test_every_dependency_is_pinned_within_pyprojects_range() -> None:
+    from packaging.utils import canonicalize_name
+
+    pinned = pins()
+    for req in requirements():
+        name = canonicalize_name(req.name)
+        assert name in pinned, f"{req.name} is not pinned in constraints.txt"
+        assert req.specifier.contains(pinned[name], prereleases=True), (req, pinned[name])
+
+
+def test_the_stubs_agree_with_the_pins_and_the_lower_bounds() -> None:
+    import re
+
+    from packaging.version import Version
+
+    from linkguard.v1 import linkguard_pb2_grpc
+
+    generated_grpc = Version(linkguard_pb2_grpc.GRPC_GENERATED_VERSION)
+    text = (ROOT / "daemon/linkguard/v1/linkguard_pb2.py").read_text()
+    m = re.search(r"ValidateProtobufRuntimeVersion\(\s*\S+,\s*(\d+),\s*(\d+),\s*(\d+)", text)
+    assert m, "the protobuf stub no longer names its generated version"
+    generated_pb = Version(".".join(m.groups()))
+    pinned = pins()
+    assert Version(pinned["grpcio-tools"]) == generated_grpc  # made by the pinned generator
+    assert Version(pinned["grpcio"]) >= generated_grpc
+    assert Version(pinned["protobuf"]) >= generated_pb
+    lowest = {r.name: min(Version(s.version) for s in r.specifier if s.operator == ">=")
+              for r in requirements() if r.name in ("grpcio", "protobuf", "grpcio-tools")}
+    # a loose install (no constraints) can never pick a version the stubs refuse
+    assert lowest == {"grpcio": generated_grpc, "protobuf": generated_pb,
+                      "grpcio-tools": generated_grpc}
+
+
+def test_the_venv_was_built_with_the_pins() -> None:
+    from importlib import metadata
+
+    for name, version in pins().items():
+        assert metadata.version(name) == version, f"{name}: venv has {metadata.version(name)}"
+
+
+def test_no_make_target_is_promised_that_does_not_exist() -> None:
+    import re
+
+    targets = set(re.findall(r"(?m)^([a-z][\w-]*):", (ROOT / "Makefile").read_text()))
+    for path in ("pyproject.toml", "README.md", "docs/operators.md", "CONTRIBUTING.md"):
+        for target in re.findall(r"`make ([a-z][\w-]*)", (ROOT / path).read_text()):
+            assert target in targets, f"{path} names `make {target}`, which does not exist"
+
+
+@pytest.mark.skipif(os.environ.get("LINKGUARD_TEST_INSTALL_PIP") != "1",
+                    reason="downloads the pinned wheels: set LINKGUARD_TEST_INSTALL_PIP=1")
+def test_the_wheelhouse_installs_offline(tmp_path: Path) -> None:
+    built = subprocess.run(["make", "-s", "wheelhouse"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=1200, check=False)
+    assert built.returncode == 0, built.stderr
+    archive = ROOT / built.stdout.strip().splitlines()[-1]
+    subprocess.run(["tar", "-C", str(tmp_path), "-xzf", str(archive)], check=True, timeout=120)
+    unpacked = tmp_path / archive.name.removesuffix(".tar.gz")
+    env = dict(os.environ, DESTDIR=str(tmp_path / "dest"), PREFIX="/opt/lg",
+               PIP_INDEX_URL="http://127.0.0.1:9/no-index")  # nothing may be downloaded
+    out = subprocess.run([str(unpacked / "scripts/install.sh")], env=env, capture_output=True,
+                         text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr
+    venv = tmp_path / "dest/opt/lg/lib/linkguard/venv"
+    cli = subprocess.run([str(venv / "bin/python"), str(venv / "bin/linkguard-cli"), "--version"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert cli.returncode == 0 and cli.stdout.startswith("linkguard-cli "), cli.stderr
+    assert (tmp_path / "dest/opt/lg/lib/libnccl-net-linkguard.so").exists()

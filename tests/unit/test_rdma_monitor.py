@@ -172,6 +172,34 @@ def test_no_infiniband_class_is_no_data_and_success(tmp_path: Path) -> None:
     assert mon.health.success and mon.health.last_error == ""
 
 
+def test_without_an_rdma_device_the_real_source_says_so_and_starts_no_child(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="linkguardd.monitors.rdma")
+    source = ChildVerbsSource()
+    mon = RdmaMonitor(sysfs_root=tmp_path, verbs_source=source, poll_interval_s=0.01)
+
+    async def body(sink: Collector) -> None:
+        await asyncio.sleep(0.05)  # a few polls: still nothing to watch
+
+    run(mon, body)
+    assert f"no RDMA device under {tmp_path}/class/infiniband: idle" in caplog.text
+    assert source.processes == {}
+
+
+def test_the_real_pyverbs_is_importable_and_agrees_on_event_codes() -> None:
+    """Debian's python3-pyverbs, linked into the venv (scripts/link-pyverbs.sh): what the verbs
+    child imports. Its enum ibv_event_type must be the table the child's lines are named by."""
+    import pyverbs.device
+    import pyverbs.enums
+
+    assert rdma.default_verbs_source() is not None  # the daemon would use verbs events
+    assert callable(pyverbs.device.Context)
+    codes = {name: int(getattr(pyverbs.enums, f"IBV_EVENT_{name}")) for name in
+             (n.removeprefix("IBV_EVENT_") for n in dir(pyverbs.enums)
+              if n.startswith("IBV_EVENT_"))}
+    assert {event_name(code): code for code in codes.values()} == codes
+
+
 def test_garbage_state_is_reported_unknown_with_a_clear_error(sysfs: Path) -> None:
     (port_dir(sysfs, "mlx5_0") / "state").write_text("\x00garbage\n")
     (port_dir(sysfs, "mlx5_0") / "counters/symbol_error").write_text("lots\n")

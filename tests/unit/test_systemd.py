@@ -56,9 +56,18 @@ def test_unit_has_what_the_daemon_relies_on() -> None:
 def test_unit_agrees_with_the_default_settings() -> None:
     d, s = directives(UNIT), Settings()
     assert os.path.dirname(s.grpc_socket) == "/run/" + d["RuntimeDirectory"][0]
+    assert os.path.dirname(s.grpc_ro_socket) == "/run/" + d["RuntimeDirectory"][0]
+    assert d["RuntimeDirectoryPreserve"] == ["yes"]  # sockets and pods' mounts outlive restarts
+    assert s.state_dir == "/var/lib/" + d["StateDirectory"][0]
     # The control file lives in the same root-owned runtime directory (the plugin trusts a
     # file no one else can write; /dev/shm is world-writable), which the unit lets it write.
     assert os.path.dirname(s.shm_path) == "/run/" + d["RuntimeDirectory"][0]
+
+
+def test_the_socket_groups_are_the_ones_sysusers_creates() -> None:
+    created = {ln.split()[1] for ln in (SYSTEMD / "linkguard.sysusers").read_text().splitlines()
+               if ln.startswith("g ")}
+    assert {Settings().admin_group, Settings().reader_group} == created
 
 
 @pytest.mark.parametrize("name, render", [("linkguardd.default", render_environment_file),

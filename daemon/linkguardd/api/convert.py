@@ -18,6 +18,13 @@ def reason_name(value: int) -> str:
         return f"REASON_{value}"  # a newer engine than this API: still say something
 
 
+def state_name(value: int) -> str:
+    try:
+        return NicState(value).name
+    except ValueError:
+        return f"STATE_{value}"
+
+
 def reason_text(value: int) -> str:
     try:
         return REASON_TEXT[Reason(value)]

@@ -1,10 +1,11 @@
-"""The linkguard.v1 gRPC API over a unix socket: a servicer that reads only a DaemonView.
+"""The linkguard.v1 gRPC API on two unix sockets: a servicer that reads only a DaemonView.
 
-Layout on disk (socket_path = /run/linkguard/linkguard.sock by default):
-  linkguard.sock             the public socket (mode 0660, group = socket_group): CredentialGate
-  .linkguard.sock.private/   0700, grpc's own socket inside; only the gate connects to it
-Reads are open to whoever can connect; Drain/Undrain need root or the admin group, judged from
-the connecting process's kernel credentials (see peercred.py for why the gate exists).
+The kernel decides who may connect (libvirt's model), so the daemon never judges a caller:
+  linkguard.sock     mode 0660, group admin_group: every call, Drain and Undrain included
+  linkguard-ro.sock  mode 0660, group reader_group: reads; Drain/Undrain are PERMISSION_DENIED
+Each socket is its own grpc server. grpc binds it inside a private 0700 directory; the daemon
+then sets its mode and group and renames it into place, so it is never reachable with looser
+permissions than configured, whatever the umask.
 """
 from __future__ import annotations
 
@@ -25,15 +26,10 @@ import grpc
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 from linkguardd.api import convert
-from linkguardd.api.peercred import (
-    CredentialGate,
-    PeerCredentials,
-    group_id,
-    is_admin,
-    make_private_dir,
-    read_peer_credentials,
-)
-from linkguardd.view import DaemonView, EventView, UnknownNic
+from linkguardd.api.callers import CALLER_PID_KEY, describe_caller, group_id, read_peer_credentials
+from linkguardd.state_file import StateNotSaved
+from linkguardd.states import NicState
+from linkguardd.view import DaemonView, EventView, NicView, UnknownNic
 
 log = logging.getLogger(__name__)
 
@@ -100,19 +96,30 @@ class DaemonIdentity:
             object.__setattr__(self, "version", version)
 
 
+@dataclasses.dataclass(frozen=True)
+class SocketSpec:
+    """One API socket: where, which group may connect, and whether it may change anything."""
+
+    path: str
+    group: str | None
+    admin: bool
+
+
 class LinkguardServicer(pb_grpc.LinkguardServicer):
+    """Every call of one socket; `caller(context)` names the caller for the audit log."""
+
     def __init__(
         self,
         view: DaemonView,
-        caller: Callable[[grpc.aio.ServicerContext], PeerCredentials | None],
-        admin_group: str | None,
+        caller: Callable[[Any], str],
         identity: DaemonIdentity,
+        sockets: tuple[SocketSpec, ...] = (),
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self._view = view
         self._caller = caller
-        self._admin_group = admin_group
         self._identity = identity
+        self._sockets = sockets
         self._now_ns = monotonic_ns
 
     # --- reads ------------------------------------------------------------------------------
@@ -133,6 +140,7 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
     async def ListEvents(
         self, request: pb.ListEventsRequest, context: Any
     ) -> pb.ListEventsResponse:
+        await self._since_argument(request.since_seq, context)
         events = self._view.events_since(request.since_seq)
         missed = _missed(request.since_seq, events)
         if request.limit:
@@ -142,6 +150,7 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
         )
 
     async def Watch(self, request: pb.WatchRequest, context: Any) -> AsyncIterator[pb.Event]:
+        await self._since_argument(request.since_seq, context)
         # Subscribe before reading the history: an event published in between is then in both,
         # and the seq check below drops the second copy, so nothing falls in the gap.
         queue = self._view.subscribe()
@@ -171,54 +180,56 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
 
     async def Dump(self, request: pb.DumpRequest, context: Any) -> pb.DumpResponse:
         state = dict(self._view.dump())
-        state.setdefault("api", {"admin_group": self._admin_group or ""})
+        state.setdefault("api", {"sockets": [dataclasses.asdict(s) for s in self._sockets]})
         return pb.DumpResponse(json=json.dumps(state, indent=2, sort_keys=True,
                                                default=_json_default))
 
     # --- operator actions -------------------------------------------------------------------
     async def Drain(self, request: pb.DrainRequest, context: Any) -> pb.Nic:
-        who = await self._authorize(context, "drain")
         name = await self._nic_argument(request.nic, context)
         problem = drain_reason_problem(request.reason)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        reason = request.reason.strip()
+        target = await self._lookup(name, context)
+        problem = "" if request.force else backup_problem(target, self._view)
+        if problem:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)
+        forced = " (forced)" if request.force else ""
         try:
-            nic = self._view.drain(name, request.reason.strip())
+            nic = self._view.drain(name, reason)
         except UnknownNic:
             await self._not_found(name, context)
-        log.info("api: %s drained %s: %s", who.describe(), name, request.reason.strip())
+        except StateNotSaved as exc:
+            log.warning("api: %s drained %s%s: %s (not saved: %s)", self._caller(context),
+                        name, forced, reason, exc)
+            await context.abort(grpc.StatusCode.INTERNAL, not_saved(name, "DRAINED", exc))
+        log.info("api: %s drained %s%s: %s", self._caller(context), name, forced, reason)
         return convert.nic_message(nic, self._now_ns())
 
     async def Undrain(self, request: pb.UndrainRequest, context: Any) -> pb.Nic:
-        who = await self._authorize(context, "undrain")
         name = await self._nic_argument(request.nic, context)
         try:
             nic = self._view.undrain(name)
         except UnknownNic:
             await self._not_found(name, context)
-        log.info("api: %s undrained %s", who.describe(), name)
+        except StateNotSaved as exc:
+            log.warning("api: %s undrained %s (not saved: %s)", self._caller(context), name, exc)
+            await context.abort(grpc.StatusCode.INTERNAL, not_saved(name, "undrained", exc))
+        log.info("api: %s undrained %s", self._caller(context), name)
         return convert.nic_message(nic, self._now_ns())
 
     # --- helpers ----------------------------------------------------------------------------
-    async def _authorize(self, context: Any, action: str) -> PeerCredentials:
-        creds = self._caller(context)
-        if creds is not None and is_admin(creds, group_id(self._admin_group)):
-            return creds
-        who = creds.describe() if creds else "an unidentified caller"
-        group = f"members of group {self._admin_group!r}" if self._admin_group else "nobody else"
-        log.warning("api: refused %s to %s", action, who)
-        await context.abort(
-            grpc.StatusCode.PERMISSION_DENIED,
-            f"{action} needs root or membership of the admin group ({group}); "
-            f"the caller is {who}",
-        )
-        raise AssertionError("unreachable: abort raises")
-
     async def _nic_argument(self, name: str, context: Any) -> str:
         problem = nic_name_problem(name)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         return name
+
+    async def _since_argument(self, since: int, context: Any) -> None:
+        head = self._view.head_seq()
+        if since > head:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, since_problem(since, head))
 
     async def _lookup(self, name: str, context: Any) -> Any:
         try:
@@ -234,6 +245,55 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
         raise AssertionError("unreachable: abort raises")
 
 
+class ReadOnlyServicer(LinkguardServicer):
+    """The read-only socket: every read, and a clear refusal of anything that changes state."""
+
+    async def Drain(self, request: pb.DrainRequest, context: Any) -> pb.Nic:
+        await self._refuse("drain", context)
+
+    async def Undrain(self, request: pb.UndrainRequest, context: Any) -> pb.Nic:
+        await self._refuse("undrain", context)
+
+    async def _refuse(self, action: str, context: Any) -> NoReturn:
+        ro = next((s for s in self._sockets if not s.admin), None)
+        admin = next((s for s in self._sockets if s.admin), None)
+        here = f" {ro.path}" if ro else ""
+        there = (f"use the admin socket {admin.path} (root, or group {admin.group})"
+                 if admin and admin.group else
+                 f"use the admin socket {admin.path} (root)" if admin else "use the admin socket")
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                            f"{action} is not served on the read-only socket{here}: {there}")
+        raise AssertionError("unreachable: abort raises")
+
+
+def backup_problem(nic: NicView, view: DaemonView) -> str:
+    """Why draining `nic` would leave its traffic nowhere to go ('' when the backup is UP)."""
+    force = "drain it anyway with --force"
+    if not nic.backup:
+        return f"refusing to drain {nic.name}: it has no backup NIC; {force}"
+    try:
+        backup = view.nic(nic.backup)
+    except UnknownNic:
+        return f"refusing to drain {nic.name}: its backup {nic.backup} is not monitored; {force}"
+    if backup.state == NicState.UP:
+        return ""
+    state = convert.state_name(backup.state)
+    return (f"refusing to drain {nic.name}: its backup {nic.backup} is {state} "
+            f"({convert.reason_name(backup.reason).lower()}), so its traffic would have "
+            f"nowhere to go; {force}")
+
+
+def since_problem(since: int, head: int) -> str:
+    return (f"there is no event #{since} yet: the newest is #{head}. Event numbers continue "
+            "across daemon restarts, so a larger one comes from another host or from before "
+            f"the daemon's state directory was lost; resume with --since {head}")
+
+
+def not_saved(name: str, what: str, exc: Exception) -> str:
+    return (f"{name} is {what}, but the daemon could not save it ({exc}): it will not survive "
+            "a restart of linkguardd; see its log")
+
+
 def _missed(since_seq: int, events: list[Any]) -> int:
     """How many events after since_seq fell out of the history before the first one kept."""
     if since_seq and events and events[0].seq > since_seq + 1:
@@ -242,103 +302,111 @@ def _missed(since_seq: int, events: list[Any]) -> int:
 
 
 class ApiServer:
-    """The API on `socket_path`. The engine calls `await start()` once the view can answer,
-    and `await stop()` on shutdown; SIGHUP needs nothing from here (the view stays the same)."""
+    """The API on the admin socket and, when set, the read-only one. The engine calls
+    `await start()` once the view can answer and `await stop()` on shutdown; SIGHUP needs
+    nothing from here (the view stays the same)."""
 
     def __init__(
         self,
         view: DaemonView,
         socket_path: str,
         *,
-        socket_group: str | None = None,
+        ro_socket_path: str = "",
         admin_group: str | None = None,
-        socket_mode: int = 0o660,
+        reader_group: str | None = None,
         identity: DaemonIdentity | None = None,
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.socket_path = os.path.abspath(socket_path)
+        self.ro_socket_path = os.path.abspath(ro_socket_path) if ro_socket_path else ""
+        self.sockets = (SocketSpec(self.socket_path, admin_group or None, True),)
+        if self.ro_socket_path:
+            self.sockets += (SocketSpec(self.ro_socket_path, reader_group or None, False),)
         self._view = view
-        self._socket_group = socket_group
-        self._admin_group = admin_group
-        self._socket_mode = socket_mode
         self._identity = identity or DaemonIdentity()
         self._monotonic_ns = monotonic_ns
-        self._grpc: grpc.aio.Server | None = None
-        self._gate: CredentialGate | None = None
-        self._private_dir: str | None = None
+        self._servers: list[tuple[grpc.aio.Server, str]] = []  # with each one's public path
 
     async def start(self) -> None:
-        os.makedirs(os.path.dirname(self.socket_path), mode=0o755, exist_ok=True)
-        _refuse_if_served(self.socket_path)
-        self._private_dir = make_private_dir(self.socket_path)
-        private_socket = os.path.join(self._private_dir, "grpc.sock")
-        self._gate = CredentialGate(self.socket_path, private_socket)
-        self._grpc = grpc.aio.server()
-        servicer = LinkguardServicer(
-            self._view,
-            lambda context: self._gate.lookup(context.peer()) if self._gate else None,
-            self._admin_group,
-            self._identity,
-            self._monotonic_ns,
-        )
-        pb_grpc.add_LinkguardServicer_to_server(servicer, self._grpc)
+        for spec in self.sockets:
+            _refuse_if_served(spec.path)
         try:
-            self._grpc.add_insecure_port("unix:" + private_socket)
+            for spec in self.sockets:
+                await self._serve(spec)
+        except BaseException:
+            await self.stop(grace=0)
+            raise
+        log.info("api: serving on %s", " and ".join(s.path for s in self.sockets))
+
+    async def _serve(self, spec: SocketSpec) -> None:
+        os.makedirs(os.path.dirname(spec.path), mode=0o755, exist_ok=True)
+        bind_dir = _private_dir(spec.path)
+        bound = os.path.join(bind_dir, "s")  # stays the socket's address (getsockname)
+        make = LinkguardServicer if spec.admin else ReadOnlyServicer
+        servicer = make(
+            self._view,
+            lambda context: describe_caller(bound, _metadata(context, CALLER_PID_KEY)),
+            self._identity, self.sockets, self._monotonic_ns)
+        server = grpc.aio.server()
+        pb_grpc.add_LinkguardServicer_to_server(servicer, server)
+        try:
+            server.add_insecure_port("unix:" + bound)
         except RuntimeError as exc:
-            raise ApiError(f"cannot serve grpc on {private_socket}: {exc}") from exc
-        await self._grpc.start()
-        listener = self._bind_public_socket()
-        await self._gate.start(listener)
-        log.info("api: serving on %s", self.socket_path)
+            shutil.rmtree(bind_dir, ignore_errors=True)
+            raise ApiError(f"cannot serve grpc on {bound}: {exc}") from exc
+        self._servers.append((server, spec.path))
+        await server.start()
+        try:
+            os.chmod(bound, SOCKET_MODE)  # still in the 0700 directory: nobody can reach it
+            _apply_group(bound, spec)
+            os.rename(bound, spec.path)  # atomically replaces a stale socket
+        except OSError as exc:
+            raise ApiError(f"cannot create the API socket {spec.path}: {exc}") from exc
+        finally:
+            shutil.rmtree(bind_dir, ignore_errors=True)
 
     async def stop(self, grace: float = 1.0) -> None:
         """Stop accepting, end open calls (watchers see the stream end), remove the sockets."""
-        if self._gate is not None:
-            await self._gate.stop()
-            self._gate = None
-        if self._grpc is not None:
-            await self._grpc.stop(grace)
-            self._grpc = None
-        try:
-            os.unlink(self.socket_path)
-        except FileNotFoundError:
-            pass
-        if self._private_dir:
-            shutil.rmtree(self._private_dir, ignore_errors=True)
-            self._private_dir = None
+        servers, self._servers = self._servers, []
+        for server, path in servers:
+            await server.stop(grace)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
-    def _bind_public_socket(self) -> socket.socket:
-        """Bind under a temporary name, set mode and group, then rename into place: the socket
-        is never reachable with looser permissions than configured (no umask window)."""
-        tmp = f"{self.socket_path}.{os.getpid()}.tmp"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            sock.bind(tmp)
-            os.chmod(tmp, self._socket_mode)  # chmod after bind: bind honours the umask
-            self._apply_group(tmp)
-            os.rename(tmp, self.socket_path)  # atomically replaces a stale socket
-        except OSError as exc:
-            sock.close()
-            raise ApiError(f"cannot create the API socket {self.socket_path}: {exc}") from exc
-        return sock
 
-    def _apply_group(self, path: str) -> None:
-        if not self._socket_group:
-            return
-        gid = group_id(self._socket_group)
-        if gid is None:
-            log.warning(
-                "api: socket group %r does not exist; only root can use %s "
-                "(create it: systemd-sysusers, or groupadd %s)",
-                self._socket_group, self.socket_path, self._socket_group,
-            )
-            return
-        try:
-            os.chown(path, -1, gid)
-        except OSError as exc:
-            log.warning("api: cannot give %s to group %r: %s", path, self._socket_group, exc)
+SOCKET_MODE = 0o660  # owner root and the socket's group may connect; nobody else
+
+
+def _private_dir(public_path: str) -> str:
+    """(Re)create the 0700 directory, next to the socket, where grpc binds it first."""
+    parent, base = os.path.split(public_path)
+    path = os.path.join(parent, f".{base}.bind")
+    shutil.rmtree(path, ignore_errors=True)  # a leftover from a killed daemon
+    os.mkdir(path, 0o700)
+    return path
+
+
+def _apply_group(path: str, spec: SocketSpec) -> None:
+    if not spec.group:
+        return
+    gid = group_id(spec.group)
+    if gid is None:
+        log.warning("api: group %r does not exist; only root can use %s (create it: "
+                    "systemd-sysusers, or groupadd %s)", spec.group, spec.path, spec.group)
+        return
+    try:
+        os.chown(path, -1, gid)
+    except OSError as exc:
+        log.warning("api: cannot give %s to group %r: %s", spec.path, spec.group, exc)
+
+
+def _metadata(context: Any, key: str) -> str | None:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return str(v)
+    return None
 
 
 def _refuse_if_served(path: str) -> None:

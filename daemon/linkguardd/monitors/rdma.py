@@ -165,7 +165,10 @@ class RdmaMonitor:
         if self._source is None:
             self._source = default_verbs_source()
         await self._scan()
-        if self._source is None and self._ports:
+        if not self._ports:  # no child is started until a device appears (a later scan)
+            log.info("rdma: no RDMA device under %s: idle until one appears",
+                     self._root / "class/infiniband")
+        elif self._source is None:
             log.info("rdma: no verbs events (pyverbs missing): port state read every %.1f s",
                      self._interval)
         self._tasks["poll"] = asyncio.get_running_loop().create_task(self._poll())
