@@ -1,12 +1,15 @@
-/* Fuzzes device discovery from LINKGUARD_PAIRS / LGTCP_IFS (lg_devices_from_pairs) and from
- * the interface list (lg_devices_from_ifaces), src/devices.c, against a fuzzed interface list.
+/* Fuzzes device discovery from LINKGUARD_PAIRS / LGTCP_IFS (lg_devices_from_pairs), from the
+ * interface list (lg_devices_from_ifaces) and the LINKGUARD_IFNAME filter (lg_ifname_match),
+ * src/devices.c, against a fuzzed interface list.
  * Input: a byte k (k % 9 interfaces), then per interface a flags byte (bit 0 up, bit 1
  * loopback, bit 2 has an IPv4 address, bit 3: the spec's backups are used), a length byte
- * (% 16) and that many name bytes; the rest is the spec string (up to a NUL).
+ * (% 16) and that many name bytes; then the pairs spec up to a NUL, and after the NUL (if there
+ * is one) the LINKGUARD_IFNAME list.
  * Checks: an error leaves a NUL-terminated message; otherwise every device's NICs are listed
  * interfaces with an address, named and addressed as listed, the primary never its own
- * backup, no primary twice, a backup only where allowed; from the interface list, exactly
- * the usable interfaces (up, not loopback, with an address), each backed by the next one. */
+ * backup, no primary twice, a backup only where allowed; the filter agrees with a plain model
+ * of its documented rule; from the interface list, exactly the usable interfaces (up, not
+ * loopback, with an address, passing the filter), each backed by the next one. */
 #include <arpa/inet.h>
 #include <string.h>
 
@@ -58,15 +61,34 @@ static void check_pairs(const char *spec, const struct lg_ifinfo *ifs, int n, in
     }
 }
 
-static void check_ifaces(const struct lg_ifinfo *ifs, int n, int backup)
+/* The documented rule, written plainly: comma-separated entries (empty ones ignored), a
+ * leading '^' excludes, then a '=' asks for exact names instead of prefixes. */
+static int ifname_model(const char *spec, const char *name)
+{
+    if (!spec || !*spec)
+        return 1;
+    int exclude = spec[0] == '^';
+    int exact = spec[exclude] == '=';
+    char *copy = strdup(spec + exclude + exact), *save = NULL;
+    int hit = 0;
+    for (char *e = strtok_r(copy, ",", &save); e && !hit; e = strtok_r(NULL, ",", &save))
+        hit = exact ? !strcmp(name, e) : !strncmp(name, e, strlen(e));
+    free(copy);
+    return exclude ? !hit : hit;
+}
+
+static void check_ifaces(const struct lg_ifinfo *ifs, int n, int backup, const char *ifname)
 {
     static struct lg_device_table t;
     char err[128] = "";
     int usable[LG_MAX_IFS], nu = 0;
-    for (int i = 0; i < n; i++)
-        if (ifs[i].up && !ifs[i].loopback && ifs[i].ip)
+    for (int i = 0; i < n; i++) {
+        int pass = lg_ifname_match(ifname, ifs[i].name);
+        FUZZ_ASSERT(pass == ifname_model(ifname, ifs[i].name));
+        if (ifs[i].up && !ifs[i].loopback && ifs[i].ip && pass)
             usable[nu++] = i;
-    int rc = lg_devices_from_ifaces(ifs, n, backup, &t, err, sizeof(err));
+    }
+    int rc = lg_devices_from_ifaces(ifs, n, backup, ifname, &t, err, sizeof(err));
     FUZZ_ASSERT(rc == nu && t.count == nu);
     for (int d = 0; d < nu; d++) {
         check_nic(&t.dev[d].nic[0], ifs, n);
@@ -102,8 +124,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             n++;
     }
     char *spec = strndup((const char *)data + pos, size - pos);
+    size_t used = strlen(spec) + 1;
+    char *ifname = pos + used <= size ? strndup((const char *)data + pos + used, size - pos - used)
+                                      : NULL;
     check_pairs(spec, ifs, n, backup);
-    check_ifaces(ifs, n, backup);
+    check_ifaces(ifs, n, backup, ifname);
     free(spec);
+    free(ifname);
     return 0;
 }

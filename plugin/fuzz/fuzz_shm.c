@@ -47,7 +47,7 @@ static void check_devices(const struct lg_shm_snapshot *snap)
 {
     static struct lg_device_table t;
     struct lg_ifinfo ifs[1] = {{.name = "eth0", .ip = 0x0100a8c0u, .up = 1}};
-    int n = lg_devices_from_shm(snap, ifs, 1, 1, &t);
+    int n = lg_devices_from_shm(snap, ifs, 1, 1, NULL, &t);
     FUZZ_ASSERT(n == t.count && n >= 0 && n <= LG_MAX_DEVS && (uint32_t)n <= snap->nic_count);
     for (int d = 0; d < n; d++)
         for (int k = 0; k < 1 + t.dev[d].has_backup; k++) {

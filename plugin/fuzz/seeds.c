@@ -176,13 +176,17 @@ static size_t dev_if(uint8_t *out, uint8_t flags, const char *name)
 
 static void seeds_devices(void)
 {
-    static const struct { const char *name, *spec; } specs[] = {
-        {"two-pairs", "rail0:rail1,rail1:rail0"},
-        {"spaces-no-backup", " rail0 ,\track1\t"},
-        {"paired-with-itself", "rail0:rail0"},
-        {"unknown-and-no-address", "rail9:rail1,lo:nolink"},
-        {"empty-entries", ",:,rail0:"},
-        {"too-long-name", "rail0:abcdefghijklmnopq"},
+    /* The pairs spec, then after a NUL the LINKGUARD_IFNAME list (sizeof - 1: both). */
+    static const struct { const char *name, *spec; size_t len; } specs[] = {
+        {"two-pairs", "rail0:rail1,rail1:rail0", 0},
+        {"spaces-no-backup", " rail0 ,\track1\t", 0},
+        {"paired-with-itself", "rail0:rail0", 0},
+        {"unknown-and-no-address", "rail9:rail1,lo:nolink", 0},
+        {"empty-entries", ",:,rail0:", 0},
+        {"too-long-name", "rail0:abcdefghijklmnopq", 0},
+        {"ifname-prefix", "\0rail", sizeof("\0rail") - 1},
+        {"ifname-exclude-exact", "\0^=rail1,,rack1", sizeof("\0^=rail1,,rack1") - 1},
+        {"ifname-exclude-only", "\0^", sizeof("\0^") - 1},
     };
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
         uint8_t b[256];
@@ -193,8 +197,9 @@ static void seeds_devices(void)
         n += dev_if(b + n, 1 | 4, "rack1");
         n += dev_if(b + n, 1 | 2 | 4, "lo");
         n += dev_if(b + n, 1, "nolink");
-        memcpy(b + n, specs[i].spec, strlen(specs[i].spec));
-        put("fuzz_devices", specs[i].name, b, n + strlen(specs[i].spec));
+        size_t len = specs[i].len ? specs[i].len : strlen(specs[i].spec);
+        memcpy(b + n, specs[i].spec, len);
+        put("fuzz_devices", specs[i].name, b, n + len);
     }
 }
 
