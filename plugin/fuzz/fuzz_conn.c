@@ -12,7 +12,8 @@
  * end.
  * Checks NCCL's buffer ownership rules: a buffer is freed the moment test() reports its request
  * done (and every other one after close), so ASan reports any later access by the plugin; a
- * send completes only after the peer acknowledged it (an ACK or RESYNC count above its seq);
+ * send completes only after the peer acknowledged it (an ACK, RESYNC or closing BYE count
+ * above its seq);
  * a receive of N bytes completes only after the peer wrote, whole, every chunk of those N bytes
  * as the sender cuts them (header and payload); a completed size never exceeds the posted one.
  * Needs no daemon (LINKGUARD_SHM points nowhere) and opens sockets on 127.0.0.1 only.
@@ -76,7 +77,7 @@ static struct {
     struct req reqs[MAX_REQS];
     int nreqs;
     uint64_t posted;
-    uint64_t acked_by_peer; /* the highest ACK/RESYNC count the peer sent */
+    uint64_t acked_by_peer; /* the highest ACK, RESYNC or BYE(CLOSE) count the peer sent */
     /* The peer's bytes left the model (raw bytes, a frame or chunk written in part, more
      * written after a partial payload), on a control channel (acks) or a data stream
      * (chunks): completions are then judged by ASan alone. */
@@ -283,8 +284,9 @@ static void op_frame(struct input *in)
         b[0] = f.type; /* lg_ctrl_encode writes what it is given; keep it so */
     if (peer_try_write(st.pe.ctrl[path], b, sizeof(b)) != sizeof(b))
         st.acks_unjudged = 1;
-    else if ((f.type == LG_CTRL_ACK || f.type == LG_CTRL_RESYNC) && f.value > st.acked_by_peer)
-        st.acked_by_peer = f.value;
+    else if ((f.type == LG_CTRL_ACK || f.type == LG_CTRL_RESYNC ||
+              (f.type == LG_CTRL_BYE && f.flags == LG_BYE_CLOSE)) && f.value > st.acked_by_peer)
+        st.acked_by_peer = f.value; /* a closing receiver's BYE carries its placed count */
 }
 
 static void op_chunk(struct input *in)
@@ -384,6 +386,24 @@ static void op_shutdown(struct input *in)
         shutdown(st.pe.data[path][k], SHUT_RDWR);
 }
 
+/* Our side closes first, as NCCL does; then the peer's ends reset (SO_LINGER 0), which also
+ * clears our side's closing sockets: no socket waits in TIME_WAIT, which at thousands of
+ * connections a minute would use up the loopback ports. */
+static void close_all(void)
+{
+    struct lg_conn *c = st.pe.c;
+    FUZZ_ASSERT((c->kind == LG_CONN_SEND ? lg_core_close_send(c) : lg_core_close_recv(c)) ==
+                ncclSuccess);
+    st.pe.c = NULL;
+    struct linger reset = {.l_onoff = 1, .l_linger = 0};
+    for (int i = 0; i < st.pe.npaths; i++) {
+        setsockopt(st.pe.ctrl[i], SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+        for (int k = 0; k < st.pe.nstreams; k++)
+            setsockopt(st.pe.data[i][k], SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    }
+    peer_close(&st.pe); /* closes the peer's ends */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const uint32_t chunks[] = {64, 100, 512, 4096};
@@ -392,9 +412,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&st, 0, sizeof(st));
     st.send = cfg & 1;
     st.chunk = chunks[(cfg >> 3) & 3];
-    /* Fails only without fds: then the plugin leaked them in an earlier input. */
-    FUZZ_ASSERT(peer_open(&st.pe, st.send ? LG_CONN_SEND : LG_CONN_RECV, 1 + ((cfg >> 1) & 1),
-                          1 + ((cfg >> 2) & 1), st.chunk) == 0);
+    /* Fails only without fds or ports: the plugin leaked them in an earlier input. */
+    if (peer_open(&st.pe, st.send ? LG_CONN_SEND : LG_CONN_RECV, 1 + ((cfg >> 1) & 1),
+                  1 + ((cfg >> 2) & 1), st.chunk) != 0) {
+        fprintf(stderr, "fuzz_conn: cannot set up a connection: %s\n", strerror(errno));
+        abort();
+    }
     for (int ops = 0; ops < MAX_OPS && in.n; ops++) {
         switch (in_u8(&in) % 8) {
         case 0: op_post(&in); break;
@@ -409,8 +432,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     drain();
     test_all();
+    close_all();
     /* NCCL frees what is left only after close; nothing may touch it from then on. */
-    peer_close(&st.pe);
     for (int i = 0; i < st.nreqs; i++)
         free(st.reqs[i].buf);
     return 0;
