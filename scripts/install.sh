@@ -20,7 +20,7 @@
 #   $SYSCONFDIR/linkguard/linkguard.toml(.example), $SYSCONFDIR/default/linkguardd,
 #   $SYSCONFDIR/linkguard/slurm.toml(.example)   never overwritten once present
 #   $PREFIX/share/linkguard/nhc/linkguard.nhc    the check for LBNL NHC (docs/slurm.md)
-#   $PREFIX/share/doc/linkguard/       operators.md, failover.md, wrap-mode.md, slurm.md, README.md
+#   $PREFIX/share/doc/linkguard/       docs/*.md (operators.md links the others), README.md
 #   $PREFIX/share/{bash-completion,zsh,fish}/...   linkguard-cli's shell completion
 # Opt-in: --nccl-conf appends NCCL_NET_PLUGIN=linkguard to $SYSCONFDIR/nccl.conf, so every NCCL
 # job on the host loads the plugin; --nccl-net-strict adds NCCL_NET=linkguard, so a job fails
@@ -142,8 +142,8 @@ put_once 0644 "$SRC/systemd/linkguardd.default" "$SYSCONFDIR/default/linkguardd"
 put 0644 "$SRC/slurm/linkguard-slurm.toml" "$SYSCONFDIR/linkguard/slurm.toml.example"
 put_once 0644 "$SRC/slurm/linkguard-slurm.toml" "$SYSCONFDIR/linkguard/slurm.toml"
 put 0644 "$SRC/slurm/nhc/linkguard.nhc" "$PREFIX/share/linkguard/nhc/linkguard.nhc"
-for doc in operators.md failover.md wrap-mode.md slurm.md; do # operators.md links the others
-    put 0644 "$SRC/docs/$doc" "$PREFIX/share/doc/linkguard/$doc"
+for doc in "$SRC"/docs/*.md; do # every page: operators.md links the others
+    put 0644 "$doc" "$PREFIX/share/doc/linkguard/${doc##*/}"
 done
 put 0644 "$SRC/README.md" "$PREFIX/share/doc/linkguard/README.md"
 

@@ -19,6 +19,7 @@ from click.shell_completion import CompletionItem
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard_cli import render
 from linkguard_cli.client import (
+    EXIT_DAEMON_ERROR,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_NOT_UP,
@@ -54,7 +55,7 @@ Exit status (health checks may rely on it):
   2   usage error, bad argument, unknown NIC, --since beyond the newest event
   3   linkguardd unreachable (no socket, no permission, no answer in time)
   4   not allowed (drain/undrain on the read-only socket)
-  5   the daemon failed the request
+  5   the daemon failed the request; for health: its heartbeat is stale
   6   drain refused: the backup NIC is not UP (--force overrides)
   70  linkguard-cli itself failed (a bug: never a NIC state)
   130 interrupted"""
@@ -248,6 +249,23 @@ def dom(ctx: click.Context, nic: str | None, output: str, as_json: bool) -> None
         _echo_json([render.module_json(m) for m in modules])
         return
     click.echo("\n\n".join(render.module_text(m) for m in modules) or "no NIC is monitored")
+
+
+@cli.command()
+@click.option("--max-heartbeat-age", "max_age", default=render.STALE_HEARTBEAT_S,
+              show_default=True, metavar="SECONDS", type=click.FloatRange(min=0),
+              help="Older than this, the daemon counts as stalled.")
+@click.pass_context
+def health(ctx: click.Context, max_age: float) -> None:
+    """Whether linkguardd answers and its heartbeat is fresh, whatever the NICs' states: a
+    liveness probe. Exits 0 alive, 3 unreachable, 5 heartbeat stale."""
+    d = _client(ctx).status().daemon
+    age = d.heartbeat_age_seconds
+    if age > max_age:
+        click.echo(f"linkguardd pid {d.pid}: heartbeat {age:.3f} s old (limit {max_age:g} s): "
+                   "its loop is stalled", err=True)
+        ctx.exit(EXIT_DAEMON_ERROR)
+    click.echo(f"linkguardd pid {d.pid}: alive, heartbeat {age * 1000:.0f} ms ago")
 
 
 @cli.command()

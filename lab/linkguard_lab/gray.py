@@ -100,9 +100,9 @@ class GrayMixin:
     def lossy(self, host: str, rail: Rail, percent: str | float) -> int:
         """Drop `percent` % of the frames through HOST's RAIL, at random, both directions."""
         threshold = round(parse_percent(percent) * RANDOM_SCALE / 100)
-        return self._gray("lossy", host, rail, [
-            f'numgen random mod {RANDOM_SCALE} < {threshold} counter drop comment '
-            f'"lossy {percent}%"'])
+        rule = (f'numgen random mod {RANDOM_SCALE} < {threshold} counter drop comment '
+                f'"lossy {percent}%"')
+        return self._gray("lossy", host, rail, [rule])
 
     def unlossy(self, host: str, rail: Rail) -> int:
         return self._gray("lossy", host, rail, [])

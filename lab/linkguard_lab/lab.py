@@ -20,10 +20,15 @@ from linkguard_lab.gray import GrayMixin, gray_ruleset
 from linkguard_lab.netlink import LinkInfo, Netlink
 from linkguard_lab.topology import DEFAULT_PREFIX, MGMT_IFNAME, PREFIX_LEN, Rail, Topology
 
-# No IPv6 in the lab: no router solicitations, DAD or MLD chatter on the rails.
+# No IPv6 in the lab: no router solicitations, DAD or MLD chatter on the rails. ARP as on a
+# multi-rail GPU host: a NIC answers only for its own address and speaks only from it
+# (arp_ignore=1, arp_announce=2, ip-sysctl.rst), so a rail's traffic never slips onto
+# another rail's wire through Linux's weak-host ARP.
 _SYSCTLS = {
     "net.ipv6.conf.all.disable_ipv6": "1",
     "net.ipv6.conf.default.disable_ipv6": "1",
+    "net.ipv4.conf.all.arp_ignore": "1",
+    "net.ipv4.conf.all.arp_announce": "2",
 }
 SWITCH = "sw"  # run()/popen() accept it as a host name to run inside the switch
 

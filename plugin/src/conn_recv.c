@@ -435,6 +435,8 @@ ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
 {
     struct lg_conn *c = r->conn;
     lg_monitor_health_poll();
+    if (c->kind == LG_CONN_RECV)
+        __atomic_store_n(&c->poll_ns, lg_now_ns(), __ATOMIC_RELAXED);
     int complete = req_complete(r);
     if (!complete && c->wrap) {
         lg_wrap_pump(c);

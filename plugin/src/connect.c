@@ -59,13 +59,24 @@ static int *sock_fd(struct lg_conn *c, int p, int k)
     return k == 0 ? &c->paths[p]->ctrl.task.fd : &c->paths[p]->data[k - 1].task.fd;
 }
 
+/* What an unreachable peer address most likely means: NCCL pairs NICs of different rails
+ * (cross-NIC rings), and rails are usually not routed to each other. */
+static const char *reach_hint(int err)
+{
+    return err == ENETUNREACH || err == EHOSTUNREACH
+               ? " (no route from this NIC to that address: the two NICs are on rails that are "
+                 "not routed to each other; NCCL's cross-NIC rings need routed rails, or "
+                 "NCCL_CROSS_NIC=0 keeps every ring on one rail)"
+               : "";
+}
+
 static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
 {
     struct lg_path *p = cg->conn->paths[1];
-    LG_WARN("send conn %016llx: backup path via NIC %s to %s unavailable (%s%s%s); the "
+    LG_WARN("send conn %016llx: backup path via NIC %s to %s unavailable (%s%s%s)%s; the "
             "connection runs unprotected until that path can be built",
             (unsigned long long)cg->conn->nonce, p->nic, p->peer, why, err ? ": " : "",
-            err ? strerror(err) : "");
+            err ? strerror(err) : "", reach_hint(err));
     for (int k = 0; k <= p->nstreams; k++) {
         int *fd = sock_fd(cg->conn, 1, k);
         if (*fd >= 0)
@@ -122,8 +133,9 @@ static struct lg_connecting *connect_start(int dev, const struct lg_handle *h)
                                            k ? LG_SOCK_DATA : LG_SOCK_CTRL);
             if (fd < 0) {
                 if (p == 0) {
-                    LG_WARN("connect from NIC %s to %s: %s", d->nic[0].name, path->peer,
-                            strerror(errno));
+                    int e = errno;
+                    LG_WARN("connect from NIC %s to the peer's primary NIC at %s: %s%s",
+                            d->nic[0].name, path->peer, strerror(e), reach_hint(e));
                     lg_conn_free(c);
                     free(cg);
                     return NULL;
@@ -182,8 +194,8 @@ static int connect_progress(struct lg_connecting *cg)
             if (rc == 0 && (p || k) && send_hello(cg, p, k) < 0)
                 rc = -1, err = errno;
             if (rc < 0 && p == 0) {
-                LG_WARN("connect from NIC %s to %s failed: %s", c->paths[0]->nic,
-                        c->paths[0]->peer, strerror(err));
+                LG_WARN("connect from NIC %s to the peer's primary NIC at %s failed: %s%s",
+                        c->paths[0]->nic, c->paths[0]->peer, strerror(err), reach_hint(err));
                 return -1;
             }
             if (rc < 0) {

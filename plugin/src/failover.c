@@ -320,6 +320,50 @@ static void check_silence(struct lg_conn *c, uint64_t now)
     silence_between(po, pa, now, "standby: no heartbeat");
 }
 
+/* Receiver: the progress watchdog. A data stream that stalls alone (one flow blackholed, a
+ * policer starving it) leaves its message incomplete while the data around it arrives: later
+ * messages complete, or the message itself is partly placed by the other streams. No progress
+ * on that oldest incomplete message for LINKGUARD_STALL_MS means the path is stalled: it fails
+ * like a dead one (fenced; the sender fails over, or an unprotected connection reports it). A
+ * receive NCCL has not posted, or a sender with nothing to send, never looks like this. */
+static void rx_watchdog(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *p = c->active_path;
+    if (c->wrap || !lg_params.stall_ms || !lg_path_up(p))
+        return;
+    pthread_mutex_lock(&c->mu);
+    uint64_t base = c->win.base, later = c->win.bits;
+    pthread_mutex_unlock(&c->mu);
+    const struct lg_req *r = &c->reqs[base % LG_WINDOW];
+    uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+    uint64_t placed = (st & LG_REQ_POSTED) && !(st & LG_REQ_DONE) && r->seq == base
+                          ? __atomic_load_n(&r->placed, __ATOMIC_RELAXED) : 0;
+    int around = base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) && (later || placed);
+    /* Chunks test() would place inline are not late when NCCL is not polling. */
+    uint64_t polled = __atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED);
+    if (lg_params.poll_inline && polled < now && now - polled > MS(lg_params.stall_ms) / 2)
+        around = 0;
+    if (!around || base != fo->wd_base || placed != fo->wd_placed || !fo->wd_since) {
+        fo->wd_base = base;
+        fo->wd_placed = placed;
+        fo->wd_since = around ? now : 0;
+        return;
+    }
+    /* Just after a commit the replay has only begun. */
+    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
+    if (now - from < MS(lg_params.stall_ms))
+        return;
+    char why[128];
+    snprintf(why, sizeof(why), "stalled: message #%llu got no data for %.0f ms (%llu bytes "
+             "placed) while data around it arrived", (unsigned long long)base,
+             ms_since(fo->wd_since, now), (unsigned long long)placed);
+    LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s to %s %s", (unsigned long long)c->nonce,
+            slot_name(p->index), p->nic, p->peer, why);
+    fo->wd_since = 0;
+    lg_conn_path_failed(p, 0, why);
+}
+
 /* ---- heartbeats ----------------------------------------------------------------------------- */
 
 static void heartbeats(struct lg_conn *c, uint64_t now)
@@ -702,6 +746,7 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     int reset = lg_resync_rx_reset(c->reqs, base, __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE));
     __atomic_store_n(&c->rx_open, epoch, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->mu);
+    fo->wd_commit_ns = now;
     struct lg_ctrl f = {.type = LG_CTRL_RESYNC, .flags = (uint8_t)target, .epoch = epoch,
                         .value = base};
     lg_path_ctrl_send(p, &f);
@@ -786,6 +831,8 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
     fo->last_run_ns = now;
     if (c->kind == LG_CONN_SEND)
         pump(p); /* test() reads it only while NCCL polls */
+    else
+        rx_watchdog(c, now);
     heartbeats(c, now);
     pthread_mutex_lock(&c->mb_mu);
     int heard_hb = c->mb.hb_valid;
@@ -847,8 +894,11 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
     read_peer(c, now);
     if (note_failures(c, now))
         return now + 20 * hb;
-    if (!late)
+    if (!late) {
         check_silence(c, now);
+        if (c->kind == LG_CONN_RECV)
+            rx_watchdog(c, now);
+    }
     if (note_failures(c, now))
         return now + 20 * hb;
     if (c->kind == LG_CONN_SEND)

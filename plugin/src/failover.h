@@ -167,6 +167,8 @@ struct lg_fo {
     uint64_t next_run_ns;
     uint64_t last_run_ns;  /* a late run (the process was starved) judges no silence */
     uint64_t stalled_ns;   /* stall time counted so far (see dead_check) */
+    /* receiver: the progress watchdog (rx_watchdog) */
+    uint64_t wd_base, wd_placed, wd_since, wd_commit_ns;
     int late, late_runs;
 };
 #define LG_SW_NONE 0

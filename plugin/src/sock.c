@@ -1,6 +1,7 @@
 /* TCP socket helpers for paths. */
 #include "sock.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -56,6 +57,15 @@ int lg_sock_connect_start(const char *ifname, uint32_t ip, uint32_t peer_ip, uin
         return -1;
     }
     return fd;
+}
+
+unsigned lg_sock_local_port(int fd)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    if (fd < 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0 || a.sin_family != AF_INET)
+        return 0;
+    return ntohs(a.sin_port);
 }
 
 int lg_sock_listen(uint32_t ip, uint16_t *port)

@@ -12,6 +12,8 @@ enum lg_sock_role { LG_SOCK_CTRL, LG_SOCK_DATA };
  * connect started towards (peer_ip, peer_port). Returns the fd or -1 (errno set). */
 int lg_sock_connect_start(const char *ifname, uint32_t ip, uint32_t peer_ip, uint16_t peer_port,
                           enum lg_sock_role role);
+/* The socket's local TCP port (host order); 0 if it has none. */
+unsigned lg_sock_local_port(int fd);
 /* Listening socket on (ip, ephemeral port); *port gets the port (host order). */
 int lg_sock_listen(uint32_t ip, uint16_t *port);
 /* 0 when a started connect finished, 1 while in progress, -1 (errno set) on failure. */

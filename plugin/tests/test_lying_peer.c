@@ -290,6 +290,36 @@ static void test_unprotected_silent_peer(void)
     lg_params.silent_timeout_ms = saved_silent;
 }
 
+/* Issue #12: one stream stalls. Chunk 0 of a two-chunk message arrives, chunk 1 never does,
+ * while the connection is otherwise fine: the receiver's watchdog fails the path. Unprotected:
+ * the connection fails with an error; protected: the path is fenced (BYE(FENCE)) so that the
+ * sender fails over. */
+static void test_one_stream_stalls(void)
+{
+    for (int npaths = 1; npaths <= 2; npaths++) {
+        struct lg_peer pe;
+        CHECK_EQ(peer_open(&pe, LG_CONN_RECV, npaths, 2, CHUNK), 0);
+        char *buf = malloc(2 * CHUNK);
+        void *data[1] = {buf}, *r = NULL;
+        size_t size[1] = {2 * CHUNK};
+        CHECK_EQ(lg_core_irecv(pe.c, 1, data, size, NULL, NULL, &r), ncclSuccess);
+        struct lg_chunk_hdr h = {.len = CHUNK, .seq = 0, .offset = 0, .total = 2 * CHUNK};
+        CHECK_EQ(peer_chunk(&pe, 0, 0, h, NULL, CHUNK), 0);
+        ncclResult_t rc;
+        if (npaths == 1) {
+            CHECK_EQ(peer_poll(&pe, r, 5000, &rc), -1);
+            CHECK_EQ(rc, ncclRemoteError);
+        } else {
+            CHECK_EQ(peer_poll(&pe, r, 1500, &rc), 0); /* never done, never an error */
+            struct lg_ctrl bye;
+            CHECK_EQ(peer_expect(&pe, 0, LG_CTRL_BYE, &bye, 3000), 0);
+            CHECK_EQ(bye.flags, LG_BYE_FENCE);
+        }
+        peer_close(&pe);
+        free(buf);
+    }
+}
+
 int main(void)
 {
     setenv(LG_SHM_PATH_ENV, "/nonexistent/linkguard-test", 1); /* no daemon */
@@ -307,6 +337,7 @@ int main(void)
     test_honest_switch();
     test_goodbye_carries_the_final_count();
     test_unprotected_silent_peer();
+    test_one_stream_stalls();
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }

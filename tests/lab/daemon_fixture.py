@@ -181,6 +181,14 @@ class Daemon:
             assert not sock.exists(), f"{sock} left behind after SIGTERM"
         return rc
 
+    def crash(self) -> None:
+        """SIGKILL by PID, as the OOM killer or a failed liveness probe ends a container: the
+        shm file and the socket stay behind, for the next start() to replace."""
+        assert self.proc is not None and self.proc.poll() is None, "daemon not running"
+        self.close_reader()
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(timeout=STOP_TIMEOUT_S)
+
     def kill(self) -> None:
         """Teardown: whatever state the daemon is in, end it (by PID) and remove its files."""
         self.close_reader()
@@ -293,29 +301,39 @@ class Daemons:
 
     def start(self, lab: Lab, host: str, *args: str,
               config: Mapping[str, TomlValue] | None = None,
-              timeout_s: float = START_TIMEOUT_S) -> Daemon:
+              timeout_s: float = START_TIMEOUT_S, run_dir: bool = False,
+              wrapper: Sequence[str] = ()) -> Daemon:
         """linkguardd in `host` with `args` (e.g. --interfaces rail0,rail1 --hold-down-ms 500).
 
         Always given --config (an empty file without `config`), so /etc/linkguard/linkguard.toml
         on the test machine never leaks in. Flags override the file: settings a test changes
-        through SIGHUP must be in `config`, not in `args`.
+        through SIGHUP must be in `config`, not in `args`. With `run_dir`, the shm file and the
+        sockets share one fresh 0755 directory, laid out like /run/linkguard (linkguard.shm,
+        linkguard.sock, linkguard-ro.sock). `wrapper` runs the daemon under a command (e.g.
+        setpriv).
         """
         workdir = self.tmp_path / f"linkguardd-{lab.prefix}-{host}"
         workdir.mkdir(parents=True, exist_ok=False)
-        shm_path = Path("/dev/shm") / f"{lab.prefix}-{host}"
+        # Not under tmp_path: a unix socket path is limited to 107 bytes (sun_path), and the
+        # API puts its private socket one directory deeper.
+        socket_dir = Path(tempfile.mkdtemp(prefix="lgd-", dir="/tmp"))
+        if run_dir:
+            socket_dir.chmod(0o755)
+            shm_path = socket_dir / "linkguard.shm"
+            grpc_socket = socket_dir / "linkguard.sock"
+            grpc_ro_socket = socket_dir / "linkguard-ro.sock"
+        else:
+            shm_path = Path("/dev/shm") / f"{lab.prefix}-{host}"
+            grpc_socket, grpc_ro_socket = socket_dir / "api.sock", socket_dir / "api-ro.sock"
         # The prefix is unique to this lab, so a file there is a leftover of a killed run of
         # this very lab: stale, and ours to remove.
         with contextlib.suppress(FileNotFoundError):
             shm_path.unlink()
         config_path = workdir / "linkguard.toml"
-        # Not under tmp_path: a unix socket path is limited to 107 bytes (sun_path), and the
-        # API puts its private socket one directory deeper.
-        grpc_socket = Path(tempfile.mkdtemp(prefix="lgd-", dir="/tmp")) / "api.sock"
-        grpc_ro_socket = grpc_socket.with_name("api-ro.sock")
         state_dir = workdir / "state"
-        argv = [str(LINKGUARDD), "--config", str(config_path), "--shm-path", str(shm_path),
-                "--grpc-socket", str(grpc_socket), "--grpc-ro-socket", str(grpc_ro_socket),
-                "--state-dir", str(state_dir), "--metrics-address", "", *args]
+        argv = [*wrapper, str(LINKGUARDD), "--config", str(config_path), "--shm-path",
+                str(shm_path), "--grpc-socket", str(grpc_socket), "--grpc-ro-socket",
+                str(grpc_ro_socket), "--state-dir", str(state_dir), "--metrics-address", "", *args]
         daemon = Daemon(lab, host, workdir, argv, shm_path, config_path, grpc_socket,
                         grpc_ro_socket, state_dir)
         daemon.write_config(config or {})

@@ -144,9 +144,13 @@ def test_srun_step_keeps_running_through_a_rail_cut(lab_factory: Callable[..., L
     try:
         wait_for(lambda: tx_bytes(lab, "a", 0) > 20 << 20, WAIT_S, "traffic on a's rail0")
         for rank, host in ((0, "a"), (1, "b")):  # the prolog named each node's own daemon
-            assert step.said(f"task env: NCCL_NET_PLUGIN=linkguard LINKGUARD_SHM="
-                             f"{nodes[host].shm_path}$", rank), step.tail()
-            assert step.said(r"dev 0: rail0 backup rail1 .*\(from daemon\)", rank), step.tail()
+            # (each rank's output is read by its own thread: wait for the line, do not race it)
+            env_line = (f"task env: NCCL_NET_PLUGIN=linkguard LINKGUARD_SHM="
+                        f"{nodes[host].shm_path}$")
+            wait_for(lambda e=env_line, r=rank: step.said(e, r), WAIT_S,
+                     f"rank {rank}: {env_line}")
+            wait_for(lambda r=rank: step.said(r"dev 0: rail0 backup rail1 .*\(from daemon\)", r),
+                     WAIT_S, f"rank {rank}: its devices from the daemon")
         t = time.monotonic_ns()
         lab.cut("a", 0)
         step.wait_said(r"conn [0-9a-f]+: failover: ", PER_RANK, t)

@@ -82,6 +82,8 @@ ROWS = [  # argv, exit status, fragment of the output (stdout and stderr)
     (["watch", "--since", "99"], 2, "there is no event #99 yet"),
     (["watch", "--count", "0"], 2, "Invalid value for '--count'"),
     (["dump"], 0, '"grpc_socket": "/run/linkguard/linkguard.sock"'),
+    (["health"], 0, "alive, heartbeat 42 ms ago"),  # NICs down do not make it unhealthy
+    (["health", "--max-heartbeat-age", "-1"], 2, "Invalid value for '--max-heartbeat-age'"),
     (["frobnicate"], 2, "No such command 'frobnicate'"),
     (["--timeout", "0", "status"], 2, "Invalid value for '--timeout'"),
     (["--help"], 0, "drain"),
@@ -106,6 +108,7 @@ UNREACHABLE_ROWS = [
     (["dom", "rail0"], "no such socket"),
     (["drain", "rail0", "--reason", "x"], "no such socket"),
     (["watch"], "no such socket"),
+    (["health"], "no such socket"),
 ]
 
 
@@ -207,6 +210,14 @@ def test_shell_completion_offers_the_daemons_nic_names(served: ServedFake) -> No
 def test_a_stale_heartbeat_is_called_out(fake: FakeDaemon, served: ServedFake) -> None:
     fake.heartbeat_age = 5.0
     assert "heartbeat 5000 ms ago STALE" in run(served, "status").output
+
+
+def test_health_is_5_when_the_heartbeat_is_stale(fake: FakeDaemon, served: ServedFake) -> None:
+    fake.heartbeat_age = 1.5
+    result = run(served, "health")
+    assert result.exit_code == 5
+    assert "heartbeat 1.500 s old (limit 1 s): its loop is stalled" in result.output
+    assert run(served, "health", "--max-heartbeat-age", "2").exit_code == 0
 
 
 def test_status_is_0_when_every_nic_is_up() -> None:

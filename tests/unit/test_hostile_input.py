@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
-
 from linkguardd.monitors import rtnl
 from linkguardd.settings import ConfigError, Settings, build_settings, load_config
 

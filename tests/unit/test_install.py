@@ -59,7 +59,10 @@ def test_files_land_where_systemd_ldso_and_admins_look(tmp_path: Path, plugin: P
     assert (dest / "etc/linkguard/linkguard.toml.example").read_text() == example
     assert (dest / "etc/default/linkguardd").read_text() == \
         (ROOT / "systemd/linkguardd.default").read_text()
-    for doc in ("operators.md", "failover.md", "wrap-mode.md", "slurm.md"):
+    docs = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert {"operators.md", "failover.md", "wrap-mode.md", "slurm.md",
+            "kubernetes.md"} <= set(docs)
+    for doc in docs:  # operators.md links every one of them
         assert (usr / "share/doc/linkguard" / doc).read_text() == (ROOT / "docs" / doc).read_text()
     assert mode(dest / "etc/linkguard/linkguard.toml") == 0o644
     assert not (dest / "etc/nccl.conf").exists()  # opt-in only

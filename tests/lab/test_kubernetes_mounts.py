@@ -1,0 +1,214 @@
+"""What a Kubernetes training pod sees of linkguardd, with a real daemon in the lab.
+
+The DaemonSet keeps the shm file and the API socket in the host directory /run/linkguard, which
+pods mount read-only as a directory (fleet/kubernetes). A pod here is what the container runtime
+makes of that: a process in its own mount namespace (unshare -m) where a tmpfs hides the host's
+/run and the daemon's directory is bind-mounted read-only at /run/linkguard; commands run in it
+through nsenter, as `kubectl exec` does. The contract: when the daemon restarts (it replaces the
+file and the socket with new inodes), a pod that mounted the directory reads the new instance,
+through the plugin's C reader (lg_shm_dump) and the CLI; a pod that mounted the single files
+keeps the old, dead inodes. Pods are ended by PID; their mounts go with their namespace.
+"""
+from __future__ import annotations
+
+import grp
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from daemon_fixture import LINKGUARDD, Daemon, Daemons, c_tool, wait_for
+from k8s_manifests import added_capabilities, probe_argv
+
+from linkguard_lab.lab import Lab
+
+pytestmark = pytest.mark.lab
+
+POD_RUN = Path("/run/linkguard")  # where the manifests mount the host directory in a pod
+FILES = ("linkguard.shm", "linkguard.sock", "linkguard-ro.sock")
+FAST = ("--interfaces", "rail0,rail1", "--hold-down-ms", "500")
+WAIT_S = 20.0
+CLI = LINKGUARDD.parent / "linkguard-cli"
+# capability(7) numbers, for /proc/<pid>/status CapEff
+CAP_BITS = {"CHOWN": 0, "NET_ADMIN": 12}
+
+
+class Pod:
+    """A long-lived mount namespace that sees `host_dir` at /run/linkguard, read-only: the
+    directory itself (hostPath type Directory), or each file of it (type File / Socket)."""
+
+    def __init__(self, host_dir: Path, single_files: bool) -> None:
+        binds = ([f'touch /run/linkguard/{f} && mount --bind -o ro "$1/{f}" /run/linkguard/{f}'
+                  for f in FILES] if single_files
+                 else ['mount --bind -o ro "$1" /run/linkguard'])
+        script = " && ".join(["mount -t tmpfs -o mode=0755 pod-run /run", "mkdir /run/linkguard",
+                              *binds, "exec sleep 300"])  # bounded even if teardown never came
+        self.proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "pod",
+             str(host_dir)], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def wait_ready(self) -> Pod:
+        wait_for(self._ready, WAIT_S, "the pod's mounts")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"pod set-up failed: {self.proc.stderr.read()}")  # type: ignore
+        # sh execs sleep only once every mount succeeded
+        return Path(f"/proc/{self.proc.pid}/comm").read_text().strip() == "sleep"
+
+    def argv(self, *argv: str | Path) -> list[str]:
+        return ["nsenter", f"--target={self.proc.pid}", "--mount", "--", *map(str, argv)]
+
+    def run(self, *argv: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*argv), capture_output=True, text=True, timeout=60,
+                              check=False)
+
+    def shm(self) -> dict:
+        """lg_shm_dump --json on the pod's /run/linkguard/linkguard.shm (heartbeat unchecked)."""
+        out = self.run(c_tool("lg_shm_dump"), "--path", POD_RUN / FILES[0], "--json",
+                       "--heartbeat-timeout-ms", "0")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self.proc.stderr.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def pods() -> Iterator[Callable[[Path, bool], Pod]]:
+    """pods(host_dir, single_files): a ready Pod, stopped at teardown whatever happened."""
+    made: list[Pod] = []
+
+    def make(host_dir: Path, single_files: bool) -> Pod:
+        made.append(Pod(host_dir, single_files))
+        return made[-1].wait_ready()
+
+    yield make
+    for pod in made:
+        pod.stop()
+    host_mounts = Path("/proc/self/mountinfo").read_text()
+    assert " /run/linkguard " not in host_mounts, "a pod's mount leaked into the host"
+
+
+def probe(pod: Pod, name: str) -> subprocess.CompletedProcess[str]:
+    """The DaemonSet's exec probe, as the manifest spells it, run in the pod's view."""
+    argv = probe_argv(name)
+    assert argv[0] == "linkguard-cli"
+    return pod.run(CLI, *argv[1:])
+
+
+def test_a_directory_mount_follows_a_daemon_restart_and_file_mounts_pin_the_old_one(
+        lab: Lab, daemons: Daemons, pods: Callable[[Path, bool], Pod]) -> None:
+    d = daemons.start(lab, "a", *FAST, run_dir=True)
+    by_dir, by_file = pods(d.shm_path.parent, False), pods(d.shm_path.parent, True)
+    for pod in (by_dir, by_file):
+        seen = pod.shm()
+        assert seen["daemon_pid"] == d.pid
+        assert {n["name"]: n["state"] for n in seen["nics"]} == {"rail0": "UP", "rail1": "UP"}
+    write = by_dir.run("sh", "-c", f"echo x > {POD_RUN / FILES[0]}")
+    assert write.returncode != 0 and "Read-only file system" in write.stderr
+    # connect() needs no write access to the mount: the probe works through the read-only view
+    alive = probe(by_dir, "livenessProbe")
+    assert alive.returncode == 0 and f"pid {d.pid}: alive" in alive.stdout, alive.stderr
+
+    # A long-running reader in the pod, as an NCCL process holds the file: it waits for rail0
+    # DOWN, which only the next daemon instance will publish.
+    waiter = subprocess.Popen(by_dir.argv(c_tool("lg_shm_dump"), "--path", POD_RUN / FILES[0],
+                                          "--wait-state", "rail0", "DOWN", "--timeout-ms",
+                                          str(int(WAIT_S * 1000))),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        old_pid, old_inode = d.pid, d.shm_path.stat().st_ino
+        d.crash()  # SIGKILL, like an OOM kill: the old file stays until the next start
+        lab.cut("a", 0)
+        d.start()
+        assert d.pid != old_pid and d.shm_path.stat().st_ino != old_inode
+        out, err = waiter.communicate(timeout=WAIT_S + 30)
+    finally:
+        if waiter.poll() is None:
+            os.kill(waiter.pid, signal.SIGKILL)
+            waiter.wait(timeout=10)
+    assert waiter.returncode == 0 and json.loads(out.splitlines()[-1])["seen"], (out, err)
+
+    # Directory mount: a fresh look sees the new instance, its file and its socket.
+    seen = by_dir.shm()
+    assert seen["daemon_pid"] == d.pid
+    assert {n["name"]: n["state"] for n in seen["nics"]}["rail0"] == "DOWN"
+    assert by_dir.run("stat", "-c", "%i", POD_RUN / FILES[0]).stdout.strip() == str(
+        d.shm_path.stat().st_ino)
+    alive = probe(by_dir, "livenessProbe")
+    assert alive.returncode == 0 and f"pid {d.pid}: alive" in alive.stdout, alive.stderr
+
+    # Single-file mounts: still the killed daemon's inode, pid and table; its socket is dead.
+    assert by_file.run("stat", "-c", "%i", POD_RUN / FILES[0]).stdout.strip() == str(old_inode)
+    pinned = by_file.shm()
+    assert pinned["daemon_pid"] == old_pid
+    assert {n["name"]: n["state"] for n in pinned["nics"]}["rail0"] == "UP"
+    stale = by_file.run(c_tool("lg_shm_dump"), "--path", POD_RUN / FILES[0])
+    assert stale.returncode != 0, "a pinned file whose writer died must read as no daemon"
+    dead = probe(by_file, "livenessProbe")
+    assert dead.returncode == 3 and "cannot reach linkguardd" in dead.stderr, dead
+
+    d.stop()  # SIGTERM: the directory pod sees the file go, as a plugin would
+    assert by_dir.run("test", "-e", POD_RUN / FILES[0]).returncode != 0
+
+
+def cap_mask(names: set[str]) -> int:
+    return sum(1 << CAP_BITS[n] for n in names)
+
+
+def only(caps: set[str]) -> list[str]:
+    """setpriv as the container runtime sets up the DaemonSet's container: root, bounding set
+    (hence permitted and effective) reduced to `caps`, no inheritable caps, no_new_privs."""
+    keep = ",".join(f"+{c.lower()}" for c in sorted(caps))
+    return ["setpriv", f"--bounding-set=-all{',' + keep if keep else ''}", "--inh-caps=-all",
+            "--no-new-privs", "--"]
+
+
+def status_field(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"{name} not in /proc/{pid}/status")
+
+
+def dom_monitor(d: Daemon) -> dict:
+    """The DOM monitor's own health from `linkguard-cli dump`."""
+    out = subprocess.run([str(CLI), "--socket", str(d.grpc_socket), "dump"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    health: dict = json.loads(out.stdout)["monitors"]["dom"]
+    return health
+
+
+def test_the_daemon_works_with_only_the_daemonsets_capabilities(lab: Lab,
+                                                                daemons: Daemons) -> None:
+    caps = added_capabilities()
+    group = grp.getgrnam("nogroup")  # root is not a member: chown to it needs CAP_CHOWN
+    d = daemons.start(lab, "a", *FAST, "--admin-group", group.gr_name, "--reader-group",
+                      group.gr_name, run_dir=True, wrapper=only(caps))
+    assert int(status_field(d.pid, "CapEff"), 16) == cap_mask(caps)
+    assert status_field(d.pid, "NoNewPrivs") == "1"
+    for sock in (d.grpc_socket, d.grpc_ro_socket):  # CAP_CHOWN
+        assert sock.stat().st_gid == group.gr_gid, sock
+    assert d.c_nics()["rail0"]["state"] == "UP"
+    # CAP_NET_ADMIN: the kernel let the module reads through (a veth answers "no module")
+    health = wait_for(lambda: (h := dom_monitor(d))["last_duration_s"] > 0 and h, WAIT_S,
+                      "the first module read")
+    assert health["success"] and not health["last_error"], health
+    d.stop()
+
+    # The contrast: without it, every module read is refused.
+    lacking = daemons.start(lab, "b", *FAST, run_dir=True, wrapper=only(caps - {"NET_ADMIN"}))
+    assert int(status_field(lacking.pid, "CapEff"), 16) == cap_mask(caps - {"NET_ADMIN"})
+    health = wait_for(lambda: (h := dom_monitor(lacking))["last_error"] and h, WAIT_S,
+                      "the first module read")
+    assert not health["success"] and "Operation not permitted" in health["last_error"], health
+    lacking.stop()
