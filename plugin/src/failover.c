@@ -223,8 +223,9 @@ static void describe(const struct lg_conn *c, int i, uint64_t now, char *out, si
     const struct lg_path *p = c->paths[i];
     if (!p)
         snprintf(out, len, "no path");
-    else if (!lg_path_up(p))
-        snprintf(out, len, "%s", p->why[0] ? p->why : "failed");
+    else if (!lg_path_up(p)) /* `why` is whole once fail_noted is set (release) */
+        snprintf(out, len, "%s", __atomic_load_n(&p->fail_noted, __ATOMIC_ACQUIRE) && p->why[0]
+                                     ? p->why : "failed");
     else if (silent(p, now))
         snprintf(out, len, "silent for %.0f ms",
                  ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now));

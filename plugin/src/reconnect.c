@@ -154,7 +154,8 @@ int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, 
         }
     }
     if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != LG_PATH_UP) {
-        snprintf(why, len, "%s", p->why[0] ? p->why : "refused by the peer");
+        snprintf(why, len, "%s", __atomic_load_n(&p->fail_noted, __ATOMIC_ACQUIRE) && p->why[0]
+                                     ? p->why : "refused by the peer");
         lg_rejoin_abort(c, slot);
         return -1;
     }

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from linkguardd.shm import Event, NicEntry, ShmReader, ShmStatus, ShmUnavailable, ShmWriter
-from linkguardd.shm.layout import HEADER_OFFSETS, LG_NO_BACKUP
+from linkguardd.shm.layout import HEADER_OFFSETS, LG_NO_BACKUP, LG_SHM_VERSION
 from linkguardd.shm.native import strerror
 
 PLUGIN = Path(__file__).resolve().parents[2] / "plugin"
@@ -288,6 +288,21 @@ def test_bad_file_means_no_daemon(shm_dir: Path, dump: Path, make: Callable[[Pat
     assert proc.returncode == EXIT_NO_DAEMON
     assert strerror(status) in proc.stderr
     assert proc.stdout == ""
+
+
+def test_a_newer_minor_layout_is_read_by_todays_reader(shm_dir: Path, dump: Path) -> None:
+    """Upgrades (docs/operators.md): a daemon whose layout is a newer version with the same
+    compat_version is read by the plugins of jobs that were started before it."""
+    path = valid_file(shm_dir / "newer")
+    patch(path, "version", LG_SHM_VERSION + 1)
+    with ShmReader(path) as r:
+        assert [n.name for n in r.snapshot()[1]] == ["rail0"]
+    proc = run_dump(dump, path, "--json", "--heartbeat-timeout-ms", "0")
+    assert proc.returncode == 0, proc.stderr
+    patch(path, "compat_version", LG_SHM_VERSION + 1)  # an entry size changed: not ours
+    with pytest.raises(ShmUnavailable) as exc:
+        ShmReader(path)
+    assert exc.value.status == ShmStatus.EVERSION
 
 
 def test_stale_heartbeat(shm_dir: Path, dump: Path) -> None:
