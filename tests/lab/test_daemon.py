@@ -120,7 +120,9 @@ def test_flap_stays_out_until_penalty_decays(lab: Lab, daemons: Daemons) -> None
     assert events[-1].epoch == up["epoch"]
     # It was held out by damping, not only by the hold-down.
     assert events[-1].time_ns - events[-2].time_ns > hold_down_ms * NS_PER_MS
-    log = a.transitions("rail0")
+    # Lines are written off the event loop: wait for the one of the epoch just seen.
+    log = wait_for(lambda: (t := a.transitions("rail0")) and t[-1].get("epoch") ==
+                   str(up["epoch"]) and t, WAIT_S, "the UP transition's log line")
     assert "suppressed for" in log[-3]["detail"]  # the last DOWN
     assert log[-2]["detail"].startswith("flap damping: penalty")  # the last RECOVERING
     assert a.nic("rail1").state == NicState.UP and a.nic("rail1").epoch == 1
