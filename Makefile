@@ -118,7 +118,8 @@ wheelhouse: build
 	rm -rf $(WHEELHOUSE) $(WHEELHOUSE).tar.gz
 	mkdir -p $(WHEELHOUSE)/wheels
 	$(PY) -m pip wheel -q --no-cache-dir -c constraints.txt -w $(WHEELHOUSE)/wheels .
-	cp -r --parents README.md constraints.txt docs systemd scripts/install.sh \
+	cp -r --parents README.md constraints.txt docs systemd slurm/linkguard-slurm.toml slurm/nhc \
+	    scripts/install.sh \
 	    scripts/link-pyverbs.sh plugin/build/libnccl-net-linkguard.so $(WHEELHOUSE)/
 	tar -C dist -czf $(WHEELHOUSE).tar.gz $(notdir $(WHEELHOUSE))
 	@echo "$(WHEELHOUSE).tar.gz"
