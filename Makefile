@@ -6,7 +6,8 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 STAMPS  := .build
 
-.PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c demo bench \
+.PHONY: all setup host-packages venv plugin proto build test test-unit test-lab test-systemd \
+        check-c demo bench \
         bench-failover bench-wrap bench-soak gpu-prep gpu-check gpu-dry-run install wheelhouse \
         constraints lint clean distclean
 
@@ -64,10 +65,16 @@ test-unit: build
 test-lab: build
 	$(PY) -m pytest tests/lab
 
-# Every test: the C unit tests, then pytest (unit, contract and lab tiers).
+# Every test: the C unit tests, pytest (unit, contract and lab tiers), then the systemd tier.
 test: build
 	$(MAKE) -C plugin check
-	$(PY) -m pytest
+	$(PY) -m pytest --ignore=tests/systemd
+	$(MAKE) test-systemd
+
+# The systemd tier (root): the wheelhouse installed into a booted Debian 12 (systemd-nspawn) and
+# driven with systemctl. Its root file system is built once into /var/cache/linkguard-test/.
+test-systemd: wheelhouse
+	LG_WHEELHOUSE=$(CURDIR)/$(WHEELHOUSE).tar.gz $(PY) -m pytest tests/systemd
 
 demo: build
 	$(VENV)/bin/linkguard-lab demo
