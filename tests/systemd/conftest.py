@@ -53,13 +53,10 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     tarball = wheelhouse()
     logs = tmp_path_factory.mktemp("systemd")
     m = Machine(cached_rootfs(), {str(tarball.parent): INSIDE}, logs / "console.log")
-    try:
-        m.boot()
-        install(m, tarball)
-        yield m
-    finally:
-        if m.leader:
+    with m:
+        try:
+            install(m, tarball)
+            yield m
+        finally:
             journal = m.run("journalctl", "--no-pager", "-u", "linkguardd", check=False)
             (logs / "linkguardd.journal").write_text(journal.stdout)
-        problems = m.poweroff()
-        assert not problems, f"tear-down left: {problems} (logs in {logs})"

@@ -15,6 +15,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Self
 
 CGROUP_HIERARCHIES = ("/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified")
 BOOT_TIMEOUT_S = 60
@@ -52,7 +53,7 @@ class Machine:
         self.leader = 0
 
     # --- life cycle ------------------------------------------------------------------------------
-    def boot(self) -> Machine:
+    def boot(self) -> Self:
         for cgroup in self.cgroups:
             cgroup.mkdir()
         argv = ["systemd-nspawn", "--quiet", f"--directory={self.rootfs}", "--volatile=overlay",
@@ -125,6 +126,19 @@ class Machine:
             return True
         except subprocess.TimeoutExpired:
             return False
+
+    def __enter__(self) -> Self:
+        try:
+            return self.boot()
+        except BaseException:
+            self.poweroff()  # a boot that failed halfway leaves nothing either
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Always powers off; a tear-down that left something fails (after any test error)."""
+        problems = self.poweroff()
+        if problems:
+            raise MachineError(f"tear-down of {self.name} left: {problems}")
 
     # --- commands inside -------------------------------------------------------------------------
     def run(self, *argv: str, user: str | None = None, check: bool = True,

@@ -28,7 +28,7 @@ try:
 except ShmUnavailable as e:
     print(f"no daemon: {e.status.name}")
 """
-WAIT_S = 90  # bound of every poll (the watchdog needs WatchdogSec + TimeoutAbortSec)
+WAIT_S = 90  # bound of every poll (the watchdog: WatchdogSec=10s, then a restart)
 LAB = "lgsd"
 LAB_DROPIN = "/run/systemd/system/linkguardd.service.d/lab.conf"
 
@@ -39,8 +39,14 @@ def show(m: Machine, *props: str) -> dict[str, str]:
 
 
 def states(m: Machine) -> dict[str, dict]:
+    # exit 1 while a NIC is not UP (drained), with the same JSON
     out = m.run("linkguard-cli", "status", "-o", "json", check=False).stdout
     return {n["name"]: n for n in json.loads(out)["nics"]}
+
+
+def events(m: Machine, since: int = 0) -> list[dict]:
+    out = m.run("linkguard-cli", "events", "--since", str(since), "-o", "json").stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def plugin_view(m: Machine) -> str:
@@ -119,6 +125,8 @@ def test_the_reader_group_reads_and_may_not_drain(machine: Machine) -> None:
 
 
 def test_the_admin_group_drains_and_undrains(machine: Machine) -> None:
+    # not in the reader group: reads through the admin socket (docs/operators.md)
+    assert machine.run("linkguard-cli", "status", user=ADMIN, check=False).returncode == 0
     machine.run("linkguard-cli", "drain", "rail0", "--reason", "test", user=ADMIN)
     assert states(machine)["rail0"]["state"] == "DRAINED"
     machine.run("linkguard-cli", "undrain", "rail0", user=ADMIN)
@@ -187,6 +195,8 @@ def test_a_daemon_started_by_systemd_sees_a_cut_in_the_lab(machine: Machine) -> 
             systemctl daemon-reload
             systemctl start {UNIT}
         """)
+        pid = show(machine, "MainPID")["MainPID"]
+        assert machine.run("ip", "netns", "identify", pid).stdout.strip() == f"{LAB}-a"
         last = max(e["seq"] for e in events(machine))
         machine.run(LAB_TOOL, "cut", "a", "1", "--prefix", LAB)
         wait_for("the daemon reports rail1 DOWN",
@@ -199,8 +209,3 @@ def test_a_daemon_started_by_systemd_sees_a_cut_in_the_lab(machine: Machine) -> 
             systemctl stop {UNIT}; rm -f {LAB_DROPIN}; systemctl daemon-reload
             {LAB_TOOL} down --prefix {LAB}
         """, check=False)
-
-
-def events(m: Machine, since: int = 0) -> list[dict]:
-    out = m.run("linkguard-cli", "events", "--since", str(since), "-o", "json").stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
