@@ -7,8 +7,8 @@ DESTDIR ?=
 STAMPS  := .build
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab test-systemd \
-        check-c demo bench \
-        bench-failover bench-wrap bench-soak gpu-prep gpu-check gpu-dry-run install wheelhouse \
+        check-c demo bench bench-failover bench-wrap bench-soak bench-gray gpu-prep gpu-check \
+        gpu-dry-run install wheelhouse \
         constraints lint clean distclean
 
 all: build
@@ -86,6 +86,10 @@ bench: build
 # Method and results: BENCHMARKS.md, "Failover gap" (~20 min) and "Soak" (~8 min).
 bench-failover: build
 	$(PY) -m bench.failover_gap --trials 50
+
+# Gray failures on the primary (lossy, policed, one stalled flow): throughput and failovers.
+bench-gray: build
+	$(PY) -m bench.gray --trials 5
 
 bench-soak: build
 	$(PY) -m bench.soak --faults 200

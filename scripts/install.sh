@@ -22,6 +22,8 @@
 #   $PREFIX/share/linkguard/nhc/linkguard.nhc    the check for LBNL NHC (docs/slurm.md)
 #   $PREFIX/share/doc/linkguard/       docs/*.md (operators.md links the others), README.md
 #   $PREFIX/share/{bash-completion,zsh,fish}/...   linkguard-cli's shell completion
+#   $PREFIX/share/linkguard/           prometheus/linkguard.rules.yml (alerts) and
+#                                      grafana/linkguard.json (dashboard), for the fleet's servers
 # Opt-in: --nccl-conf appends NCCL_NET_PLUGIN=linkguard to $SYSCONFDIR/nccl.conf, so every NCCL
 # job on the host loads the plugin; --nccl-net-strict adds NCCL_NET=linkguard, so a job fails
 # instead of silently falling back to NCCL's own transport when the plugin cannot load.
@@ -46,7 +48,7 @@ SYSUSERSDIR=${SYSUSERSDIR:-${default_lib:+$default_lib/sysusers.d}}
 SYSUSERSDIR=${SYSUSERSDIR:-$SYSCONFDIR/sysusers.d}
 
 python=1 plugin=1 nccl_conf=0 nccl_strict=0
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --nccl-conf) nccl_conf=1 ;;
@@ -146,6 +148,8 @@ for doc in "$SRC"/docs/*.md; do # every page: operators.md links the others
     put 0644 "$doc" "$PREFIX/share/doc/linkguard/${doc##*/}"
 done
 put 0644 "$SRC/README.md" "$PREFIX/share/doc/linkguard/README.md"
+put 0644 "$SRC/fleet/prometheus/linkguard.rules.yml" "$PREFIX/share/linkguard/prometheus/linkguard.rules.yml"
+put 0644 "$SRC/fleet/grafana/linkguard.json" "$PREFIX/share/linkguard/grafana/linkguard.json"
 
 # --- opt-in: every NCCL job on the host loads the plugin -----------------------------------------
 nccl_line() { # nccl_line KEY VALUE: add KEY=VALUE to nccl.conf unless KEY is already set

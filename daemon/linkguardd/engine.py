@@ -1,89 +1,81 @@
-"""The daemon's core loop: monitors -> policy -> shared memory, API, metrics and logs.
+"""The daemon's core loop: monitors -> policy -> exporters (shared memory, history, log, metrics).
 
-Facts arrive on the event-loop thread through `on_fact`; the policy decides at once and the
-transition is in shared memory before `on_fact` returns, so detection latency is the monitor's
-receive time plus a few microseconds of policy and publishing. Time-driven changes (hold-down,
-flap damping) run from a timer set to the policy's next deadline: there is no polling loop.
+Facts arrive on the event-loop thread through `on_fact`; the policy decides at once and every
+exporter has the change before `on_fact` returns, the shm file first, so detection latency is
+the monitor's receive time plus a few microseconds of policy and publishing. Time-driven changes
+(hold-down, flap damping) run from a timer set to the policy's next deadline: there is no
+polling loop. Each change reaches the exporters one way: one Update, in exporters.EXPORTERS order.
 """
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
-from typing import Any
+from typing import Any, TypeVar
 
+from linkguardd.exporters import EngineState, Exporter, Update, build_exporters
+from linkguardd.exporters.history import HistoryExporter
+from linkguardd.exporters.shm import ShmExporter
 from linkguardd.facts import CountersFact, DomFact, Fact, LinkFact, LinkRenamedFact
 from linkguardd.inventory import NicInfo, read_inventory
-from linkguardd.monitors.base import Monitor, MonitorHealth
+from linkguardd.monitors.base import FactSink, Monitor, MonitorHealth
 from linkguardd.policy import Policy, Transition
 from linkguardd.settings import Settings
-from linkguardd.shm.layout import (
-    LG_NIC_F_ADMIN_UP,
-    LG_NIC_F_CARRIER,
-    LG_NIC_F_PRESENT,
-    LG_NIC_F_RDMA,
-    Event,
-    NicEntry,
-)
-from linkguardd.shm.writer import ShmWriter
 from linkguardd.state_file import SavedDrain, StateNotSaved, StateStore
 from linkguardd.states import NicState, Reason
-from linkguardd.transition_log import format_transition
 from linkguardd.view import EventView, NicView, UnknownNic
 
 log = logging.getLogger("linkguardd")
 
-SHM_NIC_CAPACITY = 64  # LG_SHM_MAX_NICS: more NICs than any GPU server has
-SHM_RING_SLOTS = 1024  # ~ hours of transitions at realistic rates; readers re-sync on a lap
 MONITOR_STOP_TIMEOUT_S = 3.0  # systemd's stop timeout is 90 s; be well inside it
-HISTORY = 1024  # events kept for the API's Watch/ListEvents resume
 # Addresses change rarely and a link that appears triggers a refresh of its own; each refresh
 # costs ~8 ms of CPU (a netlink dump), so the periodic one is slow. Not on the detection path.
 INVENTORY_REFRESH_S = 30.0
+E = TypeVar("E")
 
 
 class Engine:
-    """Owns the policy and the publisher; implements view.DaemonView for the API."""
+    """Owns the policy and the exporters; implements view.DaemonView for the API.
+
+    `exporters` builds the consumers from the engine (default: exporters.EXPORTERS)."""
 
     def __init__(self, settings: Settings, ifnames: Sequence[str], backups: Mapping[str, str],
                  monitors: Iterable[Monitor], clock: Callable[[], int] = time.monotonic_ns,
-                 on_transition: Callable[[Transition, int], None] | None = None) -> None:
+                 exporters: Callable[[EngineState], list[Exporter]] = build_exporters) -> None:
         self.settings = settings
         self.ifnames = list(ifnames)
         self.backups = dict(backups)
         self.monitors = list(monitors)
         self.clock = clock
-        self.on_transition = on_transition
         self.policy = Policy(settings.policy_config(), self.ifnames, clock())
         self.inventory: dict[str, NicInfo] = {}
         self.counters: dict[str, dict[str, int]] = {n: {} for n in self.ifnames}
-        self.history: collections.deque[EventView] = collections.deque(maxlen=HISTORY)
-        self.subscribers: set[asyncio.Queue[EventView]] = set()
-        self.writer: ShmWriter | None = None
         self.state = StateStore(settings.state_dir)
-        self.last_heartbeat_ns = 0
+        self.next_seq = 1  # the next event's sequence number (the shm ring's too): see start()
+        self.exporters = exporters(self)
         self.ready = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
+    def exporter(self, kind: type[E]) -> E | None:
+        return next((e for e in self.exporters if isinstance(e, kind)), None)
+
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        """Create the shm file, run the monitors' initial scans, publish the first table."""
+        """Start the exporters (the shm file), run the monitors' initial scans, publish the
+        first table."""
         saved = self.state.open()
-        self.writer = ShmWriter(self.settings.shm_path, SHM_NIC_CAPACITY, SHM_RING_SLOTS,
-                                first_seq=saved.next_seq)
-        self.heartbeat()
+        self.next_seq = saved.next_seq  # numbers continue across restarts
+        for exporter in self.exporters:
+            await exporter.start()
         self._restore_drains(saved.drains)  # the first table published already has them
         await self.refresh_inventory()
-        for monitor in self.monitors:
-            await monitor.start(self.on_fact)
-        self._publish(self.policy.settle(self.clock()), fact_ns=None, force=True)
+        await self._start_monitors()
+        self._publish(self.policy.settle(self.clock()), force=True)
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._heartbeat_loop(), name="heartbeat"),
-                       loop.create_task(self._inventory_loop(), name="inventory")]
+        self._tasks = [loop.create_task(self._inventory_loop(), name="inventory")]
         self.ready.set()
 
     async def stop(self) -> None:
@@ -97,9 +89,8 @@ class Engine:
                             monitor.name, MONITOR_STOP_TIMEOUT_S)
         if self._deadline:
             self._deadline.cancel()
-        if self.writer:
-            self.writer.close(unlink=True)
-            self.writer = None
+        for exporter in reversed(self.exporters):
+            await exporter.stop()
         self.state.close()
 
     async def reload(self, settings: Settings, ifnames: Sequence[str],
@@ -113,26 +104,33 @@ class Engine:
         now = self.clock()
         # Published before the monitors restart, so their facts land after it in epoch order.
         self._publish(self.policy.reconfigure(self.ifnames, settings.policy_config(), now),
-                      fact_ns=None, force=True)
+                      force=True)
         await self.refresh_inventory()
         self.monitors = list(monitors)
-        for monitor in self.monitors:
-            await monitor.start(self.on_fact)
-        self._publish(self.policy.settle(self.clock()), fact_ns=None, force=True)
+        await self._start_monitors()
+        self._publish(self.policy.settle(self.clock()), force=True)
         # New hold-down/damping settings move a RECOVERING NIC's deadline even when no state
         # changed (and _publish re-arms the timer only on a transition).
         self._schedule_deadline()
 
+    async def _start_monitors(self) -> None:
+        for monitor in self.monitors:
+            await monitor.start(self._sink(monitor.name))
+
+    def _sink(self, monitor: str) -> FactSink:
+        return lambda fact: self.on_fact(fact, monitor)
+
     # ---- facts -----------------------------------------------------------------------------
-    def on_fact(self, fact: Fact) -> None:
-        """FactSink for every monitor: decide and publish before returning."""
+    def on_fact(self, fact: Fact, monitor: str = "") -> None:
+        """FactSink of every monitor (`monitor` names it): decide and publish before returning."""
         now = self.clock()
         if isinstance(fact, CountersFact) and fact.ifname in self.counters:
             self.counters[fact.ifname].update(fact.counters)
         transitions = self.policy.apply(fact, now)
         force = isinstance(fact, (LinkRenamedFact, DomFact)) or (
             isinstance(fact, LinkFact) and self._link_info_changed(fact))
-        self._publish(transitions, fact_ns=getattr(fact, "at_ns", None), force=force)
+        self._publish(transitions, force=force, monitor=monitor,
+                      fact_ns=getattr(fact, "at_ns", None))
         if isinstance(fact, LinkFact) and fact.present and fact.ifname not in self.inventory:
             asyncio.get_running_loop().create_task(self.refresh_inventory())
 
@@ -142,7 +140,7 @@ class Engine:
 
     def _on_deadline(self) -> None:
         self._deadline = None
-        self._publish(self.policy.tick(self.clock()), fact_ns=None)
+        self._publish(self.policy.tick(self.clock()))
         self._schedule_deadline()  # also when the tick changed nothing (e.g. damping still on)
 
     def _schedule_deadline(self) -> None:
@@ -155,57 +153,20 @@ class Engine:
             self._deadline = asyncio.get_running_loop().call_later(delay, self._on_deadline)
 
     # ---- publishing ------------------------------------------------------------------------
-    def _entries(self) -> list[NicEntry]:
-        index = {name: i for i, name in enumerate(self.ifnames)}
-        out = []
-        for name in self.ifnames:
-            rec = self.policy.records[name]
-            info = self.inventory.get(name, NicInfo(name))
-            link = rec.link
-            backup = self.backups.get(name, "")
-            out.append(NicEntry(
-                name=name, state=int(rec.state), reason=int(rec.reason), epoch=rec.epoch,
-                last_change_ns=rec.since_ns, backup_index=index.get(backup, -1),
-                flags=_flags(link, info), ifindex=info.ifindex,
-                speed_mbps=info.speed_mbps, ipv4=info.ipv4, ipv6=info.ipv6,
-                rdma_dev=info.rdma_dev, rdma_port=info.rdma_port, pci_path=info.pci_path))
-        return out
-
-    def _publish(self, transitions: list[Transition], fact_ns: int | None,
-                 force: bool = False) -> None:
-        if self.writer is None:
+    def _publish(self, transitions: list[Transition], force: bool = False, monitor: str = "",
+                 fact_ns: int | None = None) -> None:
+        """One update to every exporter, in table order (the shm file first)."""
+        if not transitions and not force:
             return
-        if transitions or force:
-            self.writer.publish_table(self._entries())
-        index = {name: i for i, name in enumerate(self.ifnames)}
-        for tr in transitions:
-            detected_ns = max(0, tr.at_ns - fact_ns) if fact_ns else 0
-            seq = self.writer.push_event(Event(
-                time_ns=tr.at_ns, epoch=tr.epoch, fact_ns=fact_ns or tr.at_ns,
-                nic_index=index.get(tr.ifname, 0xFFFFFFFF), old_state=int(tr.old),
-                new_state=int(tr.new), reason=int(tr.reason), name=tr.ifname))
-            self.state.issued(seq)
-            view = EventView(seq, tr.ifname, int(tr.old), int(tr.new), int(tr.reason),
-                             tr.detail, tr.epoch, self._unix_time(tr.at_ns), detected_ns)
-            self.history.append(view)
-            for queue in self.subscribers:
-                queue.put_nowait(view)
-            print(format_transition(view, self.settings.log_format), flush=True)
-            if self.on_transition:
-                self.on_transition(tr, detected_ns)
+        update = Update(transitions, self.next_seq, force, time.time() - self.clock() / 1e9,
+                        monitor, fact_ns)
+        self.next_seq += len(transitions)
+        if transitions:
+            self.state.issued(self.next_seq - 1)
+        for exporter in self.exporters:
+            exporter.export(update)
         if transitions:
             self._schedule_deadline()
-
-    def heartbeat(self) -> None:
-        if self.writer:
-            self.last_heartbeat_ns = self.clock()
-            self.writer.heartbeat(self.last_heartbeat_ns)
-
-    async def _heartbeat_loop(self) -> None:
-        period = self.settings.heartbeat_interval_ms / 1000
-        while True:
-            await asyncio.sleep(period)
-            self.heartbeat()
 
     async def refresh_inventory(self) -> None:
         try:
@@ -216,7 +177,7 @@ class Engine:
             return
         if fresh != self.inventory:
             self.inventory = fresh
-            self._publish([], fact_ns=None, force=True)
+            self._publish([], force=True)
 
     async def _inventory_loop(self) -> None:
         while True:
@@ -249,31 +210,35 @@ class Engine:
             dom_warnings=dom.warnings if dom else (), dom_alarms=dom.alarms if dom else (),
             dom=dom.diagnostics if dom else None, rdma_device=info.rdma_dev,
             flap_penalty=self.policy.penalty(name, self.clock()),
-            drain_reason=rec.drain_note if rec.drained else "")
+            drain_reason=rec.drain_note if rec.drained else "",
+            dom_flags_seen=dom.flags_seen if dom else {})
 
     def events_since(self, seq: int) -> list[EventView]:
-        return [e for e in self.history if e.seq > seq]
+        history = self.exporter(HistoryExporter)
+        return history.since(seq) if history else []
 
     def subscribe(self) -> asyncio.Queue[EventView]:
-        queue: asyncio.Queue[EventView] = asyncio.Queue()
-        self.subscribers.add(queue)
-        return queue
+        history = self.exporter(HistoryExporter)
+        assert history is not None, "no history exporter: nothing to watch"
+        return history.subscribe()
 
     def unsubscribe(self, queue: asyncio.Queue[EventView]) -> None:
-        self.subscribers.discard(queue)
+        history = self.exporter(HistoryExporter)
+        if history is not None:
+            history.unsubscribe(queue)
 
     def drain(self, name: str, reason: str) -> NicView:
         """Raises UnknownNic; StateNotSaved once the drain is in effect but not on disk."""
         if name not in self.policy.records:
             raise UnknownNic(name)
-        self._publish(self.policy.drain(name, self.clock(), reason), fact_ns=None)
+        self._publish(self.policy.drain(name, self.clock(), reason))
         self.state.set_drains(self._drains())
         return self.nic(name)
 
     def undrain(self, name: str) -> NicView:
         if name not in self.policy.records:
             raise UnknownNic(name)
-        self._publish(self.policy.undrain(name, self.clock()), fact_ns=None)
+        self._publish(self.policy.undrain(name, self.clock()))
         self.state.set_drains(self._drains())
         return self.nic(name)
 
@@ -299,7 +264,7 @@ class Engine:
             self.state.set_drains(self._drains())
         except StateNotSaved:
             pass  # logged by the store; the drains are in force all the same
-        self._publish(transitions, fact_ns=None, force=True)
+        self._publish(transitions, force=True)
 
     def dump(self) -> dict[str, Any]:
         return {
@@ -310,23 +275,16 @@ class Engine:
             "backups": self.backups,
             "inventory": {k: asdict(v) for k, v in self.inventory.items()},
             "monitors": {k: asdict(v) for k, v in self.monitor_health().items()},
-            "events": [asdict(e) for e in self.history],
+            "events": [asdict(e) for e in self.events_since(0)],
         }
 
     def monitor_health(self) -> Mapping[str, MonitorHealth]:
         return {m.name: m.health for m in self.monitors}
 
     def heartbeat_age_s(self) -> float:
-        return (self.clock() - self.last_heartbeat_ns) / 1e9 if self.last_heartbeat_ns else 0.0
-
-
-def _flags(link: LinkFact | None, info: NicInfo) -> int:
-    flags = LG_NIC_F_RDMA if info.rdma_dev else 0
-    if link is not None and link.present:
-        flags |= LG_NIC_F_PRESENT
-        flags |= LG_NIC_F_CARRIER if link.carrier else 0
-        flags |= LG_NIC_F_ADMIN_UP if link.admin_up else 0
-    return flags
+        """Safe from any thread (the metrics server's): see ShmExporter.heartbeat_age_s."""
+        shm = self.exporter(ShmExporter)
+        return shm.heartbeat_age_s() if shm else 0.0
 
 
 def _plain(value: Any) -> Any:

@@ -96,6 +96,9 @@ class DomFact:
     alarms: tuple[str, ...] = ()
     detail: str = ""
     diagnostics: object | None = None
+    # How many reads since the monitor started returned each latched flag ("rx_los[2]": 3):
+    # the module clears a flag when it is read, so this count exists nowhere else.
+    flags_seen: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

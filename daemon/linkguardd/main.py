@@ -18,16 +18,17 @@ import click
 from linkguardd import settings as settings_mod
 from linkguardd.api import ApiError, ApiServer
 from linkguardd.engine import Engine
-from linkguardd.metrics import Metrics, MetricsError, MetricsServer
+from linkguardd.logs import DaemonLog, kv
 from linkguardd.monitors import build_monitors
 from linkguardd.pairing import PairingError, backups_by_name, list_pci_netdevs, read_topology
+from linkguardd.reload import plan_reload
 from linkguardd.sdnotify import SdNotifier
 from linkguardd.settings import ConfigError, Settings
 from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
 
 log = logging.getLogger("linkguardd")
 
-SURFACE_STOP_TIMEOUT_S = 3.0  # API and /metrics; the engine bounds its monitors itself
+SURFACE_STOP_TIMEOUT_S = 3.0  # the API; the engine bounds its monitors itself
 
 
 def resolve_nics(s: Settings) -> tuple[list[str], dict[str, str]]:
@@ -37,17 +38,14 @@ def resolve_nics(s: Settings) -> tuple[list[str], dict[str, str]]:
     return ifnames, {k: v for k, v in backups.items() if v}
 
 
-async def run(s: Settings, params: dict[str, Any]) -> int:
+async def run(s: Settings, params: dict[str, Any], logs: DaemonLog) -> int:
     """Runs until SIGTERM/SIGINT; `params` (flags and --config) are re-read on SIGHUP."""
     ifnames, backups = resolve_nics(s)
     if not ifnames:
         log.warning("no NIC to monitor: set `interfaces` (no PCI netdev found under %s)",
                     s.sysfs_root)
-    metrics = Metrics()
-    engine = Engine(s, ifnames, backups, build_monitors(s, ifnames),
-                    on_transition=metrics.on_transition)
-    metrics.attach(engine)
-    surfaces = _operator_surfaces(engine, metrics, s)
+    engine = Engine(s, ifnames, backups, build_monitors(s, ifnames))
+    surfaces = _operator_surfaces(engine, s)
     notifier = SdNotifier()  # a no-op outside systemd
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -69,7 +67,8 @@ async def run(s: Settings, params: dict[str, Any]) -> int:
         return 1
     notifier.ready(f"watching {len(ifnames)} NICs")
     watchdog = loop.create_task(notifier.run_watchdog(lambda: engine.heartbeat_age_s() < 1.0))
-    log.info("started: nics=%s backups=%s shm=%s", ",".join(ifnames), backups, s.shm_path)
+    log.info("started", extra=kv(nics=",".join(ifnames), shm=s.shm_path, backups=",".join(
+        f"{k}:{v}" for k, v in backups.items())))
     try:
         while not stop.is_set():
             waiter = asyncio.ensure_future(reload_requested.wait())
@@ -80,7 +79,7 @@ async def run(s: Settings, params: dict[str, Any]) -> int:
             if reload_requested.is_set():
                 reload_requested.clear()
                 notifier.reloading()
-                await _reload(engine, params)
+                await reload(engine, params, logs)
                 notifier.ready(f"watching {len(engine.ifnames)} NICs")
     finally:
         notifier.stopping()
@@ -96,38 +95,37 @@ async def run(s: Settings, params: dict[str, Any]) -> int:
     return 0
 
 
-async def _reload(engine: Engine, params: dict[str, Any]) -> None:
+async def reload(engine: Engine, params: dict[str, Any], logs: DaemonLog) -> bool:
+    """SIGHUP: apply the configuration again, or refuse it whole and keep everything running."""
     try:
         fresh = settings_mod.settings_from_click(params)
         ifnames, backups = resolve_nics(fresh)
     except (ConfigError, PairingError) as exc:
-        log.error("reload refused, keeping the running config: %s", exc)
-        return
-    await engine.reload(fresh, ifnames, backups, build_monitors(fresh, ifnames))
-    log.info("reloaded: nics=%s", ",".join(ifnames))
+        log.error("reload refused, keeping the running configuration and state",
+                  extra=kv(error=str(exc)))
+        return False
+    plan = plan_reload(engine.settings, fresh)
+    if plan.needs_restart:
+        log.warning("reload: these settings change only with a restart; their running values "
+                    "stay", extra=kv(needs_restart=",".join(plan.needs_restart)))
+    logs.reconfigure(plan.effective.log_level, plan.effective.log_format)
+    await engine.reload(plan.effective, ifnames, backups,
+                        build_monitors(plan.effective, ifnames))
+    log.info("reloaded", extra=kv(nics=",".join(ifnames), changed=",".join(plan.changed),
+                                  applied=",".join(plan.applied),
+                                  needs_restart=",".join(plan.needs_restart)))
+    return True
 
 
-def _operator_surfaces(engine: Engine, metrics: Metrics, s: Settings) -> list[tuple[Any, Any]]:
-    """(start, stop) coroutine pairs of the gRPC API and /metrics, when configured."""
+def _operator_surfaces(engine: Engine, s: Settings) -> list[tuple[Any, Any]]:
+    """(start, stop) coroutine pairs of the gRPC API, when configured (/metrics is an
+    exporter: the engine starts it)."""
     out: list[tuple[Any, Any]] = []
     if s.grpc_socket:
         api = ApiServer(engine, s.grpc_socket, ro_socket_path=s.grpc_ro_socket,
                         admin_group=s.admin_group, reader_group=s.reader_group)
         out.append((api.start, api.stop))
-    if s.metrics_address:
-        server = MetricsServer(metrics, s.metrics_address)
-        out.append((_tolerant(server.start), server.stop))
     return out
-
-
-def _tolerant(start: Any) -> Any:
-    """Failover must never depend on the metrics port: log a bind failure and go on."""
-    async def run() -> None:
-        try:
-            await start()
-        except MetricsError as exc:
-            log.error("metrics disabled: %s", exc)
-    return run
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -148,15 +146,15 @@ def main(check_config: bool, **params: Any) -> None:
         click.echo(f"configuration ok: nics={','.join(ifnames) or '(none)'} "
                    f"backups={','.join(f'{k}:{v}' for k, v in backups.items()) or '(none)'}")
         return
-    logging.basicConfig(level=s.log_level.upper(), stream=sys.stderr,
-                        format="level=%(levelname)s msg=%(message)s")
+    logs = DaemonLog(sys.stderr)
+    logs.setup(s.log_level, s.log_format)
     loop = asyncio.new_event_loop()
-    code = loop.run_until_complete(run(s, params))
+    code = loop.run_until_complete(run(s, params, logs))
     # Everything the daemon owns (shm file, sockets) is released by now. A worker thread
     # stuck in a kernel read (module EEPROM, netlink) must not keep the process alive, so the
     # executor's threads are not joined.
+    logs.stop()
     sys.stdout.flush()
-    sys.stderr.flush()
     os._exit(code)
 
 

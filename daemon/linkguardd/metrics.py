@@ -1,27 +1,28 @@
-"""Prometheus /metrics: per-NIC health, optics and counters read from a DaemonView at scrape time,
-plus the engine's transition counter and detection-latency histogram.
+"""Prometheus metrics: per-NIC health, optics and counters read from a DaemonView at scrape time,
+plus the transition counters and the detection-latency histogram that the metrics exporter
+(exporters/metrics.py) feeds.
 
 Names follow Prometheus conventions (nic-monitoring.md §4): prefix `linkguard_`, base units
-(celsius, volts, amperes, watts, seconds), counters end in `_total`. Each metric has one unit, so
-the module thresholds are one gauge per quantity with a `level` label, named like the reading
-they bound (linkguard_transceiver_rx_power_threshold_watts{level="low_warning"}), which lets
-PromQL compare a lane's reading with its limit. The registry is this object's own: nothing is
-registered globally, so tests and a reloaded daemon never see stale series.
+(celsius, volts, amperes, watts, seconds), counters end in `_total`. Series about one netdev carry
+node_exporter's label for it, `device`, so they join with node_network_* series
+(`on(instance, device)`). Each metric has one unit, so the module thresholds are one gauge per
+quantity with a `level` label, named like the reading they bound
+(linkguard_transceiver_rx_power_threshold_watts{level="low_warning"}). The registry is this
+object's own: nothing is registered globally, so tests and a reloaded daemon never see stale
+series.
 
-Served by a small asyncio HTTP server on the daemon's event loop (MetricsServer): the collector
-then reads the view on the same thread that changes it, with no locking.
+Two kinds of families: those read from the view must be collected on the event-loop thread
+(`loop_families`, no locking); the build info and the heartbeat age are safe from any thread
+(`thread_families`), so the HTTP server (metrics_server.py) can report a stuck loop.
 """
 from __future__ import annotations
 
 import asyncio
 import bisect
-import gzip
-import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from typing import Any
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -32,20 +33,29 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import choose_encoder
 
+from linkguardd.monitors.rdma import ERROR_COUNTERS as RDMA_ERROR_COUNTERS
+from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
 from linkguardd.states import NicState, Reason
 from linkguardd.view import DaemonView, NicView
-
-log = logging.getLogger(__name__)
 
 # 50 µs .. 1 s: carrier-loss detection is expected well under 1 ms in the lab (issue 3 goal
 # p99 <= 1 ms); the kernel's link-watch batching on real NICs can add up to about a second.
 DETECTION_BUCKETS = (50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
                      100e-3, 250e-3, 500e-3, 1.0)
 STATES = tuple(s.name.lower() for s in NicState)
+ENTERED_STATES = tuple(s.name.lower() for s in NicState if s is not NicState.UNKNOWN)
+REASONS = tuple(r.name.lower() for r in Reason if r is not Reason.NONE)  # NONE: never a cause
 DOM_STATUSES = ("ok", "no_module", "undecodable")
 LEVELS = ("high_alarm", "low_alarm", "high_warning", "low_warning")
-# counter keys in NicView.counters that are not error counters
-NON_ERROR_COUNTERS = frozenset({"carrier_changes", "carrier_up_count", "carrier_down_count"})
+# The per-kind error counters of struct rtnl_link_stats64 (linux/if_link.h): rx_errors and
+# tx_errors are their totals (exported apart, below), so summing this family counts each error
+# once. rx_missed_errors is counted in rx_dropped, not rx_errors: still an error of its own kind.
+NETDEV_ERROR_COUNTERS = (
+    "rx_length_errors", "rx_over_errors", "rx_crc_errors", "rx_frame_errors", "rx_fifo_errors",
+    "rx_missed_errors", "tx_aborted_errors", "tx_carrier_errors", "tx_fifo_errors",
+    "tx_heartbeat_errors", "tx_window_errors")
+ERROR_COUNTERS = frozenset(NETDEV_ERROR_COUNTERS + RDMA_ERROR_COUNTERS)
+TOTALS = {"rx_errors": "receive", "tx_errors": "transmit"}
 # dom.common quantity -> (metric stem, unit)
 QUANTITIES = {
     "temperature": ("temperature", "celsius"),
@@ -56,173 +66,212 @@ QUANTITIES = {
 }
 
 
-class Metrics:
-    """The daemon's metrics. Create it, hand `on_transition` to the engine, attach the view.
+class _Histogram:
+    def __init__(self) -> None:
+        self.buckets = [0] * len(DETECTION_BUCKETS)  # not cumulative; +Inf = count
+        self.count = 0
+        self.sum = 0.0
 
-    The transition counter and latency histogram are plain numbers rendered at scrape time
-    rather than prometheus_client Counter/Histogram objects: those add `_created` series whose
-    suppression is a process-global switch, and a scrape should not depend on global state.
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.sum += value
+        index = bisect.bisect_left(DETECTION_BUCKETS, value)  # le: <= bound
+        if index < len(DETECTION_BUCKETS):
+            self.buckets[index] += 1
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip(DETECTION_BUCKETS, self.buckets):
+            running += count
+            out.append((repr(bound), running))
+        return out + [("+Inf", self.count)]
+
+
+class Metrics:
+    """The daemon's metrics: counts fed by observe_transition(), the rest read from `view`.
+
+    Counters and the histogram are plain numbers rendered at scrape time rather than
+    prometheus_client Counter/Histogram objects: those add `_created` series whose suppression
+    is a process-global switch, and a scrape should not depend on global state.
     """
 
     def __init__(self, view: DaemonView | None = None, version: str | None = None) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        # every reason present from the first scrape, so rate() and increase() work at once
-        # (NONE is "no reason recorded", never the reason of a transition)
-        self.transitions: dict[str, int] = {
-            r.name.lower(): 0 for r in Reason if r is not Reason.NONE
-        }
-        self.detection_buckets = [0] * len(DETECTION_BUCKETS)  # not cumulative; +Inf = count
-        self.detection_count = 0
-        self.detection_sum = 0.0
-        self._collector = DaemonCollector(self, view, version or _package_version())
-        self.registry.register(self._collector)
+        self.view = view
+        self.version = version or _package_version()
+        self.transitions: dict[tuple[str, str], int] = {}  # (device, state entered) -> count
+        self.reasons: dict[str, int] = dict.fromkeys(REASONS, 0)
+        self.detection: dict[str, _Histogram] = {}  # monitor -> fact-to-published latency
 
-    def attach(self, view: DaemonView) -> None:
-        """Read `view` at scrape time (the engine is built after the metrics it reports into)."""
-        self._collector.view = view
-
-    def observe_transition(self, reason: int, detection_seconds: float | None = None) -> None:
+    def observe_transition(self, device: str, state: int, reason: int, monitor: str = "",
+                           detection_seconds: float | None = None) -> None:
         """Count one transition; a detection time of None or 0 (not measured) is not observed."""
-        try:
-            label = Reason(reason).name.lower()
-        except ValueError:
-            label = f"reason_{int(reason)}"
-        self.transitions[label] = self.transitions.get(label, 0) + 1
-        if detection_seconds:
-            self.detection_count += 1
-            self.detection_sum += detection_seconds
-            index = bisect.bisect_left(DETECTION_BUCKETS, detection_seconds)  # le: <= bound
-            if index < len(DETECTION_BUCKETS):
-                self.detection_buckets[index] += 1
+        key = (device, _name(NicState, state))
+        self.transitions[key] = self.transitions.get(key, 0) + 1
+        label = _name(Reason, reason)
+        self.reasons[label] = self.reasons.get(label, 0) + 1
+        if detection_seconds and monitor:
+            self.detection.setdefault(monitor, _Histogram()).observe(detection_seconds)
 
-    def on_transition(self, transition: Any, detected_ns: int) -> None:
-        """Engine(on_transition=...) callback: (policy.Transition, detection ns or 0)."""
-        self.observe_transition(int(transition.reason), detected_ns / 1e9 if detected_ns else None)
-
+    # --- rendering ----------------------------------------------------------------------------
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
-        """(body, content type) of a scrape; OpenMetrics when the scraper asks for it."""
+        """(body, content type) of a whole scrape, built in the calling thread."""
         encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
+        body = encode(self.thread_families(), encoder) + encode(self.loop_families(), encoder)
+        return body + eof(content_type), content_type
 
-    async def render_async(self, accept: str | None = None) -> tuple[bytes, str]:
-        """render(), encoded one family at a time with the event loop let in between: a whole
-        scrape of 8 NICs takes ~4 ms of CPU, which must not delay a link event that much."""
-        encoder, content_type = choose_encoder(accept or "")
+    async def render_loop_part(self, encoder: Callable[[Any], bytes]) -> bytes:
+        """The loop families, encoded one family at a time with the event loop let in between:
+        a scrape of 8 NICs takes ~4 ms of CPU, which must not delay a link event that much."""
         chunks = []
-        for family in self.registry.collect():
-            chunk = encoder(_OneFamily(family))
-            chunks.append(chunk.removesuffix(_OPENMETRICS_EOF))  # once, at the very end
+        for family in self.loop_families():
+            chunks.append(encode([family], encoder))
             await asyncio.sleep(0)
-        if content_type.startswith("application/openmetrics-text"):
-            chunks.append(_OPENMETRICS_EOF)
-        return b"".join(chunks), content_type
+        return b"".join(chunks)
 
-    def engine_families(self) -> Iterator[Metric]:
+    def thread_families(self) -> Iterator[Metric]:
+        build = InfoMetricFamily(
+            "linkguard_build", "linkguardd version and the shared-memory ABI it writes.")
+        build.add_metric([], {"version": self.version, "shm_version": str(LG_SHM_VERSION),
+                              "shm_compat_version": str(LG_SHM_COMPAT_VERSION)})
+        yield build
+        if self.view is not None:
+            heartbeat = GaugeMetricFamily(
+                "linkguard_heartbeat_age_seconds",
+                "Seconds since the event loop last wrote the shared-memory heartbeat, computed "
+                "when scraped (NCCL plugins treat a stale one as no daemon).")
+            heartbeat.add_metric([], self.view.heartbeat_age_s())
+            yield heartbeat
+
+    def loop_families(self) -> Iterator[Metric]:
+        nics = self.view.nics() if self.view is not None else []
+        monitors = dict(self.view.monitor_health()) if self.view is not None else {}
+        yield from self._transition_families([n.name for n in nics], sorted(monitors))
+        if self.view is not None:
+            yield from _monitor_families(monitors)
+            f = _NicFamilies()
+            for nic in nics:
+                f.add(nic)
+            yield from f.all()
+
+    def _transition_families(self, devices: list[str], monitors: list[str]) -> Iterator[Metric]:
         transitions = CounterMetricFamily(
-            "linkguard_transitions", "NIC state transitions decided by the daemon, by reason.",
-            labels=["reason"])
-        for reason, count in self.transitions.items():
-            transitions.add_metric([reason], count)
+            "linkguard_transitions", "NIC state transitions decided by the daemon, by NIC and "
+            "the state entered.", labels=["device", "state"])
+        known = devices or sorted({d for d, _ in self.transitions})
+        for device in known:  # every (NIC, state) from the first scrape: increase() works
+            for state in ENTERED_STATES:
+                transitions.add_metric([device, state], self.transitions.get((device, state), 0))
         yield transitions
-        cumulative, running = [], 0
-        for bound, count in zip(DETECTION_BUCKETS, self.detection_buckets):
-            running += count
-            cumulative.append((repr(bound), running))
-        cumulative.append(("+Inf", self.detection_count))
-        yield HistogramMetricFamily(
+        reasons = CounterMetricFamily(
+            "linkguard_transition_reasons", "NIC state transitions by reason, all NICs.",
+            labels=["reason"])
+        for reason, count in self.reasons.items():
+            reasons.add_metric([reason], count)
+        yield reasons
+        latency = HistogramMetricFamily(
             "linkguard_detection_latency_seconds",
-            "Time from a monitor observing a fact to the resulting state being published.",
-            buckets=cumulative, sum_value=self.detection_sum)
+            "From a monitor observing the fact behind a transition (a netlink notification, a "
+            "sysfs or module read) to the new state in shared memory, by monitor. A NIC's first "
+            "state, the hold-down timer's and operators' transitions are not observed.",
+            labels=["monitor"])
+        for monitor in sorted(set(monitors) | set(self.detection)):
+            hist = self.detection.get(monitor, _Histogram())
+            latency.add_metric([monitor], hist.cumulative(), sum_value=hist.sum)
+        yield latency
+
+
+def encode(families: Iterable[Metric], encoder: Callable[[Any], bytes]) -> bytes:
+    """The families in the encoder's format, without OpenMetrics' closing # EOF."""
+    out = encoder(_Families(list(families)))
+    return out.removesuffix(_OPENMETRICS_EOF)
+
+
+def eof(content_type: str) -> bytes:
+    return _OPENMETRICS_EOF if content_type.startswith("application/openmetrics-text") else b""
 
 
 _OPENMETRICS_EOF = b"# EOF\n"
 
 
-class _OneFamily:
-    """A registry-shaped wrapper, so an encoder writes a single family."""
+class _Families:
+    """A registry-shaped wrapper, so an encoder writes the families given."""
 
-    def __init__(self, family: Metric) -> None:
-        self.family = family
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
 
     def collect(self) -> Iterable[Metric]:
-        return [self.family]
+        return self.families
 
 
-class DaemonCollector:
-    """Per-NIC and daemon gauges, built from the view at each scrape."""
-
-    def __init__(self, metrics: Metrics, view: DaemonView | None, version: str) -> None:
-        self.metrics = metrics
-        self.view = view
-        self.version = version
-
-    def describe(self) -> Iterable[Metric]:
-        return []  # names depend on what the view holds; nothing to pre-declare
-
-    def collect(self) -> Iterator[Metric]:
-        build = InfoMetricFamily("linkguard_build", "linkguardd version.")
-        build.add_metric([], {"version": self.version})
-        yield build
-        yield from self.metrics.engine_families()
-        if self.view is None:
-            return
-        yield from _daemon_families(self.view)
-        yield from _nic_families(self.view.nics())
+def _name(enum: Any, value: int) -> str:
+    try:
+        return str(enum(value).name.lower())
+    except ValueError:
+        return f"{enum.__name__.lower()}_{int(value)}"
 
 
-def _daemon_families(view: DaemonView) -> Iterator[Metric]:
-    heartbeat = GaugeMetricFamily(
-        "linkguard_heartbeat_age_seconds",
-        "Seconds since the shared-memory heartbeat was written (NCCL plugins give up on a "
-        "stale one).")
-    heartbeat.add_metric([], view.heartbeat_age_s())
-    yield heartbeat
+def _monitor_families(health: dict[str, Any]) -> Iterator[Metric]:
     success = GaugeMetricFamily(
         "linkguard_monitor_success", "1 if the monitor's last scan or read worked; absent "
         "hardware counts as success.", labels=["monitor"])
+    errors = CounterMetricFamily(
+        "linkguard_monitor_errors", "Failed scans or reads of the monitor since the daemon "
+        "started (monitor_success shows only the last one).", labels=["monitor"])
     duration = GaugeMetricFamily(
         "linkguard_monitor_duration_seconds", "Duration of the monitor's last scan or read.",
         labels=["monitor"])
-    for name, health in sorted(view.monitor_health().items()):
-        success.add_metric([name], 1.0 if health.success else 0.0)
-        duration.add_metric([name], health.last_duration_s)
+    for name, h in sorted(health.items()):
+        success.add_metric([name], 1.0 if h.success else 0.0)
+        errors.add_metric([name], h.errors)
+        duration.add_metric([name], h.last_duration_s)
     yield success
+    yield errors
     yield duration
 
 
-def _nic_families(nics: list[NicView]) -> Iterator[Metric]:
-    f = _NicFamilies()
-    for nic in nics:
-        f.add(nic)
-    yield from f.all()
+def _split_flag(flag: str) -> tuple[str, str]:
+    """"rx_los[2]" -> ("rx_los", "2"); a module-wide flag has lane ""."""
+    name, sep, lane = flag.partition("[")
+    return (name, lane.rstrip("]")) if sep else (flag, "")
 
 
 class _NicFamilies:
     def __init__(self) -> None:
         g, c = GaugeMetricFamily, CounterMetricFamily
+        dev = ["device"]
         self.info = InfoMetricFamily(
-            "linkguard_nic", "A monitored NIC, its backup NIC and RDMA device.",
-            labels=["nic"])
+            "linkguard_nic", "A monitored NIC, its backup NIC and RDMA device.", labels=dev)
         self.state = StateSetMetricFamily(
             "linkguard_nic_state", "Health state of the NIC as the daemon decided it.",
-            labels=["nic"])
-        self.carrier = g("linkguard_nic_carrier", "1 if the NIC has carrier.", labels=["nic"])
+            labels=dev)
+        self.carrier = g("linkguard_nic_carrier", "1 if the NIC has carrier.", labels=dev)
         self.carrier_changes = c("linkguard_nic_carrier_changes",
-                                 "Carrier changes counted by the kernel.", labels=["nic"])
-        self.errors = c("linkguard_nic_errors", "Link error counters (netlink link statistics, "
-                        "RDMA port counters), by counter name.", labels=["nic", "counter"])
+                                 "Carrier changes counted by the kernel.", labels=dev)
+        self.errors = c(
+            "linkguard_nic_errors", "Link errors by kind: netlink link statistics (rx_crc_errors"
+            ", ...; not their totals rx_errors, tx_errors) and RDMA port counters "
+            "(symbol_error, ...).", labels=["device", "counter"])
+        self.totals = {key: c(f"linkguard_nic_{word}_errors",
+                              f"All {word} errors of the netdev ({key}, which includes its "
+                              "kinds in linkguard_nic_errors_total).", labels=dev)
+                       for key, word in TOTALS.items()}
         self.last_transition = g(
             "linkguard_nic_last_transition_timestamp_seconds",
-            "When the NIC entered its current state (Unix time).", labels=["nic"])
+            "When the NIC entered its current state (Unix time).", labels=dev)
         self.flap_penalty = g("linkguard_nic_flap_penalty",
                               "Current flap-damping penalty (decays with a half-life).",
-                              labels=["nic"])
+                              labels=dev)
         self.module = InfoMetricFamily(
-            "linkguard_transceiver", "The optical module plugged into the NIC.",
-            labels=["nic"])
+            "linkguard_transceiver", "The optical module plugged into the NIC.", labels=dev)
         self.module_status = StateSetMetricFamily(
             "linkguard_transceiver_status", "Whether the module's diagnostics could be read.",
-            labels=["nic"])
+            labels=dev)
+        self.flags = c(
+            "linkguard_transceiver_flags",
+            "Module reads that returned a latched flag (alarm, warning, LOS, fault), by flag and "
+            "lane (\"\" for the module). The daemon's reads clear the latch.",
+            labels=["device", "flag", "lane"])
         self.readings: dict[str, GaugeMetricFamily] = {}
         self.thresholds: dict[str, GaugeMetricFamily] = {}
         for quantity, (stem, unit) in QUANTITIES.items():
@@ -230,25 +279,30 @@ class _NicFamilies:
             self.readings[quantity] = g(
                 f"linkguard_transceiver_{stem}_{unit}",
                 f"Module {stem.replace('_', ' ')} reading" + (", per lane" if lanes else "")
-                + ".", labels=["nic", "lane"] if lanes else ["nic"])
+                + ".", labels=["device", "lane"] if lanes else dev)
             self.thresholds[quantity] = g(
                 f"linkguard_transceiver_{stem}_threshold_{unit}",
                 f"The module's own {stem.replace('_', ' ')} alarm and warning limits.",
-                labels=["nic", "level"])
+                labels=["device", "level"])
 
     def add(self, nic: NicView) -> None:
         n = nic.name
         self.info.add_metric([n], {"backup": nic.backup, "rdma_device": nic.rdma_device})
         self.state.add_metric([n], {s: nic.state == i for i, s in enumerate(STATES)})
         self.carrier.add_metric([n], 1.0 if nic.carrier else 0.0)
-        if "carrier_changes" in nic.counters:
-            self.carrier_changes.add_metric([n], nic.counters["carrier_changes"])
-        for name, value in sorted(nic.counters.items()):
-            if name not in NON_ERROR_COUNTERS and value >= 0:
+        counters = nic.counters
+        if "carrier_changes" in counters:
+            self.carrier_changes.add_metric([n], counters["carrier_changes"])
+        for name, value in sorted(counters.items()):
+            if name in ERROR_COUNTERS and value >= 0:
                 self.errors.add_metric([n, name], value)
+            elif name in TOTALS and value >= 0:
+                self.totals[name].add_metric([n], value)
         self.last_transition.add_metric([n], nic.since_unix)
         self.flap_penalty.add_metric([n], nic.flap_penalty)
         self.module_status.add_metric([n], {s: nic.dom_status == s for s in DOM_STATUSES})
+        for flag, count in sorted(nic.dom_flags_seen.items()):
+            self.flags.add_metric([n, *_split_flag(flag)], count)
         if nic.dom is not None:
             self._add_module(n, nic.dom)
 
@@ -275,7 +329,8 @@ class _NicFamilies:
 
     def all(self) -> Iterator[Metric]:
         yield from (self.info, self.state, self.carrier, self.carrier_changes, self.errors,
-                    self.last_transition, self.flap_penalty, self.module, self.module_status)
+                    *self.totals.values(), self.last_transition, self.flap_penalty,
+                    self.module, self.module_status, self.flags)
         yield from self.readings.values()
         yield from self.thresholds.values()
 
@@ -285,91 +340,3 @@ def _package_version() -> str:
         return metadata.version("linkguard")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-# ---- HTTP ------------------------------------------------------------------------------------
-_READ_TIMEOUT_S = 10.0  # a scraper sends its request at once; a silent client is dropped
-_LANDING = (b"<html><head><title>linkguardd</title></head><body><h1>linkguardd</h1>"
-            b'<p><a href="/metrics">Metrics</a></p></body></html>\n')
-
-
-class MetricsError(RuntimeError):
-    """The /metrics endpoint could not start."""
-
-
-def parse_address(address: str) -> tuple[str | None, int]:
-    """"host:port", "[v6]:port" or ":port" (all interfaces) -> (host, port)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT, got {address!r}")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return host or None, int(port)
-
-
-class MetricsServer:
-    """`await start()` / `await stop()`; serves GET /metrics (and a landing page at /)."""
-
-    def __init__(self, metrics: Metrics, address: str) -> None:
-        self.metrics = metrics
-        self.host, self.port = parse_address(address)
-        self._server: asyncio.AbstractServer | None = None
-
-    async def start(self) -> None:
-        """Listen; MetricsError says which address failed (e.g. the port is taken)."""
-        try:
-            self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        except OSError as exc:
-            raise MetricsError(
-                f"cannot serve /metrics on {self.host or '*'}:{self.port}: {exc.strerror or exc}"
-                " (set metrics_address, or empty to disable)") from exc
-        self.port = self._server.sockets[0].getsockname()[1]  # the real one when 0 was asked
-        log.info("metrics: serving http://%s:%d/metrics", self.host or "*", self.port)
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
-            status, headers, body = await self._respond(head.decode("latin-1"))
-            lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers.items()),
-                     f"Content-Length: {len(body)}", "Connection: close", "", ""]
-            writer.write("\r\n".join(lines).encode("latin-1"))
-            if not head.startswith(b"HEAD "):
-                writer.write(body)
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                ConnectionError):
-            pass  # the client went away or never sent a request: nothing to answer
-        finally:
-            writer.close()
-
-    async def _respond(self, head: str) -> tuple[str, dict[str, str], bytes]:
-        request_line, *header_lines = head.split("\r\n")
-        parts = request_line.split(" ")
-        headers = {}
-        for line in header_lines:
-            key, sep, value = line.partition(":")
-            if sep:
-                headers[key.strip().lower()] = value.strip()
-        if len(parts) != 3 or parts[0] not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", {"Allow": "GET, HEAD"}, b"only GET and HEAD\n"
-        path = parts[1].split("?", 1)[0]
-        if path == "/":
-            return "200 OK", {"Content-Type": "text/html; charset=utf-8"}, _LANDING
-        if path != "/metrics":
-            return "404 Not Found", {"Content-Type": "text/plain"}, b"try /metrics\n"
-        try:
-            body, content_type = await self.metrics.render_async(headers.get("accept"))
-        except Exception as exc:  # a bug in a collector must not kill the server: say it
-            log.exception("metrics: scrape failed")
-            return "500 Internal Server Error", {"Content-Type": "text/plain"}, \
-                f"scrape failed: {exc}\n".encode()
-        out = {"Content-Type": content_type}
-        if "gzip" in headers.get("accept-encoding", ""):
-            body = gzip.compress(body, compresslevel=1)  # Prometheus asks for gzip
-            out["Content-Encoding"] = "gzip"
-        return "200 OK", out, body

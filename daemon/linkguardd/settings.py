@@ -34,9 +34,11 @@ class ConfigError(Exception):
 
 def _setting(default: Any, doc: str, *, minimum: float | None = None,
              maximum: float | None = None, choices: tuple[str, ...] = (),
-             merge: bool = False, example: Mapping[str, str] | None = None) -> Any:
+             merge: bool = False, example: Mapping[str, str] | None = None,
+             restart: bool = False) -> Any:
+    """`restart`: SIGHUP cannot apply a change (a file, socket or port opened at start)."""
     meta = {"doc": doc, "minimum": minimum, "maximum": maximum, "choices": choices,
-            "merge": merge, "example": example}
+            "merge": merge, "example": example, "restart": restart}
     if isinstance(default, Mapping):
         frozen = MappingProxyType(dict(default))
         return field(default_factory=lambda: frozen, metadata=meta)
@@ -56,7 +58,7 @@ class Settings:
     shm_path: str = _setting("/run/linkguard/linkguard.shm",
                              "Shared-memory control file the NCCL plugin reads (keep it in a "
                              "root-owned directory: the plugin trusts only a file no one else can "
-                             "write).")
+                             "write).", restart=True)
     sysfs_root: str = _setting("/sys", "Where sysfs is mounted (tests point it at a fake tree).")
     netns: str = _setting(
         "", "Network namespace whose NICs are watched (a name in /var/run/netns or a path). "
@@ -65,25 +67,27 @@ class Settings:
     # so who may do what is decided before a byte of the API is read.
     grpc_socket: str = _setting(
         "/run/linkguard/linkguard.sock", "Admin socket of the gRPC API (mode 0660, group "
-        "admin_group): every call, drain and undrain included.")
+        "admin_group): every call, drain and undrain included.", restart=True)
     grpc_ro_socket: str = _setting(
         "/run/linkguard/linkguard-ro.sock", "Read-only socket of the gRPC API (mode 0660, group "
         "reader_group): status, watch, events, dom and dump; drain and undrain are refused. "
-        "Empty: not served.")
+        "Empty: not served.", restart=True)
     admin_group: str = _setting(
         "linkguard-admin", "Group of the admin socket: its members may drain and undrain. "
-        "Empty, or a group that does not exist: root only.")
+        "Empty, or a group that does not exist: root only.", restart=True)
     reader_group: str = _setting(
         "linkguard", "Group of the read-only socket: its members may read state (health "
-        "checks, dashboards). Empty, or a group that does not exist: root only.")
+        "checks, dashboards). Empty, or a group that does not exist: root only.", restart=True)
     state_dir: str = _setting(
         "/var/lib/linkguard", "Directory of the state that survives restarts (drains, the "
-        "event sequence): systemd's StateDirectory. Empty: nothing survives a restart.")
+        "event sequence): systemd's StateDirectory. Empty: nothing survives a restart.",
+        restart=True)
     # 9846: in the exporter range 9100-9999 of Prometheus' "Default port allocations" wiki. That
     # range is reported fully allocated since 2023 and could not be checked offline: check and
     # register the port there before a release. Loopback by default: scrape through a proxy.
     metrics_address: str = _setting(
-        "127.0.0.1:9846", "host:port of the Prometheus /metrics endpoint. Empty: disabled.")
+        "127.0.0.1:9846", "host:port of the Prometheus /metrics endpoint. Empty: disabled.",
+        restart=True)
     # 50 ms: DESIGN.md requires a heartbeat at least every 100 ms; half of it leaves room for one
     # late wake-up of the event loop before a reader could see a stale heartbeat.
     heartbeat_interval_ms: int = _setting(
@@ -126,7 +130,7 @@ class Settings:
         _P.error_rate_min_interval_ms, "Shortest window a counter rate is computed over.",
         minimum=0)
     log_format: str = _setting(
-        "logfmt", "Log line format on stdout (journald): logfmt key=value, or json.",
+        "logfmt", "Log line format on stderr (journald): logfmt key=value, or json.",
         choices=("logfmt", "json"))
     log_level: str = _setting("info", "Least severe level logged.",
                               choices=("debug", "info", "warning", "error"))
@@ -151,6 +155,7 @@ class SettingSpec:
     choices: tuple[str, ...]
     merge: bool
     example: Mapping[str, str] | None  # shown, commented out, in the example TOML
+    restart: bool  # a change needs a restart: SIGHUP keeps the running value
 
 
 _KIND_TEXT = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
@@ -172,7 +177,7 @@ def _spec(f: Any, hint: Any) -> SettingSpec:
     return SettingSpec(f.name, _kind(hint), default, f.metadata["doc"],
                        "--" + f.name.replace("_", "-"), ENV_PREFIX + f.name.upper(),
                        f.metadata["minimum"], f.metadata["maximum"], f.metadata["choices"],
-                       f.metadata["merge"], f.metadata["example"])
+                       f.metadata["merge"], f.metadata["example"], f.metadata["restart"])
 
 
 _HINTS = get_type_hints(Settings)
@@ -398,7 +403,8 @@ def render_example_toml(commented: bool = True, settings: Settings | None = None
     tables = [s for s in SETTINGS if s.kind.startswith("map")]  # TOML: tables after bare keys
     for spec in scalars + tables:
         out += textwrap.wrap(spec.doc, 98, initial_indent="# ", subsequent_indent="# ")
-        out.append(f"# flag {spec.flag}, environment {spec.env}")
+        out.append(f"# flag {spec.flag}, environment {spec.env}"
+                   + ("; a change needs a restart" if spec.restart else ""))
         if spec.kind.startswith("map"):
             out.append(f"{c}[{spec.name}]")
             table = getattr(values, spec.name)

@@ -32,6 +32,7 @@ class NicView:
     rdma_device: str = ""
     flap_penalty: float = 0.0
     drain_reason: str = ""
+    dom_flags_seen: Mapping[str, int] = field(default_factory=dict)  # latched flag -> reads
 
 
 @dataclass(frozen=True)

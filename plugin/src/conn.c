@@ -259,6 +259,21 @@ int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
     return set;
 }
 
+size_t lg_path_ports(const struct lg_path *p, char *out, size_t len, int sep)
+{
+    if (len == 0)
+        return 0;
+    size_t n = 0;
+    int w = snprintf(out, len, "%s%s ctrl %u data", sep ? "; " : "",
+                     p->index ? "backup" : "primary", lg_sock_local_port(p->ctrl.task.fd));
+    for (int k = 0; k < p->nstreams && w >= 0 && (size_t)w < len - n; k++) {
+        n += (size_t)w;
+        w = snprintf(out + n, len - n, "%s%u", k ? "," : " ",
+                     lg_sock_local_port(p->data[k].task.fd));
+    }
+    return w >= 0 && (size_t)w < len - n ? n + (size_t)w : len - 1; /* else truncated */
+}
+
 void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...)
 {
     char what[192];

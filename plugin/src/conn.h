@@ -322,6 +322,10 @@ void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...) __attribute__((f
 /* Sets the connection's error once; 1 if this call set it. */
 int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Appends "primary ctrl 40001 data 40002,40003" (each socket's local TCP port; "; " first when
+ * `sep`) to out, so that an operator or a lab test can tell one flow from another. Returns
+ * the length written (out stays terminated). */
+size_t lg_path_ports(const struct lg_path *p, char *out, size_t len, int sep);
 /* Queues/sends a control frame on the path (any thread). */
 void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f);
 void lg_path_ctrl_flush(struct lg_path *p);

@@ -223,32 +223,16 @@ ncclResult_t lg_core_get_properties(int dev, ncclNetProperties_v12_t *props)
     return ncclSuccess;
 }
 
-/* "primary ctrl 40001 data 40002,40003; backup ...": each socket's local TCP port, so that an
- * operator (or a lab test) can tell one flow of a connection from another. */
-static void describe_ports(const struct lg_conn *c, char *out, size_t len)
-{
-    size_t n = 0;
-    out[0] = 0;
-    for (int i = 0; i < LG_NPATHS && n < len; i++) {
-        const struct lg_path *p = c->paths[i];
-        if (!p)
-            continue;
-        n += (size_t)snprintf(out + n, len - n, "%s%s ctrl %u data", n ? "; " : "",
-                              i ? "backup" : "primary", lg_sock_local_port(p->ctrl.task.fd));
-        for (int k = 0; k < p->nstreams && n < len; k++)
-            n += (size_t)snprintf(out + n, len - n, "%s%u", k ? "," : " ",
-                                  lg_sock_local_port(p->data[k].task.fd));
-    }
-}
-
 int lg_core_conn_ready(struct lg_conn *c)
 {
     if (lg_conn_start(c) != 0)
         return -1;
     lg_core_ref(1);
     lg_monitor_add(c);
-    char ports[160];
-    describe_ports(c, ports, sizeof(ports));
+    char ports[160] = "", *at = ports;
+    for (int i = 0; i < LG_NPATHS; i++)
+        if (c->paths[i])
+            at += lg_path_ports(c->paths[i], at, sizeof(ports) - (size_t)(at - ports), at != ports);
     LG_INFO(NCCL_NET, "%s conn %016llx on dev %d: %d path(s), %d stream(s) each, chunk %u; "
             "local ports: %s", c->kind == LG_CONN_SEND ? "send" : "recv",
             (unsigned long long)c->nonce, c->dev, c->paths[1] ? 2 : 1, c->nstreams,

@@ -3,10 +3,13 @@
  * changes the epoch, the active path or the set of paths happens here. */
 #include "failover.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include "conn.h"
 #include "core.h"
@@ -340,6 +343,11 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
     uint64_t placed = (st & LG_REQ_POSTED) && !(st & LG_REQ_DONE) && r->seq == base
                           ? __atomic_load_n(&r->placed, __ATOMIC_RELAXED) : 0;
     int around = base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) && (later || placed);
+    /* Only while the peer is heard (its heartbeats keep coming): a sender, or its host, that
+     * gets no CPU stalls every stream at once, and that is not this path's fault. */
+    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    if (heard < now && now - heard > 4 * MS(lg_params.heartbeat_ms))
+        around = 0;
     /* Chunks test() would place inline are not late when NCCL is not polling. */
     uint64_t polled = __atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED);
     if (lg_params.poll_inline && polled < now && now - polled > MS(lg_params.stall_ms) / 2)
@@ -362,6 +370,43 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
             slot_name(p->index), p->nic, p->peer, why);
     fo->wd_since = 0;
     lg_conn_path_failed(p, 0, why);
+}
+
+/* Sender: the same watchdog, from TCP's side. A data socket with segments in flight and no
+ * acknowledgement for LINKGUARD_STALL_MS (tcp(7) TCP_INFO: tcpi_unacked, tcpi_last_ack_recv)
+ * is a flow the network stopped: a receiver that merely does not read still acknowledges (its
+ * zero window answers our probes). This catches the stall the receiver cannot see, when the
+ * stalled stream holds every message in flight. */
+static void tx_watchdog(struct lg_conn *c, uint64_t now)
+{
+    struct lg_path *p = c->active_path;
+    if (c->wrap || !lg_params.stall_ms || !lg_path_up(p) ||
+        __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) >= __atomic_load_n(&c->posted,
+                                                                        __ATOMIC_ACQUIRE))
+        return;
+    /* Only while the peer is heard (its heartbeats keep coming): a peer process or host that
+     * gets no CPU is silence, judged elsewhere, not a stalled flow. */
+    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    if (heard < now && now - heard > 4 * MS(lg_params.heartbeat_ms))
+        return;
+    for (int k = 0; k < p->nstreams; k++) {
+        struct tcp_info ti;
+        socklen_t len = sizeof(ti);
+        /* ... and only once TCP itself gave up waiting (a retransmission timeout fired): late
+         * acknowledgements alone are a slow peer, not a dropped flow. */
+        if (getsockopt(p->data[k].task.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+            ti.tcpi_unacked == 0 || ti.tcpi_last_ack_recv < (uint32_t)lg_params.stall_ms ||
+            (ti.tcpi_retrans == 0 && ti.tcpi_backoff == 0))
+            continue;
+        char why[128];
+        snprintf(why, sizeof(why), "stalled: data stream %d: no TCP acknowledgement for %u ms "
+                 "with %u segment(s) in flight (%u retransmitted)", k + 1,
+                 ti.tcpi_last_ack_recv, ti.tcpi_unacked, ti.tcpi_retrans);
+        LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s %s",
+                (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer, why);
+        lg_conn_path_failed(p, 0, why);
+        return;
+    }
 }
 
 /* ---- heartbeats ----------------------------------------------------------------------------- */
@@ -618,9 +663,11 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
             sl->up_since_ns = now;
             sl->noted = 0;
             fo->hb_force = 1;
-            LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s rebuilt (gen %u) in %.1f ms",
-                    (unsigned long long)c->nonce, slot_name(i), c->paths[i]->nic,
-                    c->paths[i]->gen, ms_since(t0, now));
+            char ports[96];
+            lg_path_ports(c->paths[i], ports, sizeof(ports), 0);
+            LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s rebuilt (gen %u) in %.1f ms; "
+                    "local ports: %s", (unsigned long long)c->nonce, slot_name(i),
+                    c->paths[i]->nic, c->paths[i]->gen, ms_since(t0, now), ports);
         } else if (rc < 0) {
             sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
             sl->next_try_ns = now + sl->delay_ns;
@@ -829,10 +876,12 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
     struct lg_path *p = c->paths[c->active];
     uint64_t gap = fo->last_run_ns ? now - fo->last_run_ns : 0;
     fo->last_run_ns = now;
-    if (c->kind == LG_CONN_SEND)
+    if (c->kind == LG_CONN_SEND) {
         pump(p); /* test() reads it only while NCCL polls */
-    else
+        tx_watchdog(c, now);
+    } else {
         rx_watchdog(c, now);
+    }
     heartbeats(c, now);
     pthread_mutex_lock(&c->mb_mu);
     int heard_hb = c->mb.hb_valid;
@@ -898,6 +947,8 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
         check_silence(c, now);
         if (c->kind == LG_CONN_RECV)
             rx_watchdog(c, now);
+        else
+            tx_watchdog(c, now);
     }
     if (note_failures(c, now))
         return now + 20 * hb;

@@ -81,7 +81,7 @@ _LOGFMT = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
 def parse_logfmt(line: str) -> dict[str, str]:
-    """key=value pairs of one logfmt line; quoted values are JSON strings (transition_log)."""
+    """key=value pairs of one logfmt line; quoted values are JSON strings (linkguardd.logs)."""
     return {k: json.loads(v) if v.startswith('"') else v for k, v in _LOGFMT.findall(line)}
 
 
@@ -211,8 +211,8 @@ class Daemon:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
     def transitions(self, nic: str | None = None) -> list[dict[str, str]]:
-        """The structured transition lines printed so far (msg=transition), oldest first."""
-        rows = [parse_logfmt(line) for line in self.stdout().splitlines()]
+        """The structured transition lines logged so far (msg=transition), oldest first."""
+        rows = [parse_logfmt(line) for line in self.stderr().splitlines()]
         return [r for r in rows if r.get("msg") == "transition" and nic in (None, r.get("nic"))]
 
     # --- the Python reader ----------------------------------------------------------------

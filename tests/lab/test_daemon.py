@@ -3,7 +3,7 @@
 One daemon per lab host, each with its own shm file; faults come from the lab (switch port down,
 host NIC down, blackhole, flaps). Results are read through the plugin's C reader (lg_shm_dump,
 what an NCCL process sees) and through Python (ShmReader), and from the daemon's structured
-stdout. Hold-down and damping are shortened so each test takes seconds. Every wait is bounded;
+log. Hold-down and damping are shortened so each test takes seconds. Every wait is bounded;
 no assertion depends on how long the test machine took (assertions on time compare the daemon's
 own timestamps with the settings it was given).
 """
@@ -75,7 +75,7 @@ def test_cut_restore_two_hosts(lab: Lab, daemons: Daemons) -> None:
     # b saw nothing but its own start-up.
     assert steps(b.events(0)) == [("UNKNOWN", "UP", "STARTUP")] * 2
 
-    # One structured stdout line per transition, matching the shm events.
+    # One structured log line per transition, matching the shm events.
     logged = [t for t in a.transitions("rail0") if int(t["seq"]) > head]
     assert [(int(t["seq"]), t["from"], t["to"], t["reason"], int(t["epoch"])) for t in logged] == [
         (e.seq, *steps([e])[0], e.epoch) for e in events]

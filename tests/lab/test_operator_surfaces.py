@@ -256,7 +256,7 @@ def test_prometheus_sees_cut(lab: Lab, daemons: Daemons, tmp_path: Path,
     prometheus_factory.append(prom)
     prom.start()
 
-    query = 'linkguard_nic_state{nic="rail0",linkguard_nic_state="down"}'
+    query = 'linkguard_nic_state{device="rail0",linkguard_nic_state="down"}'
 
     def value() -> str | None:
         result = prom.query(query)
@@ -270,9 +270,9 @@ def test_prometheus_sees_cut(lab: Lab, daemons: Daemons, tmp_path: Path,
     lab.cut("a", 0)
     poll(lambda: value() == "1", PROM_WAIT_S, f"{query} == 1 after the cut")
     # the whole state set agrees: exactly one state of rail0 is 1
-    current = prom.query('linkguard_nic_state{nic="rail0"} == 1')
+    current = prom.query('linkguard_nic_state{device="rail0"} == 1')
     assert [r["metric"]["linkguard_nic_state"] for r in current] == ["down"], current
-    assert prom.query('linkguard_nic_carrier{nic="rail0"}')[0]["value"][1] == "0"
+    assert prom.query('linkguard_nic_carrier{device="rail0"}')[0]["value"][1] == "0"
 
 
 # ---- promtool --------------------------------------------------------------------------------
@@ -286,13 +286,13 @@ def test_promtool_check_metrics_live_scrape(lab: Lab, daemons: Daemons) -> None:
     cli(lab, d, "drain", "rail1", "--reason", "promtool", "--force")  # its backup is DOWN
 
     body = scrape(lab)
-    assert 'linkguard_nic_state{linkguard_nic_state="down",nic="rail0"} 1.0' in body
-    assert 'linkguard_nic_state{linkguard_nic_state="drained",nic="rail1"} 1.0' in body
+    assert 'linkguard_nic_state{device="rail0",linkguard_nic_state="down"} 1.0' in body
+    assert 'linkguard_nic_state{device="rail1",linkguard_nic_state="drained"} 1.0' in body
     assert "linkguard_detection_latency_seconds_count" in body
     # what Prometheus asks for first: the same data as OpenMetrics, terminated exactly once
     om = scrape(lab, accept="application/openmetrics-text; version=1.0.0")
     assert om.endswith("\n# EOF\n") and om.count("# EOF") == 1, om[-200:]
-    assert 'linkguard_nic_state{linkguard_nic_state="down",nic="rail0"} 1.0' in om
+    assert 'linkguard_nic_state{device="rail0",linkguard_nic_state="down"} 1.0' in om
     check = subprocess.run([PROMTOOL, "check", "metrics"], input=body, capture_output=True,
                            text=True, timeout=30, check=False)
     assert (check.returncode, check.stdout, check.stderr) == (0, "", ""), describe(check)

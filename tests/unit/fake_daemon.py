@@ -68,7 +68,8 @@ def default_nics() -> list[NicView]:
         NicView("rail1", NicState.DEGRADED, Reason.DOM_WARNING, "rail0", True, True, "UP",
                 100000, 3, NOW_NS - 754 * 10**9, BOOT_UNIX + 7_200 - 754,
                 dict(counters, rx_crc_errors=41, carrier_changes=6), "ok",
-                weak.warnings(), weak.alarms(), weak, rdma_device="mlx5_1"),
+                weak.warnings(), weak.alarms(), weak, rdma_device="mlx5_1",
+                dom_flags_seen={"rx_power_low_warning[2]": 3, "temperature_high_warning": 1}),
         NicView("rail2", NicState.DOWN, Reason.CARRIER_LOST, "rail0", True, False,
                 "LOWERLAYERDOWN", None, 2, NOW_NS - 9_500_000_000, BOOT_UNIX + 7_190.5,
                 dict(counters, carrier_changes=1)),
@@ -97,7 +98,7 @@ class FakeDaemon:
         self.health: dict[str, MonitorHealth] = {
             "netlink": MonitorHealth(True, 0.0012),
             "rdma": MonitorHealth(True, 0.0008),
-            "dom": MonitorHealth(False, 0.0153, "rail2: no module"),
+            "dom": MonitorHealth(False, 0.0153, "rail2: EIO", errors=4),
         }
 
     # --- DaemonView ---------------------------------------------------------------------------

@@ -458,19 +458,20 @@ def test_a_live_socket_is_not_taken_over(fake: FakeDaemon, served: ServedFake) -
 def test_the_engine_serves_the_api_and_metrics() -> None:
     """Guards the seam: the engine implements DaemonView as the servicer and collector read it."""
     from linkguardd.engine import Engine
+    from linkguardd.exporters.metrics import MetricsExporter
     from linkguardd.facts import LinkFact
-    from linkguardd.metrics import Metrics
     from linkguardd.settings import Settings
 
     directory = short_socket_dir()
     settings = Settings(interfaces=("rail0", "rail1"), shm_path=os.path.join(directory, "shm"),
-                        sysfs_root=directory, state_dir="")
+                        sysfs_root=directory, state_dir="",
+                        metrics_address="")
 
     async def main() -> None:
-        metrics = Metrics()
-        engine = Engine(settings, ["rail0", "rail1"], {"rail0": "rail1", "rail1": "rail0"}, [],
-                        on_transition=metrics.on_transition)
-        metrics.attach(engine)
+        engine = Engine(settings, ["rail0", "rail1"], {"rail0": "rail1", "rail1": "rail0"}, [])
+        exporter = engine.exporter(MetricsExporter)
+        assert exporter is not None
+        metrics = exporter.metrics
         await engine.start()
         api = ApiServer(engine, os.path.join(directory, "linkguard.sock"))
         await api.start()
@@ -489,8 +490,8 @@ def test_the_engine_serves_the_api_and_metrics() -> None:
                 assert events.events[-1].reason == "OPERATOR_DRAIN"
                 assert json.loads((await stub.Dump(pb.DumpRequest(), timeout=WAIT_S)).json)
             text = metrics.render()[0].decode()
-            assert 'linkguard_nic_state{linkguard_nic_state="drained",nic="rail0"} 1.0' in text
-            assert 'linkguard_transitions_total{reason="operator_drain"} 1.0' in text
+            assert 'linkguard_nic_state{device="rail0",linkguard_nic_state="drained"} 1.0' in text
+            assert 'linkguard_transitions_total{device="rail0",state="drained"} 1.0' in text
         finally:
             await api.stop()
             await engine.stop()

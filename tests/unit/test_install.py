@@ -64,6 +64,9 @@ def test_files_land_where_systemd_ldso_and_admins_look(tmp_path: Path, plugin: P
             "kubernetes.md"} <= set(docs)
     for doc in docs:  # operators.md links every one of them
         assert (usr / "share/doc/linkguard" / doc).read_text() == (ROOT / "docs" / doc).read_text()
+    for shipped in ("prometheus/linkguard.rules.yml", "grafana/linkguard.json"):
+        assert (usr / "share/linkguard" / shipped).read_bytes() == \
+            (ROOT / "fleet" / shipped).read_bytes()
     assert mode(dest / "etc/linkguard/linkguard.toml") == 0o644
     assert not (dest / "etc/nccl.conf").exists()  # opt-in only
     assert "NCCL_NET_PLUGIN=linkguard" in out.stdout  # ...but documented

@@ -1,5 +1,6 @@
-"""/metrics: names and units, parsed back with prometheus_client's parser, a golden scrape,
-`promtool check metrics`, the HTTP server, and a real Prometheus scraping it."""
+"""/metrics: names and units, parsed back with prometheus_client's parser, a golden scrape of a
+fake view, `promtool check metrics`, the HTTP server (also while the event loop is stuck), and a
+real Prometheus scraping it. The golden of the real daemon is tests/lab/test_metrics_e2e.py."""
 from __future__ import annotations
 
 import asyncio
@@ -15,33 +16,37 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
-from typing import Self
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Self
 
 import pytest
 from fake_daemon import FakeDaemon, default_nics, qsfp28
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families
 
-from linkguardd.metrics import (
-    DETECTION_BUCKETS,
-    Metrics,
-    MetricsError,
-    MetricsServer,
-    parse_address,
-)
+from linkguardd.engine import Engine
+from linkguardd.exporters import Update
+from linkguardd.exporters.metrics import MetricsExporter
+from linkguardd.exporters.shm import ShmExporter
+from linkguardd.metrics import DETECTION_BUCKETS, Metrics, encode, eof
+from linkguardd.metrics_server import MetricsError, MetricsServer, parse_address
 from linkguardd.policy import Transition
+from linkguardd.settings import Settings
+from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
 from linkguardd.states import NicState, Reason
 
 WAIT_S = 30
-Golden = Callable[[str, str], None]  # the `golden` fixture of tests/conftest.py
 
 
-def scraped_metrics() -> Metrics:
-    metrics = Metrics(FakeDaemon(), version="0.1.0")
-    metrics.observe_transition(Reason.CARRIER_LOST, 180e-6)
-    metrics.observe_transition(Reason.CARRIER_LOST, 0.0021)
-    metrics.observe_transition(Reason.OPERATOR_DRAIN)  # no detection latency for operators
+def scraped_metrics(view: FakeDaemon | None = None) -> Metrics:
+    metrics = Metrics(view or FakeDaemon(), version="0.1.0")
+    metrics.observe_transition("rail2", NicState.DOWN, Reason.CARRIER_LOST, "netlink", 180e-6)
+    metrics.observe_transition("rail2", NicState.DOWN, Reason.CARRIER_LOST, "netlink", 0.0021)
+    metrics.observe_transition("rail1", NicState.DEGRADED, Reason.DOM_WARNING, "dom", 0.0004)
+    # no detection latency for operators
+    metrics.observe_transition("rail0", NicState.DRAINED, Reason.OPERATOR_DRAIN)
     return metrics
 
 
@@ -66,14 +71,19 @@ def scrape() -> str:
 EXPECTED_TYPES = {
     "linkguard_build": "info",  # 0.0.4 text has no info type: parsed back as gauge below
     "linkguard_transitions": "counter",
+    "linkguard_transition_reasons": "counter",
     "linkguard_detection_latency_seconds": "histogram",
     "linkguard_heartbeat_age_seconds": "gauge",
     "linkguard_monitor_success": "gauge",
+    "linkguard_monitor_errors": "counter",
     "linkguard_monitor_duration_seconds": "gauge",
     "linkguard_nic_state": "gauge",
     "linkguard_nic_carrier": "gauge",
     "linkguard_nic_carrier_changes": "counter",
     "linkguard_nic_errors": "counter",
+    "linkguard_nic_receive_errors": "counter",
+    "linkguard_nic_transmit_errors": "counter",
+    "linkguard_transceiver_flags": "counter",
     "linkguard_nic_last_transition_timestamp_seconds": "gauge",
     "linkguard_nic_flap_penalty": "gauge",
     "linkguard_transceiver_temperature_celsius": "gauge",
@@ -104,34 +114,35 @@ def test_nic_state_is_a_state_set_with_one_true_state(scrape: str) -> None:
     state = samples(scrape, "linkguard_nic_state")
     for nic, expected in (("rail0", "up"), ("rail1", "degraded"), ("rail2", "down")):
         values = {dict(k)["linkguard_nic_state"]: v for k, v in state.items()
-                  if dict(k)["nic"] == nic}
+                  if dict(k)["device"] == nic}
         assert set(values) == {"unknown", "up", "degraded", "down", "drained", "recovering"}
         assert [s for s, v in values.items() if v == 1.0] == [expected]
 
 
 def test_nic_counters_and_carrier(scrape: str) -> None:
     errors = samples(scrape, "linkguard_nic_errors_total")
-    assert errors[(("counter", "rx_crc_errors"), ("nic", "rail1"))] == 41
+    assert errors[(("counter", "rx_crc_errors"), ("device", "rail1"))] == 41
     assert not any(dict(k)["counter"] == "carrier_changes" for k in errors)
-    assert samples(scrape, "linkguard_nic_carrier_changes_total")[(("nic", "rail1"),)] == 6
+    assert samples(scrape, "linkguard_nic_carrier_changes_total")[(("device", "rail1"),)] == 6
     assert samples(scrape, "linkguard_nic_carrier") == {
-        (("nic", "rail0"),): 1, (("nic", "rail1"),): 1, (("nic", "rail2"),): 0}
+        (("device", "rail0"),): 1, (("device", "rail1"),): 1, (("device", "rail2"),): 0}
     assert samples(scrape, "linkguard_nic_last_transition_timestamp_seconds")[
-        (("nic", "rail2"),)] == 1_700_007_190.5
+        (("device", "rail2"),)] == 1_700_007_190.5
 
 
 def test_dom_in_base_units_per_lane(scrape: str) -> None:
     rx = samples(scrape, "linkguard_transceiver_rx_power_watts")
-    assert rx[(("lane", "2"), ("nic", "rail1"))] == pytest.approx(0.00008)
-    assert len([k for k in rx if dict(k)["nic"] == "rail0"]) == 4
+    assert rx[(("device", "rail1"), ("lane", "2"))] == pytest.approx(0.00008)
+    assert len([k for k in rx if dict(k)["device"] == "rail0"]) == 4
     bias = samples(scrape, "linkguard_transceiver_tx_bias_current_amperes")
-    assert bias[(("lane", "1"), ("nic", "rail0"))] == pytest.approx(0.00652)
+    assert bias[(("device", "rail0"), ("lane", "1"))] == pytest.approx(0.00652)
     temp = samples(scrape, "linkguard_transceiver_temperature_celsius")
-    assert temp == {(("nic", "rail0"),): 41.5, (("nic", "rail1"),): 41.5}  # rail2: no module
+    # rail2: no module
+    assert temp == {(("device", "rail0"),): 41.5, (("device", "rail1"),): 41.5}
     low = samples(scrape, "linkguard_transceiver_rx_power_threshold_watts")
-    assert low[(("level", "low_warning"), ("nic", "rail1"))] == pytest.approx(0.0001)
+    assert low[(("device", "rail1"), ("level", "low_warning"))] == pytest.approx(0.0001)
     status = samples(scrape, "linkguard_transceiver_status")
-    assert status[(("linkguard_transceiver_status", "no_module"), ("nic", "rail2"))] == 1
+    assert status[(("device", "rail2"), ("linkguard_transceiver_status", "no_module"))] == 1
 
 
 def test_a_module_without_thresholds_exports_none() -> None:
@@ -144,58 +155,94 @@ def test_a_module_without_thresholds_exports_none() -> None:
     assert samples(text, "linkguard_transceiver_temperature_celsius")
 
 
-def test_transitions_and_detection_histogram(scrape: str) -> None:
+def test_transitions_by_device_and_state(scrape: str) -> None:
     transitions = samples(scrape, "linkguard_transitions_total")
-    assert transitions[(("reason", "carrier_lost"),)] == 2
-    assert transitions[(("reason", "operator_drain"),)] == 1
-    assert transitions[(("reason", "holddown_expired"),)] == 0  # present before it happens
-    assert (("reason", "none"),) not in transitions
-    buckets = {dict(k)["le"]: v for k, v in
-               samples(scrape, "linkguard_detection_latency_seconds_bucket").items()}
-    assert buckets["5e-05"] == 0 and buckets["0.00025"] == 1 and buckets["0.0025"] == 2
-    assert buckets["+Inf"] == 2 and len(buckets) == len(DETECTION_BUCKETS) + 1
-    assert samples(scrape, "linkguard_detection_latency_seconds_count")[()] == 2
+    assert transitions[(("device", "rail2"), ("state", "down"))] == 2
+    assert transitions[(("device", "rail0"), ("state", "drained"))] == 1
+    # every (NIC, state entered) from the first scrape, so increase() sees the first one
+    assert transitions[(("device", "rail1"), ("state", "recovering"))] == 0
+    assert len(transitions) == 3 * 5 and not any(dict(k)["state"] == "unknown"
+                                                 for k in transitions)
+    reasons = samples(scrape, "linkguard_transition_reasons_total")
+    assert reasons[(("reason", "carrier_lost"),)] == 2
+    assert reasons[(("reason", "holddown_expired"),)] == 0  # present before it happens
+    assert (("reason", "none"),) not in reasons
+
+
+def test_detection_latency_by_monitor(scrape: str) -> None:
+    bucket = samples(scrape, "linkguard_detection_latency_seconds_bucket")
+    netlink = {dict(k)["le"]: v for k, v in bucket.items() if dict(k)["monitor"] == "netlink"}
+    assert netlink["5e-05"] == 0 and netlink["0.00025"] == 1 and netlink["0.0025"] == 2
+    assert netlink["+Inf"] == 2 and len(netlink) == len(DETECTION_BUCKETS) + 1
+    count = samples(scrape, "linkguard_detection_latency_seconds_count")
+    # the operator's drain is not a detection; rdma is there with nothing observed yet
+    assert count == {(("monitor", "dom"),): 1, (("monitor", "netlink"),): 2,
+                     (("monitor", "rdma"),): 0}
 
 
 def test_a_latency_on_a_bucket_bound_falls_in_that_bucket() -> None:
     metrics = Metrics()
-    metrics.observe_transition(Reason.CARRIER_LOST, 1e-3)
+    metrics.observe_transition("rail0", NicState.DOWN, Reason.CARRIER_LOST, "netlink", 1e-3)
     text = metrics.render()[0].decode()
     buckets = {dict(k)["le"]: v for k, v in
                samples(text, "linkguard_detection_latency_seconds_bucket").items()}
     assert (buckets["0.0005"], buckets["0.001"]) == (0, 1)
 
 
-def test_engine_callback_signature() -> None:
-    metrics = Metrics()
-    tr = Transition("rail0", NicState.UP, NicState.DOWN, Reason.CARRIER_LOST, 2, 10)
-    metrics.on_transition(tr, 250_000)
-    metrics.on_transition(tr, 0)  # not measured
-    assert metrics.transitions["carrier_lost"] == 2 and metrics.detection_count == 1
+def test_the_exporter_counts_what_the_update_published() -> None:
+    exporter = MetricsExporter(FakeDaemon(), version="0.1.0")  # type: ignore[arg-type]
+    down = Transition("rail0", NicState.UP, NicState.DOWN, Reason.CARRIER_LOST, 2, 10_000)
+    update = Update([down], 7, True, 0.0, "netlink", fact_ns=9_000)
+    update.mark_published(9_000 + 250_000)
+    exporter.export(update)
+    exporter.export(Update([down], 8, True, 0.0, "netlink", fact_ns=9_000))  # never published
+    metrics = exporter.metrics
+    assert metrics.transitions[("rail0", "down")] == 2
+    hist = metrics.detection["netlink"]
+    assert hist.count == 1 and hist.sum == pytest.approx(250e-6)
 
 
 def test_daemon_health_metrics(scrape: str) -> None:
     assert samples(scrape, "linkguard_heartbeat_age_seconds") == {(): 0.042}
     assert samples(scrape, "linkguard_monitor_success")[(("monitor", "dom"),)] == 0
+    assert samples(scrape, "linkguard_monitor_errors_total") == {
+        (("monitor", "dom"),): 4, (("monitor", "netlink"),): 0, (("monitor", "rdma"),): 0}
     assert samples(scrape, "linkguard_monitor_duration_seconds")[
         (("monitor", "netlink"),)] == 0.0012
+    build = samples(scrape, "linkguard_build_info")
+    assert build == {(("shm_compat_version", str(LG_SHM_COMPAT_VERSION)),
+                      ("shm_version", str(LG_SHM_VERSION)), ("version", "0.1.0")): 1}
+
+
+def test_latched_flags_by_flag_and_lane(scrape: str) -> None:
+    assert samples(scrape, "linkguard_transceiver_flags_total") == {
+        (("device", "rail1"), ("flag", "rx_power_low_warning"), ("lane", "2")): 3,
+        (("device", "rail1"), ("flag", "temperature_high_warning"), ("lane", "")): 1}
+
+
+def test_error_totals_are_apart_from_their_kinds() -> None:
+    counters = {"rx_crc_errors": 4, "rx_frame_errors": 1, "rx_errors": 5, "tx_errors": 2,
+                "rx_packets": 912_345, "rx_dropped": 9, "symbol_error": 7,
+                "carrier_changes": 3}
+    nics = [dataclasses.replace(default_nics()[0], counters=counters)]
+    text = Metrics(FakeDaemon(nics)).render()[0].decode()
+    kinds = {dict(k)["counter"]: v for k, v in samples(text, "linkguard_nic_errors_total").items()}
+    assert kinds == {"rx_crc_errors": 4, "rx_frame_errors": 1, "symbol_error": 7}
+    assert samples(text, "linkguard_nic_receive_errors_total") == {(("device", "rail0"),): 5}
+    assert samples(text, "linkguard_nic_transmit_errors_total") == {(("device", "rail0"),): 2}
 
 
 def test_registries_are_not_shared() -> None:
     a, b = Metrics(), Metrics()
-    a.observe_transition(Reason.CARRIER_LOST, 0.001)
-    assert b.transitions["carrier_lost"] == 0
-    assert samples(b.render()[0].decode(), "linkguard_transitions_total")[
+    a.observe_transition("rail0", NicState.DOWN, Reason.CARRIER_LOST, "netlink", 0.001)
+    assert b.reasons["carrier_lost"] == 0
+    assert samples(b.render()[0].decode(), "linkguard_transition_reasons_total")[
         (("reason", "carrier_lost"),)] == 0
 
 
 def test_without_a_view_only_daemon_wide_metrics() -> None:
     names = families(Metrics().render()[0].decode())
-    assert "linkguard_transitions" in names and "linkguard_nic_state" not in names
-
-
-def test_golden_scrape(scrape: str, golden: Golden) -> None:
-    golden("metrics.txt", scrape)
+    assert "linkguard_transition_reasons" in names and "linkguard_nic_state" not in names
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus)")
@@ -209,7 +256,10 @@ def test_promtool_finds_no_problem(scrape: str) -> None:
 @pytest.mark.parametrize("accept", [None, "application/openmetrics-text; version=1.0.0"])
 def test_the_loop_friendly_render_is_the_same_scrape(accept: str | None) -> None:
     metrics = scraped_metrics()
-    assert asyncio.run(metrics.render_async(accept)) == metrics.render(accept)
+    encoder, content_type = choose_encoder(accept or "")
+    parts = encode(metrics.thread_families(), encoder) + asyncio.run(
+        metrics.render_loop_part(encoder)) + eof(content_type)
+    assert (parts, content_type) == metrics.render(accept)
 
 
 def test_openmetrics_when_asked() -> None:
@@ -301,6 +351,53 @@ def test_http_survives_a_client_that_sends_nothing(http: ServedMetrics) -> None:
     assert get(http.url + "/metrics")[0] == 200
 
 
+def test_a_stuck_event_loop_shows_in_the_heartbeat_age(tmp_path: Path) -> None:
+    """The age is computed by the server's thread at scrape time: while the engine's loop is
+    blocked the scrape still answers, with the age growing (fake clock) and without the
+    families only the loop can read."""
+    now = [10**12]
+    settings = Settings(interfaces=("rail0",), shm_path=str(tmp_path / "shm"),
+                        state_dir="",
+                        sysfs_root=str(tmp_path), metrics_address="")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def on_loop(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(WAIT_S)
+
+    async def make() -> tuple[Engine, MetricsServer]:
+        engine = Engine(settings, ["rail0"], {}, [], clock=lambda: now[0],
+                        exporters=lambda e: [ShmExporter(e)])
+        await engine.start()
+        server = MetricsServer(Metrics(engine), "127.0.0.1:0", loop_answer_s=0.2)
+        await server.start()
+        return engine, server
+
+    engine, server = on_loop(make())
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    release = threading.Event()
+    try:
+        text = get(url)[2].decode()
+        assert samples(text, "linkguard_heartbeat_age_seconds") == {(): 0.0}
+        assert samples(text, "linkguard_nic_state")
+        loop.call_soon_threadsafe(release.wait, WAIT_S)  # the loop is stuck from here
+        now[0] += 7 * 10**9
+        status, _, body = get(url)
+        stuck = body.decode()
+        assert status == 200 and samples(stuck, "linkguard_heartbeat_age_seconds") == {(): 7.0}
+        assert "linkguard_build_info" in stuck and not samples(stuck, "linkguard_nic_state")
+        release.set()
+        assert samples(get(url)[2].decode(), "linkguard_nic_state")
+    finally:
+        release.set()
+        on_loop(server.stop())
+        on_loop(engine.stop())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(WAIT_S)
+        loop.close()
+
+
 # --- a real Prometheus --------------------------------------------------------------------------
 PROMETHEUS_CONFIG = """
 global: {scrape_interval: 1s, scrape_timeout: 1s}
@@ -326,7 +423,7 @@ def test_prometheus_scrapes_and_answers_a_state_query(http: ServedMetrics) -> No
         ["prometheus", f"--config.file={workdir}/prometheus.yml",
          f"--storage.tsdb.path={workdir}/data", f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    query = urllib.parse.quote('linkguard_nic_state{nic="rail2",linkguard_nic_state="down"}')
+    query = urllib.parse.quote('linkguard_nic_state{device="rail2",linkguard_nic_state="down"}')
     try:
         result = None
         for _ in range(WAIT_S * 4):

@@ -24,6 +24,12 @@ class MonitorHealth:
     success: bool = True  # the last scan/read worked (no data for absent hardware is a success)
     last_duration_s: float = 0.0  # how long the last scan/read took
     last_error: str = ""
+    errors: int = 0  # failed scans/reads since the monitor started (success shows the last)
+
+    def fail(self, error: str) -> None:
+        """One scan or read failed."""
+        self.success, self.last_error = False, error
+        self.errors += 1
 
 
 class Monitor(Protocol):

@@ -9,9 +9,10 @@ status "no_module" and a successful poll.
 Latched flags: SFF-8636 and CMIS alarm/warning/LOS/fault flags latch in the module and are
 cleared by the read that returns them, so the daemon is their only reader and a flag it read
 exists nowhere else. Every read's flags go into that poll's DomFact (the policy sees each one),
-and they are also OR-ed into a per-NIC set kept until `consume_flags()` takes it (the API and
-metrics' "seen since last scrape"); `latest()` shows the diagnostics with that set. A human
-running `ethtool -m` on the same module steals flags from us, and we from them.
+and they are also OR-ed into a per-NIC set kept until `consume_flags()` takes it; `latest()`
+shows the diagnostics with that set. Each DomFact also carries how many reads returned each
+flag so far (linkguard_transceiver_flags_total). A human running `ethtool -m` on the same
+module steals flags from us, and we from them.
 """
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ class DomMonitor:
         self._inflight: dict[str, asyncio.Future[_Read]] = {}
         self._latest: dict[str, ModuleDiagnostics] = {}
         self._seen: dict[str, set[str]] = {}  # flags read since the last consume_flags()
+        self._flag_counts: dict[str, dict[str, int]] = {}  # reads returning each flag
 
     async def start(self, sink: FactSink) -> None:
         self._sink = sink
@@ -110,8 +112,10 @@ class DomMonitor:
             self._record(read)
             if self._sink is not None:
                 self._sink(self._fact(read))
-        self.health.success = not errors
-        self.health.last_error = "; ".join(errors)
+        if errors:
+            self.health.fail("; ".join(errors))
+        else:
+            self.health.success, self.health.last_error = True, ""
         self.health.last_duration_s = time.monotonic() - started
 
     async def _run(self) -> None:
@@ -122,7 +126,7 @@ class DomMonitor:
                 await self.poll_once()
             except Exception as exc:  # e.g. the sink raised: keep polling, say so in health
                 log.exception("dom poll failed")
-                self.health.success, self.health.last_error = False, repr(exc)
+                self.health.fail(repr(exc))
             # a poll longer than the interval delays the next one; no bursts to catch up
             next_at = max(next_at + self.interval_s, time.monotonic())
 
@@ -168,9 +172,11 @@ class DomMonitor:
         self._latest[read.ifname] = read.diagnostics
         if read.diagnostics.flags:
             self._seen.setdefault(read.ifname, set()).update(read.diagnostics.flags)
+            counts = self._flag_counts.setdefault(read.ifname, {})
+            for flag in read.diagnostics.flags:
+                counts[flag] = counts.get(flag, 0) + 1
 
-    @staticmethod
-    def _fact(read: _Read) -> DomFact:
+    def _fact(self, read: _Read) -> DomFact:
         diagnostics = read.diagnostics
         return DomFact(
             ifname=read.ifname,
@@ -180,4 +186,5 @@ class DomMonitor:
             alarms=diagnostics.alarms() if diagnostics else (),
             detail=read.detail,
             diagnostics=diagnostics,
+            flags_seen=dict(self._flag_counts.get(read.ifname, {})),
         )

@@ -117,7 +117,7 @@ class NetlinkMonitor:
             except OSError as exc:
                 if exc.errno != errno.ENOBUFS:
                     log.error("netlink monitor: receive failed: %r", exc)
-                    self.health.success, self.health.last_error = False, repr(exc)
+                    self.health.fail(repr(exc))
                     return
                 self._lost("notifications dropped by the kernel (ENOBUFS)")
                 continue
@@ -192,7 +192,7 @@ class NetlinkMonitor:
         if self._sock is None:
             return  # stopped
         log.warning("netlink monitor: %s; re-reading all links", why)
-        self.health.success, self.health.last_error = False, why
+        self.health.fail(why)
         if self._seen is not None:
             self._redump = True  # a dump is running: repeat it once it ends
         else:
@@ -202,7 +202,7 @@ class NetlinkMonitor:
         seen, self._seen = self._seen, None
         if error:
             exc = OSError(error, f"RTM_GETLINK dump failed: {errno.errorcode.get(error, error)}")
-            self.health.success, self.health.last_error = False, str(exc)
+            self.health.fail(str(exc))
             if self._initial is not None and not self._initial.done():
                 self._initial.set_exception(exc)
             elif self._sock is not None:
@@ -255,7 +255,7 @@ class NetlinkMonitor:
                 await asyncio.wait_for(self._stats_dump(sock, buf, seq), max(self._interval, 1))
                 self.health.success = True  # last_error stays: the most recent error
             except (OSError, TimeoutError) as exc:
-                self.health.success, self.health.last_error = False, f"stats dump: {exc!r}"
+                self.health.fail(f"stats dump: {exc!r}")
             self.health.last_duration_s = time.perf_counter() - started
             tick = max(tick + self._interval, loop.time())  # skip ticks missed, don't burst
             await asyncio.sleep(tick - loop.time())
@@ -292,4 +292,4 @@ class NetlinkMonitor:
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
             log.error("netlink monitor task failed: %r", exc)
-            self.health.success, self.health.last_error = False, repr(exc)
+            self.health.fail(repr(exc))

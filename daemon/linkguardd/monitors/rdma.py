@@ -187,14 +187,14 @@ class RdmaMonitor:
                 await self._scan()
             except Exception as exc:  # keep polling; say what broke
                 log.exception("rdma: scan failed")
-                self.health.success, self.health.last_error = False, f"rdma scan: {exc!r}"
+                self.health.fail(f"rdma scan: {exc!r}")
 
     async def _scan(self) -> None:
         started = time.perf_counter()
         try:
             readings = await asyncio.to_thread(read_tree, self._root)
         except OSError as exc:  # e.g. EACCES on class/infiniband: keep what we know
-            self.health.success, self.health.last_error = False, f"rdma scan: {exc!r}"
+            self.health.fail(f"rdma scan: {exc!r}")
             return
         errors: list[str] = []
         seen: set[PortKey] = set()
@@ -213,9 +213,9 @@ class RdmaMonitor:
                                present=False))
         self._sync_watchers({dev for dev, _port in seen})
         self.health.last_duration_s = time.perf_counter() - started
-        self.health.success = not errors
+        self.health.success = True
         if errors:
-            self.health.last_error = "; ".join(errors[:3])
+            self.health.fail("; ".join(errors[:3]))
             log.warning("rdma: %s", self.health.last_error)
 
     def _report(self, fact: IbPortFact, always: bool = False) -> None:
@@ -250,7 +250,7 @@ class RdmaMonitor:
                     backoff = first
                     await self._on_event(event)
             except Exception as exc:  # noqa: BLE001 - a broken source must not stop the monitor
-                self.health.success, self.health.last_error = False, f"verbs {dev}: {exc!r}"
+                self.health.fail(f"verbs {dev}: {exc!r}")
             finally:
                 await events.aclose()  # ends the child process now, not at garbage collection
             # The stream ended: no pyverbs, a dead device (DEVICE_FATAL) or a removed one.
@@ -272,7 +272,7 @@ class RdmaMonitor:
         try:
             readings = await asyncio.to_thread(read_tree, self._root, [dev], False)
         except OSError as exc:  # the device is going away; the next scan reports it gone
-            self.health.success, self.health.last_error = False, f"rdma {dev}: {exc!r}"
+            self.health.fail(f"rdma {dev}: {exc!r}")
             return
         for fact, _counters, _errors in readings:
             if self._watched(fact):

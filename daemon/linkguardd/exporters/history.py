@@ -1,0 +1,41 @@
+"""Exporter "history": the recent events behind the API's ListEvents and Watch."""
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from linkguardd.exporters.base import EngineState, Update
+from linkguardd.view import EventView
+
+HISTORY = 1024  # events kept for the API's Watch/ListEvents resume
+
+
+class HistoryExporter:
+    name = "history"
+
+    def __init__(self, state: EngineState) -> None:
+        self.events: collections.deque[EventView] = collections.deque(maxlen=HISTORY)
+        self.subscribers: set[asyncio.Queue[EventView]] = set()
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def export(self, update: Update) -> None:
+        for event in update.events():
+            self.events.append(event)
+            for queue in self.subscribers:
+                queue.put_nowait(event)
+
+    def since(self, seq: int) -> list[EventView]:
+        return [e for e in self.events if e.seq > seq]
+
+    def subscribe(self) -> asyncio.Queue[EventView]:
+        queue: asyncio.Queue[EventView] = asyncio.Queue()
+        self.subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[EventView]) -> None:
+        self.subscribers.discard(queue)

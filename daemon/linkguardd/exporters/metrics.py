@@ -1,0 +1,48 @@
+"""Exporter "metrics": counts every transition for /metrics and serves the endpoint.
+
+Failover must never depend on the metrics port: a bind failure is logged and the daemon goes on.
+"""
+from __future__ import annotations
+
+import logging
+
+from linkguardd.exporters.base import EngineState, Update
+from linkguardd.metrics import Metrics
+from linkguardd.metrics_server import MetricsError, MetricsServer
+from linkguardd.states import NicState
+
+log = logging.getLogger(__name__)
+
+
+class MetricsExporter:
+    name = "metrics"
+
+    def __init__(self, state: EngineState, version: str | None = None) -> None:
+        self.state = state
+        self.metrics = Metrics(state, version)
+        self.server: MetricsServer | None = None
+
+    async def start(self) -> None:
+        address = self.state.settings.metrics_address
+        if not address:
+            return
+        server = MetricsServer(self.metrics, address)
+        try:
+            await server.start()
+        except MetricsError as exc:
+            log.error("metrics disabled: %s", exc)
+            return
+        self.server = server
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+
+    def export(self, update: Update) -> None:
+        seconds = update.detection_ns / 1e9
+        for ev in update.events():
+            # a NIC's first state is found, not detected: it stays out of the latency
+            found = ev.old_state == NicState.UNKNOWN
+            self.metrics.observe_transition(ev.nic, ev.new_state, ev.reason, update.monitor,
+                                            None if found else seconds)

@@ -1,0 +1,114 @@
+"""Exporter "shm": the control file the NCCL plugin reads (NIC table, event ring, heartbeat).
+
+First in exporters.EXPORTERS: an update is published once it is here, and the exporters after
+this one see it as such (Update.mark_published).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from linkguardd.exporters.base import EngineState, Update
+from linkguardd.facts import LinkFact
+from linkguardd.inventory import NicInfo
+from linkguardd.shm.layout import (
+    LG_NIC_F_ADMIN_UP,
+    LG_NIC_F_CARRIER,
+    LG_NIC_F_PRESENT,
+    LG_NIC_F_RDMA,
+    Event,
+    NicEntry,
+)
+from linkguardd.shm.writer import ShmWriter
+
+log = logging.getLogger(__name__)
+
+SHM_NIC_CAPACITY = 64  # LG_SHM_MAX_NICS: more NICs than any GPU server has
+SHM_RING_SLOTS = 1024  # ~ hours of transitions at realistic rates; readers re-sync on a lap
+NO_NIC = 0xFFFFFFFF  # Event.nic_index of a NIC no longer in the table
+
+
+class ShmExporter:
+    name = "shm"
+
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+        self.writer: ShmWriter | None = None
+        self.last_heartbeat_ns = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Create the file and write the first heartbeat (readers see a live daemon with an
+        empty table until the first update)."""
+        self.writer = ShmWriter(self.state.settings.shm_path, SHM_NIC_CAPACITY, SHM_RING_SLOTS,
+                                first_seq=self.state.next_seq)
+        self.heartbeat()
+        self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop(),
+                                                            name="heartbeat")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.writer is not None:
+            self.writer.close(unlink=True)
+            self.writer = None
+
+    def export(self, update: Update) -> None:
+        if self.writer is None:
+            return
+        if update.table_changed or update.transitions:
+            self.writer.publish_table(entries(self.state))
+        index = {name: i for i, name in enumerate(self.state.ifnames)}
+        for i, tr in enumerate(update.transitions):
+            seq = self.writer.push_event(Event(
+                time_ns=tr.at_ns, epoch=tr.epoch, fact_ns=update.fact_ns or tr.at_ns,
+                nic_index=index.get(tr.ifname, NO_NIC), old_state=int(tr.old),
+                new_state=int(tr.new), reason=int(tr.reason), name=tr.ifname))
+            if seq != update.first_seq + i:  # the API's numbers would not be the ring's
+                log.error("shm: event %d got ring sequence %d", update.first_seq + i, seq)
+        update.mark_published(self.state.clock())
+
+    def heartbeat(self) -> None:
+        if self.writer is not None:
+            self.last_heartbeat_ns = self.state.clock()
+            self.writer.heartbeat(self.last_heartbeat_ns)
+
+    def heartbeat_age_s(self) -> float:
+        """From the last heartbeat to now: safe from any thread (a scrape while the loop is
+        stuck sees the age grow)."""
+        last = self.last_heartbeat_ns
+        return (self.state.clock() - last) / 1e9 if last else 0.0
+
+    async def _heartbeat_loop(self) -> None:
+        while True:  # the period is read each time: a reload applies it
+            await asyncio.sleep(self.state.settings.heartbeat_interval_ms / 1000)
+            self.heartbeat()
+
+
+def entries(state: EngineState) -> list[NicEntry]:
+    """The NIC table as the plugin reads it, in rail order."""
+    index = {name: i for i, name in enumerate(state.ifnames)}
+    out = []
+    for name in state.ifnames:
+        rec = state.policy.records[name]
+        info = state.inventory.get(name, NicInfo(name))
+        out.append(NicEntry(
+            name=name, state=int(rec.state), reason=int(rec.reason), epoch=rec.epoch,
+            last_change_ns=rec.since_ns, backup_index=index.get(state.backups.get(name, ""), -1),
+            flags=_flags(rec.link, info), ifindex=info.ifindex,
+            speed_mbps=info.speed_mbps, ipv4=info.ipv4, ipv6=info.ipv6,
+            rdma_dev=info.rdma_dev, rdma_port=info.rdma_port, pci_path=info.pci_path))
+    return out
+
+
+def _flags(link: LinkFact | None, info: NicInfo) -> int:
+    flags = LG_NIC_F_RDMA if info.rdma_dev else 0
+    if link is not None and link.present:
+        flags |= LG_NIC_F_PRESENT
+        flags |= LG_NIC_F_CARRIER if link.carrier else 0
+        flags |= LG_NIC_F_ADMIN_UP if link.admin_up else 0
+    return flags

@@ -1,0 +1,157 @@
+"""The exporter table and the one way a change reaches its consumers; the monitor table."""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import os
+import pkgutil
+import time
+from pathlib import Path
+
+import pytest
+
+import linkguardd.exporters as exporters_pkg
+import linkguardd.monitors as monitors_pkg
+from linkguardd.engine import Engine
+from linkguardd.exporters import EXPORTERS, Update, build_exporters
+from linkguardd.exporters.history import HistoryExporter
+from linkguardd.exporters.metrics import MetricsExporter
+from linkguardd.exporters.shm import ShmExporter
+from linkguardd.facts import LinkFact
+from linkguardd.monitors import MONITORS
+from linkguardd.settings import Settings
+from linkguardd.shm.reader import ShmReader
+from linkguardd.states import NicState
+
+
+def defined_classes(package: object, *methods: str) -> dict[str, list[type]]:
+    """module name -> classes defined in it that have all of `methods`."""
+    out: dict[str, list[type]] = {}
+    for info in pkgutil.iter_modules(package.__path__):  # type: ignore[attr-defined]
+        if info.name == "base":
+            continue  # the interfaces themselves
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        found = [c for _, c in inspect.getmembers(module, inspect.isclass)
+                 if c.__module__ == module.__name__ and all(hasattr(c, m) for m in methods)]
+        if found:
+            out[info.name] = found
+    return out
+
+
+def test_every_exporter_module_is_in_the_table() -> None:
+    found = defined_classes(exporters_pkg, "start", "export", "stop")
+    table = dict(EXPORTERS)
+    assert set(found) == set(table), "a module defines an exporter the table does not name"
+    for module, classes in found.items():
+        assert table[module] in classes and table[module].name == module
+
+
+def test_every_monitor_module_is_in_the_table() -> None:
+    found = defined_classes(monitors_pkg, "start", "stop", "name")
+    assert set(found) == {name for name, _ in MONITORS}
+    assert all(c.name == module for module, classes in found.items() for c in classes)
+
+
+def test_the_publication_comes_first() -> None:
+    assert EXPORTERS[0] == ("shm", ShmExporter)
+
+
+class Recorder:
+    """An exporter a test adds without touching the engine."""
+
+    name = "recorder"
+
+    def __init__(self, log: list[tuple[str, Update]], tag: str) -> None:
+        self.log, self.tag = log, tag
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def export(self, update: Update) -> None:
+        self.log.append((self.tag, update))
+
+
+def settings_in(directory: Path) -> Settings:
+    return Settings(interfaces=("rail0", "rail1"), shm_path=str(directory / "shm"),
+                    state_dir="",
+                    sysfs_root=str(directory), metrics_address="")
+
+
+def test_one_update_reaches_every_exporter_once_in_table_order(tmp_path: Path) -> None:
+    seen: list[tuple[str, Update]] = []
+
+    async def main() -> None:
+        engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [],
+                        exporters=lambda e: [*build_exporters(e), Recorder(seen, "last")])
+        await engine.start()
+        try:
+            seen.clear()
+            engine.on_fact(LinkFact("rail0", time.monotonic_ns(), admin_up=True, carrier=True,
+                                    operstate="UP"), "netlink")
+        finally:
+            await engine.stop()
+
+    asyncio.run(main())
+    assert len(seen) == 1
+    update = seen[0][1]
+    assert [(tr.ifname, tr.new) for tr in update.transitions] == [("rail0", NicState.RECOVERING)]
+    assert update.monitor == "netlink" and update.published_ns is not None
+
+
+def test_every_consumer_reports_the_same_published_transition(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """shm, history, log and metrics see one change with one seq and one detection time,
+    measured from the monitor's fact to the shm publication."""
+    async def main() -> tuple[list[object], float, object]:
+        engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [])
+        await engine.start()
+        try:
+            head = engine.next_seq
+            fact_ns = time.monotonic_ns()
+            with caplog.at_level(logging.INFO, logger="linkguardd.transition"):
+                engine.on_fact(LinkFact("rail0", fact_ns, admin_up=True, carrier=True,
+                                        operstate="UP"), "netlink")
+            with ShmReader(engine.settings.shm_path) as reader:
+                ring, _, _ = reader.events_since(head - 1)
+            history = engine.exporter(HistoryExporter)
+            metrics = engine.exporter(MetricsExporter)
+            assert history is not None and metrics is not None
+            return [e for e in history.since(head - 1)], \
+                metrics.metrics.detection["netlink"].sum, ring
+        finally:
+            await engine.stop()
+
+    events, latency_s, ring = asyncio.run(main())
+    assert [(e.nic, e.new_state) for e in events] == [("rail0", NicState.RECOVERING)]
+    event = events[0]
+    assert [(e.seq, e.name) for e in ring] == [(event.seq, "rail0")]  # type: ignore[attr-defined]
+    assert event.detection_ns > 0 and latency_s == event.detection_ns / 1e9
+    logged = [r.fields for r in caplog.records  # type: ignore[attr-defined]
+              if r.getMessage() == "transition" and r.fields["seq"] == event.seq]
+    assert [(f["nic"], f["to"], f["detect_us"]) for f in logged] == [
+        ("rail0", "RECOVERING", round(event.detection_ns / 1000, 1))]
+
+
+def test_the_engine_names_no_consumer_on_the_transition_path() -> None:
+    """Adding a consumer is a module in exporters/ and a line in EXPORTERS: the engine's
+    publishing code goes through the table only."""
+    source = inspect.getsource(Engine._publish)
+    assert "for exporter in self.exporters" in source
+    for name, factory in EXPORTERS:
+        assert factory.__name__ not in source and f'"{name}"' not in source
+
+
+def test_the_shm_file_is_created_and_removed_by_its_exporter(tmp_path: Path) -> None:
+    async def main() -> bool:
+        engine = Engine(settings_in(tmp_path), ["rail0"], {}, [])
+        await engine.start()
+        exists = os.path.exists(engine.settings.shm_path)
+        await engine.stop()
+        return exists
+
+    assert asyncio.run(main()) and not (tmp_path / "shm").exists()
