@@ -130,6 +130,7 @@ wheelhouse: build
 	mkdir -p $(WHEELHOUSE)/wheels
 	$(PY) -m pip wheel -q --no-cache-dir -c constraints.txt -w $(WHEELHOUSE)/wheels .
 	cp -r --parents README.md constraints.txt docs systemd slurm/linkguard-slurm.toml slurm/nhc \
+	    fleet/prometheus/linkguard.rules.yml fleet/grafana/linkguard.json \
 	    scripts/install.sh \
 	    scripts/link-pyverbs.sh plugin/build/libnccl-net-linkguard.so $(WHEELHOUSE)/
 	tar -C dist -czf $(WHEELHOUSE).tar.gz $(notdir $(WHEELHOUSE))
