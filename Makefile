@@ -5,11 +5,13 @@ PY      := $(VENV)/bin/python
 PREFIX  ?= /usr/local
 DESTDIR ?=
 STAMPS  := .build
+# Seconds per fuzz harness: `make fuzz`, and in `make test` (enough to keep them from rotting).
+FUZZ_SECONDS       ?= 120
+FUZZ_SMOKE_SECONDS ?= 5
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab test-systemd \
-        check-c demo bench bench-failover bench-wrap bench-soak bench-gray gpu-prep gpu-check \
-        gpu-dry-run install wheelhouse \
-        constraints lint clean distclean
+        check-c check-san fuzz demo bench bench-failover bench-wrap bench-soak bench-gray \
+        gpu-prep gpu-check gpu-dry-run install wheelhouse constraints lint clean distclean
 
 all: build
 
@@ -59,15 +61,27 @@ build: setup plugin
 check-c: build
 	$(MAKE) -C plugin check
 
+# The C unit tests again under ASan+UBSan+LSan, then under TSan (plugin/san.mk).
+check-san: $(STAMPS)/host-packages
+	$(MAKE) -C plugin -j2 SAN=asan check
+	$(MAKE) -C plugin -j2 SAN=tsan check
+
+# Each libFuzzer harness (plugin/fuzz) for FUZZ_SECONDS; any crash, leak, UB or hang fails.
+fuzz: $(STAMPS)/host-packages
+	$(MAKE) -C plugin -j2 fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
+
 test-unit: build
 	$(PY) -m pytest tests/unit
 
 test-lab: build
 	$(PY) -m pytest tests/lab
 
-# Every test: the C unit tests, pytest (unit, contract and lab tiers), then the systemd tier.
+# Every test: the C unit tests (plain, then sanitized), a short run of every fuzz harness,
+# pytest (unit, contract and lab tiers), then the systemd tier.
 test: build
 	$(MAKE) -C plugin check
+	$(MAKE) check-san
+	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 	$(PY) -m pytest --ignore=tests/systemd
 	$(MAKE) test-systemd
 

@@ -139,20 +139,23 @@ static int path_tasks(struct lg_path *p, struct lg_task **tasks)
     return n;
 }
 
-/* Closes the fds of a path whose tasks are detached (or were never attached). */
+/* Closes the fds of a path whose tasks are detached (or were never attached). Every fd is
+ * taken out under ctrl_mu (lg_path_ctrl_send checks the control fd under it, and a holder of
+ * it sees fds that stay open until it lets go), then closed. */
 static void path_close_fds(struct lg_path *p)
 {
-    pthread_mutex_lock(&p->ctrl_mu); /* lg_path_ctrl_send checks fd under it */
-    int fd = p->ctrl.task.fd;
+    int fds[LG_MAX_STREAMS + 1];
+    pthread_mutex_lock(&p->ctrl_mu);
+    fds[0] = p->ctrl.task.fd;
     p->ctrl.task.fd = -1;
+    for (int i = 0; i < LG_MAX_STREAMS; i++) {
+        fds[i + 1] = p->data[i].task.fd;
+        p->data[i].task.fd = -1;
+    }
     pthread_mutex_unlock(&p->ctrl_mu);
-    if (fd >= 0)
-        drain_close(fd);
-    for (int i = 0; i < LG_MAX_STREAMS; i++)
-        if (p->data[i].task.fd >= 0) {
-            drain_close(p->data[i].task.fd);
-            p->data[i].task.fd = -1;
-        }
+    for (int i = 0; i < LG_MAX_STREAMS + 1; i++)
+        if (fds[i] >= 0)
+            drain_close(fds[i]);
 }
 
 void lg_path_retire(struct lg_path *p, int say_bye)

@@ -35,7 +35,11 @@ static __attribute__((unused)) int peer_tcp_pair(int sv[2])
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t alen = sizeof(a);
     int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int reuse = 1; /* a port whose last connection is in TIME_WAIT may serve again (fuzz_conn
+                    * makes thousands of connections a minute) */
     sv[0] = sv[1] = -1;
+    if (l >= 0)
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof(reuse));
     if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(l, 1) != 0 ||
         getsockname(l, (struct sockaddr *)&a, &alen) != 0)
         goto out;

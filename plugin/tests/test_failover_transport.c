@@ -300,8 +300,10 @@ static void kill_path(void *comm, int slot, int only_stream)
     struct lg_path *p = __atomic_load_n(&C(comm)->paths[slot], __ATOMIC_ACQUIRE);
     if (!p)
         return;
-    /* Every fd first: the first shutdown makes the monitor retire (and close) the path. */
+    /* Under ctrl_mu the monitor cannot close (and the kernel reuse) any of the path's fds;
+     * one it closed already reads -1. */
     int fds[LG_MAX_STREAMS + 1], n = 0;
+    pthread_mutex_lock(&p->ctrl_mu);
     if (only_stream) {
         fds[n++] = p->data[only_stream - 1].task.fd;
     } else {
@@ -310,7 +312,9 @@ static void kill_path(void *comm, int slot, int only_stream)
             fds[n++] = p->data[i].task.fd;
     }
     for (int i = 0; i < n; i++)
-        shutdown(fds[i], SHUT_RDWR);
+        if (fds[i] >= 0)
+            shutdown(fds[i], SHUT_RDWR);
+    pthread_mutex_unlock(&p->ctrl_mu);
 }
 
 static void finish(struct flow *a, struct flow *b, const char *what)

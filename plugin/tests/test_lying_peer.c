@@ -104,6 +104,10 @@ static void send_acked(struct lg_peer *pe, int n)
         memset(b, i, 64);
         void *r = NULL;
         CHECK_EQ(lg_core_isend(pe->c, b, 64, 0, NULL, &r), ncclSuccess);
+        /* An honest receiver acks what it has read: an ack that overtakes the data is a lie
+         * (seen under TSan, where the writer runs late). */
+        uint8_t chunk[LG_CHUNK_HDR_SIZE + 64];
+        CHECK_EQ(recv(pe->data[0][0], chunk, sizeof(chunk), MSG_WAITALL), (ssize_t)sizeof(chunk));
         CHECK_EQ(peer_frame(pe, 0, (struct lg_ctrl){.type = LG_CTRL_ACK,
                                                      .value = (uint64_t)i + 1}),
                  0);

@@ -1,0 +1,48 @@
+/* Fuzzes the NCCL connection handle decoder (src/handle.c) with whatever the peer's rank put
+ * in the NCCL_NET_HANDLE_MAXSIZE bytes NCCL hands to connect().
+ * Input: up to 128 bytes, the handle (shorter inputs are zero-padded, as NCCL's buffer is).
+ * Checks: a handle that decodes has a listener id, a primary address and port, a backup
+ * address and port when it says so, and no unknown flag; it encodes back to the same fields;
+ * encoding writes nothing past LG_HANDLE_SIZE; the stage pointer reads back what was set. */
+#include <string.h>
+
+#include "fuzz.h"
+#include "handle.h"
+#include "nccl_net_abi.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    fuzz_quiet();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    uint8_t buf[NCCL_NET_HANDLE_MAXSIZE] = {0};
+    memcpy(buf, data, size < sizeof(buf) ? size : sizeof(buf));
+    struct lg_handle h;
+    int st = lg_handle_decode(buf, &h);
+    FUZZ_ASSERT(lg_handle_strerror(st) != NULL);
+    (void)lg_handle_stage_get(buf); /* may return a pointer, which connect.c checks */
+    if (st != LG_HANDLE_OK)
+        return 0;
+    FUZZ_ASSERT(h.listen_id && h.ip[0] && h.port[0]);
+    FUZZ_ASSERT(!(h.flags & ~LG_HANDLE_F_BACKUP));
+    FUZZ_ASSERT(!(h.flags & LG_HANDLE_F_BACKUP) || (h.ip[1] && h.port[1]));
+
+    uint8_t out[NCCL_NET_HANDLE_MAXSIZE];
+    memset(out, 0xa5, sizeof(out));
+    lg_handle_encode(out, &h);
+    for (size_t i = LG_HANDLE_SIZE; i < sizeof(out); i++)
+        FUZZ_ASSERT(out[i] == 0xa5);
+    struct lg_handle back;
+    FUZZ_ASSERT(lg_handle_decode(out, &back) == LG_HANDLE_OK);
+    FUZZ_ASSERT(back.listen_id == h.listen_id && back.flags == h.flags);
+    for (int p = 0; p < LG_NPATHS; p++)
+        FUZZ_ASSERT(back.ip[p] == h.ip[p] && back.port[p] == h.port[p]);
+    FUZZ_ASSERT(lg_handle_stage_get(out) == NULL); /* fresh: never a pointer */
+    lg_handle_stage_set(out, &back);
+    FUZZ_ASSERT(lg_handle_stage_get(out) == &back);
+    return 0;
+}
