@@ -9,9 +9,9 @@ STAMPS  := .build
 FUZZ_SECONDS       ?= 120
 FUZZ_SMOKE_SECONDS ?= 5
 
-.PHONY: all setup host-packages venv plugin proto build test test-unit test-lab check-c check-san fuzz \
-        demo bench bench-failover bench-wrap bench-soak bench-gray gpu-prep gpu-check gpu-dry-run \
-        install wheelhouse constraints lint clean distclean
+.PHONY: all setup host-packages venv plugin proto build test test-unit test-lab test-systemd \
+        check-c check-san fuzz demo bench bench-failover bench-wrap bench-soak bench-gray \
+        gpu-prep gpu-check gpu-dry-run install wheelhouse constraints lint clean distclean
 
 all: build
 
@@ -76,13 +76,19 @@ test-unit: build
 test-lab: build
 	$(PY) -m pytest tests/lab
 
-# Every test: the C unit tests (plain, then sanitized), a short run of every fuzz harness, then
-# pytest (unit, contract and lab tiers).
+# Every test: the C unit tests (plain, then sanitized), a short run of every fuzz harness,
+# pytest (unit, contract and lab tiers), then the systemd tier.
 test: build
 	$(MAKE) -C plugin check
 	$(MAKE) check-san
 	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
-	$(PY) -m pytest
+	$(PY) -m pytest --ignore=tests/systemd
+	$(MAKE) test-systemd
+
+# The systemd tier (root): the wheelhouse installed into a booted Debian 12 (systemd-nspawn) and
+# driven with systemctl. Its root file system is built once into /var/cache/linkguard-test/.
+test-systemd: wheelhouse
+	LG_WHEELHOUSE=$(CURDIR)/$(WHEELHOUSE).tar.gz $(PY) -m pytest tests/systemd
 
 demo: build
 	$(VENV)/bin/linkguard-lab demo
@@ -137,7 +143,9 @@ wheelhouse: build
 	rm -rf $(WHEELHOUSE) $(WHEELHOUSE).tar.gz
 	mkdir -p $(WHEELHOUSE)/wheels
 	$(PY) -m pip wheel -q --no-cache-dir -c constraints.txt -w $(WHEELHOUSE)/wheels .
-	cp -r --parents README.md constraints.txt docs systemd scripts/install.sh \
+	cp -r --parents README.md constraints.txt docs systemd slurm/linkguard-slurm.toml slurm/nhc \
+	    fleet/prometheus/linkguard.rules.yml fleet/grafana/linkguard.json \
+	    scripts/install.sh \
 	    scripts/link-pyverbs.sh plugin/build/libnccl-net-linkguard.so $(WHEELHOUSE)/
 	tar -C dist -czf $(WHEELHOUSE).tar.gz $(notdir $(WHEELHOUSE))
 	@echo "$(WHEELHOUSE).tar.gz"
