@@ -204,6 +204,11 @@ def test_a_daemon_started_by_systemd_sees_a_cut_in_the_lab(machine: Machine) -> 
                              for e in events(machine, since=last)))
         cut = next(e for e in events(machine, since=last) if e["nic"] == "rail1")
         assert cut["reason"].lower() == "carrier_lost", cut
+        # A NIC going DOWN is a warning in the journal (the daemon's <N> priorities), so
+        # `journalctl -p warning` finds it.
+        wait_for("the DOWN transition in `journalctl -p warning`",
+                 lambda: "to=DOWN" in machine.run("journalctl", "-u", UNIT, "-p", "warning",
+                                                  "--no-pager", "-o", "cat").stdout)
     finally:
         machine.sh(f"""
             systemctl stop {UNIT}; rm -f {LAB_DROPIN}; systemctl daemon-reload
