@@ -89,10 +89,9 @@ void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f)
             lg_conn_path_failed(p, 0, "SWITCH for another path");
             return;
         }
-        if (f->epoch > __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE) &&
-            !lg_epoch_plausible(f->epoch, __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE))) {
-            lg_conn_peer_lied(c, "SWITCH to epoch %u, ours is %u", f->epoch,
-                              __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE));
+        uint32_t ours = __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE);
+        if (f->epoch > ours && !lg_epoch_plausible(f->epoch, ours)) {
+            lg_conn_peer_lied(c, "SWITCH to epoch %u, ours is %u", f->epoch, ours);
             return;
         }
         pthread_mutex_lock(&c->mb_mu);
@@ -203,6 +202,20 @@ static int peer_failed(const struct lg_conn *c, int i)
 {
     const struct lg_path *p = c->paths[i];
     return p && (c->fo.peer_flags & LG_HB_PATH_FAILED(i)) && c->fo.peer_gen[i] == p->gen;
+}
+
+/* The longest gap between two monitor runs that still counts as on time: a later run means
+ * this process was starved, and silence measured across it says nothing about the paths. */
+static uint64_t late_gap_ns(void)
+{
+    return 4 * MS(lg_params.heartbeat_ms) + MS(lg_params.silent_timeout_ms) / 2;
+}
+
+/* Something (a heartbeat at least) was read on the path within a few heartbeat periods. */
+static int heard_recently(const struct lg_path *p, uint64_t now)
+{
+    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    return heard >= now || now - heard <= 4 * MS(lg_params.heartbeat_ms);
 }
 
 static int silent(const struct lg_path *p, uint64_t now)
@@ -346,8 +359,7 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
     int around = base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) && (later || placed);
     /* Only while the peer is heard (its heartbeats keep coming): a sender, or its host, that
      * gets no CPU stalls every stream at once, and that is not this path's fault. */
-    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
-    if (heard < now && now - heard > 4 * MS(lg_params.heartbeat_ms))
+    if (!heard_recently(p, now))
         around = 0;
     /* Chunks test() would place inline are not late when NCCL is not polling. */
     uint64_t polled = __atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED);
@@ -387,8 +399,7 @@ static void tx_watchdog(struct lg_conn *c, uint64_t now)
         return;
     /* Only while the peer is heard (its heartbeats keep coming): a peer process or host that
      * gets no CPU is silence, judged elsewhere, not a stalled flow. */
-    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
-    if (heard < now && now - heard > 4 * MS(lg_params.heartbeat_ms))
+    if (!heard_recently(p, now))
         return;
     for (int k = 0; k < p->nstreams; k++) {
         struct tcp_info ti;
@@ -469,8 +480,7 @@ static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
                 nic_of(c, 0), d0, nic_of(c, 1), d1, (long long)lg_params.dead_timeout_ms);
         return 0;
     }
-    fo->stalled_ns += LG_MIN(gap, 4 * MS(lg_params.heartbeat_ms) +
-                                      MS(lg_params.silent_timeout_ms) / 2);
+    fo->stalled_ns += LG_MIN(gap, late_gap_ns());
     if (fo->stalled_ns < MS(lg_params.dead_timeout_ms))
         return 0;
     const char *peer0 = c->paths[0] ? c->paths[0]->peer : "?";
@@ -896,7 +906,7 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
         fo->stalled_ns = MS(lg_params.silent_timeout_ms);
         return now + hb;
     }
-    fo->stalled_ns += LG_MIN(gap, 4 * hb + MS(lg_params.silent_timeout_ms) / 2);
+    fo->stalled_ns += LG_MIN(gap, late_gap_ns());
     if (fo->stalled_ns < MS(lg_params.dead_timeout_ms))
         return now + hb;
     double quiet = ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now);
@@ -934,7 +944,7 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
     /* A run far behind its schedule means this process was starved (CPU, a stop): silence
      * measured across it says nothing about the paths. Judge at the next run instead. */
     uint64_t gap = fo->last_run_ns ? now - fo->last_run_ns : 0;
-    int late = gap > 4 * hb + MS(lg_params.silent_timeout_ms) / 2;
+    int late = gap > late_gap_ns();
     /* ... but a process that stays that slow must still see dead paths: a few runs at most. */
     fo->late_runs = late ? fo->late_runs + 1 : 0;
     late = late && fo->late_runs <= 3;
