@@ -263,9 +263,9 @@ struct lg_conn {
     uint64_t placed;       /* win.base, readable without mu (atomic) */
     uint64_t ack_sent;     /* highest placement count acknowledged to the sender (atomic) */
     uint32_t rx_waiting;   /* data streams waiting for a receive to be posted (atomic bits) */
-    uint64_t poll_ns;      /* NCCL's thread last called test() on it (atomic): small chunks
-                            * are placed by those calls, so no progress without them is no
-                            * sign of a stalled path */
+    int polled;            /* NCCL's thread called test() since the monitor last looked
+                            * (atomic): small chunks are placed by those calls, so no
+                            * progress without them is no sign of a stalled path */
     uint32_t rx_open;      /* epoch whose partial receives are reset: chunks of the committed
                             * epoch are taken only once it equals it (atomic) */
     /* rebuilding paths */

@@ -435,8 +435,9 @@ ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
 {
     struct lg_conn *c = r->conn;
     lg_monitor_health_poll();
-    if (c->kind == LG_CONN_RECV)
-        __atomic_store_n(&c->poll_ns, lg_now_ns(), __ATOMIC_RELAXED);
+    /* One load per poll (a store only after the monitor cleared it): no clock on this path. */
+    if (c->kind == LG_CONN_RECV && !__atomic_load_n(&c->polled, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->polled, 1, __ATOMIC_RELAXED);
     int complete = req_complete(r);
     if (!complete && c->wrap) {
         lg_wrap_pump(c);

@@ -362,8 +362,9 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
     if (!heard_recently(p, now))
         around = 0;
     /* Chunks test() would place inline are not late when NCCL is not polling. */
-    uint64_t polled = __atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED);
-    if (lg_params.poll_inline && polled < now && now - polled > MS(lg_params.stall_ms) / 2)
+    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
+        fo->wd_polled_ns = now;
+    if (lg_params.poll_inline && now - fo->wd_polled_ns > MS(lg_params.stall_ms) / 2)
         around = 0;
     if (!around || base != fo->wd_base || placed != fo->wd_placed || !fo->wd_since) {
         fo->wd_base = base;

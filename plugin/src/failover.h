@@ -169,6 +169,7 @@ struct lg_fo {
     uint64_t stalled_ns;   /* stall time counted so far (see dead_check) */
     /* receiver: the progress watchdog (rx_watchdog) */
     uint64_t wd_base, wd_placed, wd_since, wd_commit_ns;
+    uint64_t wd_polled_ns; /* a monitor run that saw NCCL poll (conn->polled) */
     int late, late_runs;
 };
 #define LG_SW_NONE 0
