@@ -11,6 +11,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "log.h"
 #include "monitor.h"
 #include "params.h"
@@ -236,6 +237,7 @@ void lg_conn_free(struct lg_conn *c)
             lg_lsock_unref(c->lsock[i]);
     for (int i = 0; i < LG_WINDOW; i++)
         free(c->reqs[i].cover_heap);
+    lg_ctx_release(c->ctx); /* after the inner comms: the last one may end the inner context */
     pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->wmu);

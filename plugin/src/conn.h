@@ -226,6 +226,7 @@ struct lg_req {
     /* wrap mode (under conn->wmu) */
     struct lg_inner_mr *imr; /* NCCL's registration of the buffer */
     void *ireq;              /* the inner request of its current post, NULL: none */
+    int w_slot;              /* receiver: slot of the path whose inner comm placed it */
 };
 
 struct lg_conn {
@@ -284,6 +285,7 @@ struct lg_conn {
     int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
+    struct lg_ctx *ctx; /* NCCL's communicator context (held; core.h), or NULL */
     /* wrap mode (wrap.h): data through the inner plugin's comms */
     int wrap;
     pthread_mutex_t wmu;     /* inner data calls vs commits and fences */
@@ -292,6 +294,10 @@ struct lg_conn {
     uint64_t w_test;         /* oldest message whose inner request is not seen complete */
     uint64_t w_post;         /* receiver: next message to post an inner receive for (the
                               * sender uses cursor_seq) */
+    uint64_t w_since;        /* connect/accept first asked for the inner comms (0: not yet) */
+    int w_frozen;            /* sender, LINKGUARD_INNER_PLACED: a SWITCH told the receiver
+                              * what to hold; no inner send completes until the switch ends
+                              * (under mu and wmu) */
 };
 
 #define LG_HOLD_NONE 0
