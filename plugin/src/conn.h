@@ -96,6 +96,21 @@
  * the committed path from NCCL's thread); the receiver closes the inner comm of a path it
  * leaves before its RESYNC, and every path left by a switch is fenced and rebuilt.
  *
+ * What each transport guarantees, and so when a send completes (NCCL reuses the buffer then,
+ * and a replay reads it):
+ *  - linkguard's TCP streams: written bytes are only in a socket buffer; the receiver's ACK
+ *    says placed. A send completes on the ACK and once no writer reads its buffer.
+ *  - an inner plugin, LINKGUARD_INNER_PLACED=0: nothing assumed beyond "the inner reads the
+ *    buffer until its send completes". A send completes on the ACK and the inner completion.
+ *  - an inner plugin, LINKGUARD_INNER_PLACED=1 (declared by the operator: RC verbs, lgtcp):
+ *    an inner send completes only once placed in the receiver's buffer, whose receive
+ *    completion is then due. The inner completion counts as an ACK (acked rises with it).
+ *    Resync stays exact: a sender proposing a switch stops completing inner sends and sends
+ *    DELIVERED(k = acked) before the SWITCH; the receiver completes its inner receives on the
+ *    comm it leaves until it holds k before it fences that comm, and completes what is done
+ *    before any other close of its committed comm; its RESYNC n >= k. A RESYNC below acked
+ *    fails the connection (lg_resync_check), so a send NCCL saw complete is never replayed. 
+ *
  * Threads: NCCL's progress thread calls isend/irecv/test; its service thread calls
  * connect/accept/regMr/close. Socket handlers run serialized per socket (progress.h) on
  * whichever thread gets there: NCCL's thread for small work (isend writes a small message,

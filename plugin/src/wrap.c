@@ -221,6 +221,11 @@ ncclResult_t lg_wrap_start(struct lg_device_table *t)
                 "dev %d (NIC %s)", d, w->name[d], w->in->name, w->inner_dev[d][0],
                 t->dev[d].nic[0].name, w->inner_dev[d][1],
                 t->dev[d].has_backup ? t->dev[d].nic[1].name : "none");
+    LG_INFO(NCCL_INIT | NCCL_NET, "wrap mode: a send completes %s",
+            lg_params.inner_placed ? "when the inner plugin completes it (LINKGUARD_INNER_PLACED"
+                                     "=1: its completion means placed at the receiver)"
+                                   : "on linkguard's acknowledgement and the inner plugin's "
+                                     "completion (LINKGUARD_INNER_PLACED=0)");
     lg_wrap = w;
     return ncclSuccess;
 }

@@ -14,8 +14,13 @@
  *    isend/irecv each, on the committed path only, in sequence order; the receiver posts
  *    receives in order and acknowledges placed messages on the control channel as in native
  *    mode. A send completes when the ack covers it AND its inner send completed (the inner no
- *    longer reads the buffer); the optional-receive-completion marker is never passed on, so
- *    every receive completes only once its data is placed.
+ *    longer reads the buffer), or with LINKGUARD_INNER_PLACED on the inner completion alone
+ *    (conn.h: what each transport guarantees); the optional-receive-completion marker is never
+ *    passed on, so every receive completes only once its data is placed. A flush goes to the
+ *    comm of the NIC that placed the receive.
+ *  - Contexts. Each NCCL communicator's context (core.h) has its own inner context, in which
+ *    every listen and connect of its connections is made. connect/accept hand NCCL a
+ *    connection only once its inner comms are up, so regMr registers with them at once.
  *  - Switch. The receiver, before its RESYNC, closes the inner comm of the path it leaves
  *    (fence: the inner guarantees that no write lands after close) and forgets the inner
  *    receives posted on it; the sender, at its commit, forgets the inner sends of the old path
