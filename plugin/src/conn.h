@@ -312,7 +312,7 @@ struct lg_conn {
     uint64_t w_since;        /* connect/accept first asked for the inner comms (0: not yet) */
     int w_frozen;            /* sender, LINKGUARD_INNER_PLACED: a SWITCH told the receiver
                               * what to hold; no inner send completes until the switch ends
-                              * (under mu and wmu) */
+                              * (under wmu) */
 };
 
 #define LG_HOLD_NONE 0

@@ -259,18 +259,20 @@ int lg_wrap_conn_usable(struct lg_conn *c, uint64_t now)
         c->w_since = now;
     if (__atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
         return -1;
+    uint32_t ph = lg_conn_enter(c); /* path pointers: the monitor may replace paths */
     pthread_mutex_lock(&c->mu);
     struct lg_path *a = c->active_path;
     pthread_mutex_unlock(&c->mu);
-    if (!a || !lg_path_up(a) || !lg_wrap_carries(&a->w))
-        return 0; /* the handshake or a failover is under way; the monitor fails what stays stuck */
+    /* Not yet: a handshake or a failover is under way (the monitor fails what stays stuck). */
+    int usable = a && lg_path_up(a) && lg_wrap_carries(&a->w);
     int grace_over = now - c->w_since > (uint64_t)lg_params.backup_grace_ms * 1000000ull;
-    for (int i = 0; i < LG_NPATHS && !grace_over; i++) {
-        struct lg_path *p = c->paths[i];
+    for (int i = 0; i < LG_NPATHS && usable && !grace_over; i++) {
+        struct lg_path *p = __atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE);
         if (p && p != a && lg_path_up(p) && !lg_wrap_carries(&p->w))
-            return 0;
+            usable = 0;
     }
-    return 1;
+    lg_conn_exit(c, ph);
+    return usable;
 }
 
 /* ---- registrations ------------------------------------------------------------------------ */
@@ -548,6 +550,7 @@ void lg_wrap_tx_forget(struct lg_conn *c)
         }
     }
     c->w_test = c->cursor_seq;
+    c->w_frozen = 0; /* the switch is over */
 }
 
 void lg_wrap_rx_forget(struct lg_conn *c)
@@ -797,6 +800,7 @@ ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
     if (n < 1 || n > NCCL_PROXY_MAX_SUBS)
         return ncclInternalError;
     pthread_mutex_lock(&c->wmu);
+    uint32_t ph = lg_conn_enter(c); /* p may be a standby, which a rebuild replaces */
     struct lg_path *p = placing_path(c, data[0]);
     ncclResult_t rc = ncclSuccess;
     void *ireq = NULL;
@@ -817,6 +821,7 @@ ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
             rc = ncclSystemError;
         }
     }
+    lg_conn_exit(c, ph);
     pthread_mutex_unlock(&c->wmu);
     return rc;
 }
