@@ -6,7 +6,8 @@
  *    listen and connect of every path, and finalized only when the last comm made in it
  *    closes (NCCL's finalize may come first);
  *  - regMr registers with the inner comm of both paths before it returns, and fails there
- *    when the inner plugin refuses; a rebuilt path registers from the recorded registration;
+ *    when the inner plugin refuses; a rebuilt path registers from the recorded registration,
+ *    and a refusal then fails that path (reported) while the other carries the data;
  *  - iflush goes to the comm of the NIC that placed the data, also after a failover and
  *    after the move back;
  *  - with LINKGUARD_INNER_PLACED a send completes on the inner completion alone (no ack
@@ -35,6 +36,7 @@
 #define BUFSZ 70000
 
 static struct fake_inner_stats *fst;
+static int refused_lines; /* INFO lines of an inner regMr failing on a path (atomic) */
 
 #define FST(f) __atomic_load_n(&fst->f, __ATOMIC_RELAXED)
 
@@ -273,6 +275,23 @@ static void test_registration(void)
     CHECK(fail_and_return(&p, 0));
     CHECK(FST(regs[0]) == r0 && FST(regs[1]) == r1);
     CHECK(roundtrip(&p, 1, 3));
+    /* ... and when the inner plugin refuses then, that path fails (an INFO line naming
+     * regMr) and is built again later, while the other one carries the data. */
+    uint32_t e0 = epoch_of(p.s);
+    int seen = __atomic_load_n(&refused_lines, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&fst->refuse_reg, 1, __ATOMIC_RELAXED);
+    kill_path(p.r, 0);
+    CHECK(wait_moved(&p, e0, 15));
+    uint64_t t0 = lg_now_ns();
+    while (__atomic_load_n(&refused_lines, __ATOMIC_ACQUIRE) == seen &&
+           lg_now_ns() - t0 < 15000000000ull)
+        usleep(1000);
+    CHECK(__atomic_load_n(&refused_lines, __ATOMIC_ACQUIRE) > seen);
+    CHECK(roundtrip(&p, 2, 4));
+    __atomic_store_n(&fst->refuse_reg, 0, __ATOMIC_RELAXED);
+    CHECK(wait_settled(&p, 0, 15));
+    CHECK(roundtrip(&p, 3, 5));
+    CHECK(FST(regs[0]) == r0 && FST(regs[1]) == r1);
     free(buf);
     pair_close(&p);
     CHECK(FST(regs[0]) == r0 - 2 * NBUF && FST(regs[1]) == r1 - 2 * NBUF);
@@ -430,13 +449,17 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
                    const char *fmt, ...)
 {
     (void)flags, (void)file, (void)line;
-    if (level > NCCL_LOG_INFO || (level == NCCL_LOG_INFO && !getenv("LG_TEST_VERBOSE")))
+    if (level > NCCL_LOG_INFO)
         return;
     char buf[1200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
+    if (strstr(buf, "regMr failed on a path"))
+        __atomic_add_fetch(&refused_lines, 1, __ATOMIC_ACQ_REL);
+    if (level == NCCL_LOG_INFO && !getenv("LG_TEST_VERBOSE"))
+        return;
     fprintf(stderr, "%s %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", buf);
 }
 
