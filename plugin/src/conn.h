@@ -105,6 +105,8 @@
  *  - an inner plugin, LINKGUARD_INNER_PLACED=1 (declared by the operator: RC verbs, lgtcp):
  *    an inner send completes only once placed in the receiver's buffer, whose receive
  *    completion is then due. The inner completion counts as an ACK (acked rises with it).
+ *    The sender says so (DELIVERED on each path as its comm comes up), and its receiver
+ *    then acks only when due (LG_ACK_NOW_*), not after every completion.
  *    Resync stays exact: a sender proposing a switch stops completing inner sends and sends
  *    DELIVERED(k = acked) before the SWITCH; the receiver completes its inner receives on the
  *    comm it leaves until it holds k before it fences that comm, and completes what is done
@@ -310,6 +312,8 @@ struct lg_conn {
     uint64_t w_post;         /* receiver: next message to post an inner receive for (the
                               * sender uses cursor_seq) */
     uint64_t w_since;        /* connect/accept first asked for the inner comms (0: not yet) */
+    int peer_placed;         /* receiver: the sender said its sends complete on placement
+                              * (a DELIVERED came), so acks may wait (atomic) */
     int w_frozen;            /* sender, LINKGUARD_INNER_PLACED: a SWITCH told the receiver
                               * what to hold; no inner send completes until the switch ends
                               * (under wmu) */

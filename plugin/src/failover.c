@@ -111,6 +111,7 @@ void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f)
                               c->wrap ? "fewer receives were posted" : "not in wrap mode");
             return;
         }
+        __atomic_store_n(&c->peer_placed, 1, __ATOMIC_RELEASE);
         pthread_mutex_lock(&c->mb_mu);
         if (f->value > mb->delivered)
             mb->delivered = f->value;

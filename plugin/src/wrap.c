@@ -512,7 +512,9 @@ static void rx_pump(struct lg_conn *c, struct lg_path *p)
         r->ireq = ireq;
         c->w_post++;
     }
-    lg_recv_flush_ack(p);
+    /* A sender that completes on placement needs no ack: those when due (conn_recv.c) do. */
+    if (!__atomic_load_n(&c->peer_placed, __ATOMIC_ACQUIRE))
+        lg_recv_flush_ack(p);
 }
 
 void lg_wrap_pump(struct lg_conn *c)
@@ -662,6 +664,13 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_
         p->w.ready_owed = 0;
         struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
         lg_path_ctrl_send(p, &ready);
+    }
+    if (c->kind == LG_CONN_SEND && lg_params.inner_placed) {
+        /* Tells the receiver that our sends complete on placement: it then acks only now and
+         * then (an ack is a syscall on its way to NCCL's completion), never making us wait. */
+        struct lg_ctrl f = {.type = LG_CTRL_DELIVERED,
+                            .value = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)};
+        lg_path_ctrl_send(p, &f);
     }
     lg_monitor_wake(c);
 }

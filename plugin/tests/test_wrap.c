@@ -11,7 +11,7 @@
  *  - iflush goes to the comm of the NIC that placed the data, also after a failover and
  *    after the move back;
  *  - with LINKGUARD_INNER_PLACED a send completes on the inner completion alone (no ack
- *    yet), and sends completed that way whose receives were not yet seen complete are held
+ *    yet, and its receiver acks only when due), and sends completed that way whose receives were not yet seen complete are held
  *    by the receiver across a failover on either side, never sent again from the reused
  *    buffers; without it a send waits for the ack;
  *  - traffic across a kill and the move back loses, repeats or corrupts nothing, both ways. */
@@ -350,6 +350,12 @@ static void test_placed_completion(int placed)
     struct pair p;
     lg_params.inner_placed = placed;
     CHECK_EQ(pair_open(&p, NULL), 0);
+    /* A placed sender says so as its comms come up: its receiver then acks only when due. */
+    uint64_t t0 = lg_now_ns();
+    while (placed && !__atomic_load_n(&C(p.r)->peer_placed, __ATOMIC_ACQUIRE) &&
+           lg_now_ns() - t0 < 5000000000ull)
+        usleep(1000);
+    CHECK_EQ(__atomic_load_n(&C(p.r)->peer_placed, __ATOMIC_ACQUIRE), placed);
     void *r = post_recv(&p, 0), *s = post_send(&p, 0, 20);
     int done = 0, size = -1;
     CHECK(r && s && lg_core_test(s, &done, &size) == ncclSuccess);
@@ -357,6 +363,8 @@ static void test_placed_completion(int placed)
     CHECK_EQ(__atomic_load_n(&C(p.r)->ack_sent, __ATOMIC_ACQUIRE), 0);
     CHECK(wait_done(r, &size, 10) == 1 && received_ok(&p, 0, 20, size));
     CHECK(placed || wait_done(s, &size, 10) == 1);
+    /* The receive's completion acked it at once only for a sender that waits for acks. */
+    CHECK_EQ(__atomic_load_n(&C(p.r)->ack_sent, __ATOMIC_ACQUIRE), !placed);
     pair_close(&p);
     lg_params.inner_placed = 0;
 }
