@@ -43,7 +43,9 @@
  *    nothing read on the active path for LINKGUARD_SILENT_TIMEOUT_MS while the standby is
  *    heard (both control channels are read first, and a monitor run that was itself starved
  *    judges nothing; a standby silent that long while the active path is heard is lost, and
- *    rebuilt). Either side detects; the sender decides (fo_policy.c); the receiver
+ *    rebuilt); a stalled stream (the progress watchdogs); a lossy path: the sender's data
+ *    sockets retransmit LINKGUARD_GRAY_RETRANS_PCT of what they send (goodput.h; graceful,
+ *    held off for a while). Either side detects; the sender decides (fo_policy.c); the receiver
  *    reports (heartbeat flags) and, for silence or errors on its side, fences the path, which
  *    the sender then sees fail too.
  *  - Switch. Sender: hold chunks back (urgent: at once; graceful: from the next message
@@ -64,8 +66,8 @@
  *    its hold on the message back. A backup left at reintegration stays as standby: a chunk it
  *    was writing is finished (TCP framing) and dropped by its old epoch.
  *  - Rebuild and reintegration. A failed path is rebuilt by the sender (connector): fresh
- *    sockets to the receiver's listening socket for that NIC, which outlives the listen comm
- *    (refcounted by the connections accepted on it; the monitor accepts on it), with REJOIN
+ *    sockets to the receiver's listening socket for that NIC (one per NIC address per process,
+ *    shared by its listen comms, held by the connections accepted on it: acceptor.h), with REJOIN
  *    hellos naming the connection nonce and a new generation; the receiver checks its daemon
  *    calls the NIC usable, builds the path and answers READY. Tried when our daemon calls the
  *    NIC UP (or has no opinion: then it is a probe) and the peer's heartbeats do not object,
@@ -131,7 +133,7 @@ enum lg_conn_kind { LG_CONN_SEND = 1, LG_CONN_RECV = 2 };
 
 struct lg_conn;
 struct lg_path;
-struct lg_lsock; /* reconnect.c */
+struct lg_listener; /* acceptor.h */
 
 struct lg_stream {
     struct lg_task task;
@@ -272,7 +274,7 @@ struct lg_conn {
     uint32_t local_ip[LG_NPATHS];  /* our address on each NIC (network order) */
     uint32_t peer_ip[LG_NPATHS];   /* sender: the receiver's listening sockets */
     uint16_t peer_port[LG_NPATHS];
-    struct lg_lsock *lsock[LG_NPATHS]; /* receiver: the listening sockets it came from */
+    struct lg_listener *listener[LG_NPATHS]; /* receiver: kept open for its rebuilt paths */
     /* failover */
     pthread_mutex_t mb_mu;
     struct lg_mailbox mb;  /* under mb_mu */
