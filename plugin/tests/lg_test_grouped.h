@@ -1,8 +1,6 @@
-/* Grouped receives driven like NCCL's proxy, for the in-process transport tests: group g posts
- * n = 1 + g % 8 buffers of mixed sizes and tags (some tags twice in one group, some buffers
- * of 0 bytes, most larger than what is sent into them), the sender posts the group's sends in
- * another order (by tag, same-tag sends in posted order, as the matching requires), and
- * every buffer must come back whole with its own bytes and its size in test()'s sizes[].
+/* Grouped receives driven like NCCL's proxy, for the in-process transport tests, in the shape
+ * of tools/grouped_shape.h: every buffer must come back whole with its own bytes and its size
+ * in test()'s sizes[].
  * gflow_step never blocks: failover tests drive it between faults. */
 #ifndef LG_TEST_GROUPED_H
 #define LG_TEST_GROUPED_H
@@ -13,9 +11,10 @@
 
 #include "core.h"
 #include "lg_test.h"
+#include "../tools/grouped_shape.h"
 
 #define GF_DEPTH 3 /* groups in flight */
-#define GF_MAXN 8
+#define GF_MAXN LG_GROUP_MAXN
 #define GF_BUF 600001u
 
 struct gflow {
@@ -29,38 +28,14 @@ struct gflow {
     ncclResult_t last_rc;
 };
 
-static int gf_n(uint64_t g) { return 1 + (int)(g % GF_MAXN); }
+static int gf_n(uint64_t g) { return lg_group_n(g); }
 
-/* Buffer i of group g: what is posted, what is sent into it, its tag. */
 static void gf_shape(uint64_t g, int i, size_t *cap, size_t *sz, int *tag)
 {
-    static const size_t sizes[] = {0, 1, 4096, 65537, 600000, 100, 524289, 7, 300000};
-    size_t s = sizes[(g * 5 + (uint64_t)i * 3) % (sizeof(sizes) / sizeof(sizes[0]))];
-    *sz = s;
-    *cap = (g + (uint64_t)i) % 3 == 0 ? s : s + 1 + (s % 4096);
-    if (*cap > GF_BUF)
-        *cap = GF_BUF;
-    *tag = 100 + (int)((g + (uint64_t)i * 2) % 5); /* n > 5 repeats tags */
+    lg_group_shape(g, i, GF_BUF - 1, GF_BUF, cap, sz, tag);
 }
 
-/* The k-th send of group g goes into buffer gf_order(g, k): highest tag first, same tags in
- * buffer order (the k-th send with tag T fills the k-th buffer posted with tag T). */
-static int gf_order(uint64_t g, int k)
-{
-    int n = gf_n(g), idx[GF_MAXN], tags[GF_MAXN];
-    for (int i = 0; i < n; i++) {
-        size_t c, s;
-        gf_shape(g, i, &c, &s, &tags[i]);
-        idx[i] = i;
-    }
-    for (int a = 1; a < n; a++) /* stable insertion sort by tag, descending */
-        for (int b = a; b > 0 && tags[idx[b - 1]] < tags[idx[b]]; b--) {
-            int t = idx[b];
-            idx[b] = idx[b - 1];
-            idx[b - 1] = t;
-        }
-    return idx[k];
-}
+static int gf_order(uint64_t g, int k) { return lg_group_order(g, k); }
 
 static uint8_t gf_byte(uint64_t g, int i, size_t k)
 {
