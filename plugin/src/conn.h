@@ -17,6 +17,16 @@
  * only after NCCL has seen its request complete, so `*request = NULL` is the back-pressure
  * answer when the slot for the next seq is still taken.
  *
+ * Grouped receives. An irecv of n buffers (n <= LG_MAX_RECVS) takes the next n seqs, one per
+ * sub-receive; its first slot is NCCL's request. A message is bound to a buffer of its group
+ * by tag when its first chunk is matched (the k-th message of the group with tag T fills the
+ * k-th buffer posted with tag T, as NCCL's IB transport matches them; n = 1 takes any tag),
+ * and stays bound across resyncs; placement, acks and replay are per message as before. The
+ * request completes when all n are placed; test() reports each buffer's size. A message that
+ * no free buffer of its group expects fails the connection (the sender cannot know the groups,
+ * so it cannot hold such a send back as the IB transport does); chunks of one message that
+ * disagree on the tag are a lie. Wrap mode hands the group to the inner plugin as one irecv.
+ *
  * Failover protocol (DESIGN.md "Lossless failover"; failover.c runs it, fo_policy.c decides,
  * resync.c does the accounting, reconnect.c rebuilds paths). Control frames (wire.h):
  *   ACK(n)              recv->send  n messages placed (cumulative; accepted from any path)
