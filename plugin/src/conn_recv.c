@@ -249,8 +249,10 @@ static int bind_message(struct lg_stream *s, struct lg_req *r, const struct lg_c
         return MATCH_FAILED;
     }
     int learned = !r->g_tag_known;
-    r->g_tag = tag;
-    r->g_tag_known = 1;
+    if (learned) { /* written once per post: the lock-free path above reads it */
+        r->g_tag = tag;
+        r->g_tag_known = 1;
+    }
     int sub = r->g_sub >= 0 ? r->g_sub : pick_sub(c, g, r);
     if (sub >= 0 && r->g_sub < 0) {
         g->sub[sub].bound = 1;
