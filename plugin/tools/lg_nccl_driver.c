@@ -24,6 +24,7 @@
 #include <strings.h>
 
 #include "driver_net.h"
+#include "grouped_shape.h"
 #include "params.h" /* --list-params: the plugin's tunables (linked from liblinkguard.a) */
 #include "driver_util.h"
 
@@ -31,6 +32,7 @@
 #define DRV_MAX_DEPTH 32
 #define DRV_MAGIC 0x4c474456u
 #define DRV_MAX_ERRORS 16
+#define DRV_GROUPS 2 /* --grouped: groups in flight per connection (x 8 buffer slots) */
 
 struct drv_opts {
     const char *plugin, *mgmt;
@@ -39,6 +41,7 @@ struct drv_opts {
     int eager_close; /* no barrier: close as soon as this side's own requests are done */
     int rounds;      /* connect, move, close this many times in one process (plugin kept) */
     int pingpong;  /* round trips through the plugin */
+    int grouped;   /* grouped receives (driver_grouped.h) */
     const char *tcp_pingpong; /* ADDR:PORT: round trips over plain TCP, no plugin */
     size_t size, recv_extra;
     uint64_t count, bytes;
@@ -132,7 +135,10 @@ static void usage(void)
             "                    line each: comm start_ns end_ns open (no cap)\n"
             "  [--timestamps]    stamp the plugin's log lines with CLOCK_MONOTONIC seconds\n"
             "  [--corrupt-kind byte|dup|swap|drop]  what the sender breaks (implies\n"
-            "                    --corrupt): a byte, a duplicate, a reorder, a lost message\n");
+            "                    --corrupt): a byte, a duplicate, a reorder, a lost message\n"
+            "  [--grouped]       --count grouped receives of 1..8 buffers (sizes up to\n"
+            "                    --size, mixed tags), sends out of buffer order; --pace-us:\n"
+            "                    at most one group every N us\n");
     exit(2);
 }
 
@@ -177,6 +183,7 @@ static void parse_args(int argc, char **argv)
         {"duration-s", 1, 0, 'S'}, {"pace-us", 1, 0, 'A'}, {"progress-ms", 1, 0, 'G'},
         {"top-gaps", 1, 0, 'K'}, {"gap-list-ms", 1, 0, 'M'}, {"timestamps", 0, 0, 'Z'},
         {"corrupt-kind", 1, 0, 'Y'}, {"eager-close", 0, 0, 'E'}, {"rounds", 1, 0, 'W'}, {"idle-us", 1, 0, 'U'}, {"gap-file", 1, 0, 'F'},
+        {"grouped", 0, 0, 'g'},
         {0, 0, 0, 0}};
     struct drv_opts *o = &D.o;
     *o = (struct drv_opts){.plugin = "libnccl-net-linkguard.so", .conns = 1, .depth = 8,
@@ -223,6 +230,7 @@ static void parse_args(int argc, char **argv)
         case 'Z': drv_log_times = 1; break;
         case 'U': o->idle_us = atoi(optarg); break;
         case 'F': o->gap_file = optarg; break;
+        case 'g': o->grouped = 1; break;
         default: usage();
         }
     }
@@ -238,8 +246,11 @@ static void parse_args(int argc, char **argv)
         o->top_gaps > 64 || (o->duration > 0 && (o->pingpong || o->tcp_pingpong ||
                                                  o->close_inflight)) ||
         o->rounds < 0 || o->rounds > 1000 ||
-        (o->rounds > 1 && (o->duration > 0 || o->pingpong || o->eager_close)))
+        (o->rounds > 1 && (o->duration > 0 || o->pingpong || o->eager_close)) ||
+        (o->grouped && (o->duration > 0 || o->pingpong || o->close_inflight || o->rounds > 1)))
         usage();
+    if (o->grouped)
+        o->depth = DRV_GROUPS * LG_GROUP_MAXN; /* buffer slots: whole groups in flight */
     if (o->duration > 0 && !o->count && !o->bytes)
         o->count = 100000000; /* the hard cap of a timed run */
     if (!o->rounds)
@@ -430,6 +441,7 @@ static int progress_comm(struct drv_comm *m)
     return moved;
 }
 
+#include "driver_grouped.h"
 #include "driver_pingpong.h"
 #include "driver_stream.h"
 
@@ -602,7 +614,8 @@ int main(int argc, char **argv)
     struct drv_config mine, theirs;
     memset(&mine, 0, sizeof(mine)); /* padding is compared too */
     mine = (struct drv_config){DRV_MAGIC, D.o.conns, D.o.depth, D.o.bidir, D.o.close_inflight,
-                               D.o.duration > 0, D.o.size, D.o.recv_extra, D.o.count};
+                               (D.o.duration > 0) | D.o.grouped << 1, D.o.size, D.o.recv_extra,
+                               D.o.count};
     if (D.o.server ? drv_io(mfd, &theirs, sizeof(theirs), 0, deadline)
                    : drv_io(mfd, &mine, sizeof(mine), 1, deadline)) {
         D.failure = "configuration exchange failed";
@@ -623,6 +636,7 @@ int main(int argc, char **argv)
         D.comms[i].limit = D.o.count;
     if (set == 0)
         D.o.pingpong ? run_pingpong(deadline)
+        : D.o.grouped ? run_grouped(deadline)
         : D.o.duration > 0 ? stream_run(mfd, deadline) : run(deadline);
     D.rounds_ok += round_ok(set, errors_before);
     /* Barrier: neither side closes while the other may still be completing (unless asked to

@@ -42,7 +42,7 @@ def test_device_is_named_after_its_inner_members() -> None:
     assert proc.returncode == 0, proc.stderr
     dev = report["devices"][0]
     assert dev["name"] == "lo+none"  # the inner's device name (native mode says "lo")
-    assert dev["ptrSupport"] == 1 and dev["maxRecvs"] == 1  # what the inner lgtcp offers
+    assert dev["ptrSupport"] == 1 and dev["maxRecvs"] == 8  # what the inner lgtcp offers
 
 
 @pytest.mark.parametrize("version", VERSIONS)
