@@ -96,6 +96,7 @@ def test_compare_takes_medians_and_per_trial_ratios() -> None:
     assert row["min"]["ratio_range"] == pytest.approx([1.0, 1.5])  # 12/12 .. 30/20
     assert row["p50"]["ratio"] == pytest.approx(33 / 30)
     assert row["p50"]["ratio_range"] == pytest.approx([1.0, 1.5])
+    assert row["p50"]["ratio_median"] == pytest.approx(1.1)  # of 1.5, 1.0, 1.1
     assert rtt.goal_met([row], "min", 1.1)
     assert not rtt.goal_met([row], "p50", 1.05)
     samples["plugin"][8].pop()
@@ -111,10 +112,11 @@ def test_markdown_table_and_verdict() -> None:
     res = rtt.result(samples, 100, "plugin", "tcp")
     labels = {"tcp": "plain TCP", "plugin": "native"}
     text = rtt.markdown(res, labels, ("min", 1.1))
-    assert "| 8 B | 10.0 / 20.0 / 40.0 | 10.5 / 25.0 / 40.0 | 1.050 | 1.250 | 1.000 |" in text
+    assert ("| 8 B | 10.0 / 20.0 / 40.0 | 10.5 / 25.0 / 40.0 | 1.050 | 1.250 | 1.000 "
+            "| 1.050 (1.05 .. 1.05) |") in text
     assert "| 1 MiB |" in text
     assert "100 per run after 200 unrecorded" in text
-    assert "at min <= 1.1 at every size: **NOT met**" in text  # 1 MiB: 1.2
+    assert "at min <= 1.1 at every size (ratio of the medians of 1 trials): **NOT met**" in text
     samples["plugin"][1 << 20][0]["min"] = 105.0
     assert "**met**" in rtt.markdown(rtt.result(samples, 100, "plugin", "tcp"), labels,
                                      ("min", 1.1))
