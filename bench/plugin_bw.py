@@ -11,8 +11,9 @@ A throw-away 2-host x 2-rail lab. Each trial measures, back to back on rail0 a -
   - the same with every byte verified (the pattern fill/check costs CPU on both ends),
   - round trips (bench.rtt), one message at a time each way, for each --rtt-sizes size:
     through the plugin (lg_nccl_driver --pingpong) and over a plain blocking TCP socket with
-    TCP_NODELAY between the same rail0 addresses (lg_tcp_pingpong), which goes first
-    alternating from trial to trial; payload checked both ways.
+    TCP_NODELAY between the same rail0 addresses (lg_tcp_pingpong), and the same socket
+    polled (--spin) as the driver polls test(); which goes first rotates from trial to
+    trial; payload checked both ways.
 Trials interleave the measurements so that load from other tenants hits them alike; the
 report gives medians and the ratios the issues ask for (driver / iperf3, backup on / off,
 and the round trip's minimum against plain TCP: goal <= 1.1). An empty --sizes skips the
@@ -38,7 +39,7 @@ from linkguard_lab.lab import Lab, unique_prefix
 PAIRS = {"LINKGUARD_PAIRS": "rail0:rail1,rail1:rail0"}
 parse_size = rtt.parse_size  # kept importable from here
 RTT_GOAL = ("min", 1.1)
-LABELS = {"tcp": "plain TCP", "plugin": "linkguard native"}
+LABELS = {"tcp": "plain TCP", "tcp-spin": "polling TCP", "plugin": "linkguard native"}
 
 
 def driver_gbps(lab: Lab, size: int, total: int, env: dict[str, str], verify: bool,
@@ -70,6 +71,7 @@ def run(trials: int, sizes: list[int], gib: float, seconds: float, rtt_sizes: li
     with Lab(unique_prefix("lgpb"), 2, 2) as lab:
         lab.up()
         runners = {"tcp": rtt.lab_runner(lab, "tcp", ports, rtt_count),
+                   "tcp-spin": rtt.lab_runner(lab, "tcp-spin", ports, rtt_count),
                    "plugin": rtt.lab_runner(lab, "plugin", ports, rtt_count, env=PAIRS)}
         for t in range(trials):
             print(f"trial {t + 1}/{trials}", file=sys.stderr, flush=True)
@@ -88,7 +90,8 @@ def run(trials: int, sizes: list[int], gib: float, seconds: float, rtt_sizes: li
             rtt.rtt_trial(t, rtt_sizes, runners, rtts, rtt_count)
         lab.down()
     res = {"machine": machine(), "trials": trials, "bytes_per_run": total, "samples": rows,
-           "rtt": rtt.result(rtts, rtt_count, "plugin", "tcp")}
+           "rtt": rtt.result(rtts, rtt_count, "plugin", "tcp"),
+           "rtt_vs_polling_tcp": rtt.result(rtts, rtt_count, "plugin", "tcp-spin")}
     return {**res, **bandwidth_table(rows, sizes)} if sizes else {**res, "table": []}
 
 
@@ -109,6 +112,8 @@ def markdown(res: dict[str, Any]) -> str:
     parts = [bandwidth_markdown(res)] if res["table"] else []
     if res["rtt"]["table"]:
         parts.append(rtt.markdown(res["rtt"], LABELS, RTT_GOAL))
+        parts.append("Against a TCP ping-pong that polls like the plugin's caller (no goal):\n\n"
+                     + rtt.markdown(res["rtt_vs_polling_tcp"], LABELS, None))
     return "\n\n".join(parts)
 
 

@@ -132,11 +132,13 @@ def result(samples: Samples, count: int, variant: str, baseline: str) -> dict[st
             "table": compare(samples, variant, baseline) if samples else []}
 
 
-def markdown(res: dict[str, Any], labels: dict[str, str], goal: tuple[str, float]) -> str:
+def markdown(res: dict[str, Any], labels: dict[str, str],
+             goal: tuple[str, float] | None) -> str:
     """The round-trip table of result(): µs medians per quantile for both, the ratios, and
-    the goal's verdict (`goal`: the quantile whose ratio must be at most the limit)."""
+    the goal's verdict (`goal`: the quantile whose ratio must be at most the limit; None:
+    a comparison without a goal, per-trial ratios at p50)."""
     rows, variant, baseline = res["table"], res["variant"], res["baseline"]
-    quantile, limit = goal
+    quantile, limit = goal or ("p50", 0.0)
     vl, bl = labels[variant], labels[baseline]
     lines = [(f"Round trips: {res['count']} per run after {res['warmup']} unrecorded, "
               "timed by the client, µs."), "",
@@ -150,6 +152,8 @@ def markdown(res: dict[str, Any], labels: dict[str, str], goal: tuple[str, float
         lines.append(f"| {size_label(r['size'])} | {b} | {v} | "
                      + " | ".join(f"{r[q]['ratio']:.3f}" for q in QUANTILES)
                      + f" | {r[quantile]['ratio_median']:.3f} ({lo:.2f} .. {hi:.2f}) |")
+    if goal is None:
+        return "\n".join(lines)
     verdict = "met" if goal_met(rows, quantile, limit) else "NOT met"
     lines.append(f"\nGoal {vl} / {bl} at {quantile} <= {limit:g} at every size (ratio of the "
                  f"medians of {rows[0]['trials'] if rows else 0} trials): **{verdict}**.")
@@ -170,11 +174,11 @@ def plugin_report(server: Starter, client: Starter, mgmt: str, size: int, env: d
 
 def tcp_report(server: Starter, client: Starter, addr: str, size: int, count: int = COUNT,
                warmup: int = WARMUP, timeout: float = 120.0, client_args: Sequence[str] = (),
-               ) -> tuple[DriverResult, DriverResult]:
+               spin: bool = False) -> tuple[DriverResult, DriverResult]:
     """lg_tcp_pingpong between `addr` (the server's rail address) and the client: (server,
-    client)."""
+    client). `spin`: both ends poll instead of blocking in recv()."""
     common = ["--addr", addr, "--size", str(size), "--count", str(count), "--warmup",
-              str(warmup), "--timeout", f"{timeout:g}"]
+              str(warmup), "--timeout", f"{timeout:g}", *(["--spin"] if spin else [])]
     env = dict(os.environ)
     srv = server([str(TCP_PINGPONG), "--role", "server", *common], env)
     time.sleep(0.05)
@@ -200,14 +204,16 @@ def checked(pair: tuple[DriverResult, DriverResult], what: str) -> dict[str, Any
 def lab_runner(lab: Any, kind: str, ports: Iterator[int], count: int = COUNT,
                warmup: int = WARMUP, env: dict[str, str] | None = None,
                plugin: Path = LINKGUARD_SO) -> Runner:
-    """A Runner for rtt_trial on rail0, host a (client) to host b (server): `kind` "tcp"
-    (lg_tcp_pingpong between the rail0 addresses) or "plugin" (`plugin` with `env`, handles
-    over the management network). Each run takes the next port of `ports`."""
+    """A Runner for rtt_trial on rail0, host a (client) to host b (server): `kind` "tcp" or
+    "tcp-spin" (lg_tcp_pingpong between the rail0 addresses, blocking or polling) or "plugin"
+    (`plugin` with `env`, handles over the management network). Each run takes the next port
+    of `ports`."""
     def run(size: int) -> dict[str, Any]:
         port = next(ports)
         srv, cli = lab_starter(lab, "b"), lab_starter(lab, "a")
-        if kind == "tcp":
-            pair = tcp_report(srv, cli, f"{lab.address('b', 0)}:{port}", size, count, warmup)
+        if kind.startswith("tcp"):
+            pair = tcp_report(srv, cli, f"{lab.address('b', 0)}:{port}", size, count, warmup,
+                              spin=kind == "tcp-spin")
         else:
             pair = plugin_report(srv, cli, f"{lab.mgmt_address('b')}:{port}", size, env or {},
                                  plugin, count, warmup)

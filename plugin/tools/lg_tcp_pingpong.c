@@ -9,10 +9,14 @@
  * --warmup unrecorded round trips, then --count recorded ones; each message carries the
  * driver's pattern for its index and direction and is checked (the client outside its timed
  * window, the server after sending its reply); --corrupt flips a byte of the client's message
- * count/2 so a test can prove the check fails. Every call is bounded by --timeout (the whole
- * run's deadline). One JSON report on stdout with rtt_us (driver_rtt.h); exit 0 only for a
- * clean run, 2 for bad arguments. */
+ * count/2 so a test can prove the check fails. Receives block in recv() (a sleeping reader
+ * woken by the kernel, like netperf's TCP_RR); --spin polls a non-blocking socket instead,
+ * yielding now and then, the way the driver polls test() (NCCL's proxy), to tell what spinning
+ * itself costs on a machine with few CPUs. Every call is bounded by --timeout (the whole run's
+ * deadline). One JSON report on stdout with rtt_us (driver_rtt.h); exit 0 only for a clean
+ * run, 2 for bad arguments. */
 #include <getopt.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +30,7 @@
 
 static struct {
     const char *addr;
-    int server, corrupt, no_verify;
+    int server, corrupt, no_verify, spin;
     uint64_t size, count, warmup;
     double timeout;
 } O = {.server = -1, .size = 8, .count = 1000, .warmup = 100, .timeout = 60};
@@ -38,7 +42,7 @@ static void usage(const char *why)
     fprintf(stderr, "lg_tcp_pingpong: %s\n"
             "usage: lg_tcp_pingpong --role server|client --addr IP:PORT [--size BYTES (8)]\n"
             "  [--count N (1000)] [--warmup N (100)] [--timeout SEC (60)] [--corrupt]\n"
-            "  [--no-verify]\n", why);
+            "  [--no-verify] [--spin]\n", why);
     exit(2);
 }
 
@@ -57,7 +61,7 @@ static void parse_args(int argc, char **argv)
     static const struct option opts[] = {
         {"role", 1, 0, 'r'}, {"addr", 1, 0, 'a'}, {"size", 1, 0, 's'}, {"count", 1, 0, 'n'},
         {"warmup", 1, 0, 'w'}, {"timeout", 1, 0, 't'}, {"corrupt", 0, 0, 'C'},
-        {"no-verify", 0, 0, 'N'}, {0, 0, 0, 0}};
+        {"no-verify", 0, 0, 'N'}, {"spin", 0, 0, 'S'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -71,6 +75,7 @@ static void parse_args(int argc, char **argv)
         case 't': O.timeout = atof(optarg); break;
         case 'C': O.corrupt = 1; break;
         case 'N': O.no_verify = 1; break;
+        case 'S': O.spin = 1; break;
         default: usage("unknown option");
         }
     }
@@ -89,11 +94,22 @@ static void parse_args(int argc, char **argv)
         usage("--timeout must be 0..3600 seconds");
 }
 
-/* The whole buffer, blocking; SO_RCVTIMEO/SO_SNDTIMEO end a stuck call. */
+/* The whole buffer, blocking (SO_RCVTIMEO/SO_SNDTIMEO end a stuck call); --spin: receives
+ * poll, yielding every 256 empty polls and giving up at the deadline. */
 static int xfer(int fd, char *p, size_t len, int wr, double deadline)
 {
+    unsigned empty = 0;
     while (len) {
-        ssize_t n = wr ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, MSG_WAITALL);
+        ssize_t n = wr ? send(fd, p, len, MSG_NOSIGNAL)
+                       : recv(fd, p, len, O.spin ? MSG_DONTWAIT : MSG_WAITALL);
+        if (n < 0 && O.spin && !wr && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if ((++empty & 255) == 0) {
+                sched_yield();
+                if (drv_now() > deadline)
+                    return -1;
+            }
+            continue;
+        }
         if (n < 0 && errno == EINTR && drv_now() < deadline)
             continue;
         if (n <= 0)
@@ -161,11 +177,12 @@ report:;
     char rtt[256];
     rtt_json(&tcp_rtt, rtt, sizeof(rtt));
     int ok = !failure && !corrupt && done == total;
-    printf("{\"tool\": \"tcp\", \"role\": \"%s\", \"address\": \"%s\", \"size\": %llu, "
+    printf("{\"tool\": \"tcp\", \"role\": \"%s\", \"address\": \"%s\", \"spin\": %s, \"size\": %llu, "
            "\"count\": %llu, \"warmup\": %llu, \"round_trips\": %llu, \"verified\": %s, "
            "\"corrupt_messages\": %llu, \"seconds\": %.6f, \"failure\": %s%s%s, "
            "\"rtt_us\": %s, \"ok\": %s}\n",
-           O.server ? "server" : "client", O.addr, (unsigned long long)O.size,
+           O.server ? "server" : "client", O.addr, O.spin ? "true" : "false",
+           (unsigned long long)O.size,
            (unsigned long long)O.count, (unsigned long long)O.warmup, (unsigned long long)done,
            O.no_verify ? "false" : "true", (unsigned long long)corrupt, drv_now() - t_start,
            failure ? "\"" : "", failure ? failure : "null", failure ? "\"" : "", rtt,

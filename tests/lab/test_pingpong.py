@@ -1,5 +1,6 @@
 """Round trips on a lab rail (issue #13), run exactly as bench.plugin_bw and bench.wrap_bw run
-them: lg_tcp_pingpong between the rail0 addresses, and lg_nccl_driver --pingpong through
+them: lg_tcp_pingpong between the rail0 addresses (blocking and polling), and
+lg_nccl_driver --pingpong through
 linkguard native, linkguard wrapping lgtcp, and lgtcp alone, device 0 = rail0. No timing is
 asserted: every run must finish clean with its payload checked both ways and the client's
 samples complete, and a flipped byte through wrap mode must be caught."""
@@ -30,6 +31,7 @@ def built() -> None:
 def test_every_variant_produces_checked_samples(lab) -> None:
     ports = itertools.count(7400)
     runners = {"tcp": rtt.lab_runner(lab, "tcp", ports, COUNT, warmup=10),
+               "tcp-spin": rtt.lab_runner(lab, "tcp-spin", ports, COUNT, warmup=10),
                "native": rtt.lab_runner(lab, "plugin", ports, COUNT, warmup=10, env=PAIRS)}
     for mode, (plugin, env) in MODES.items():  # "direct" (lgtcp alone) and "wrap"
         runners[mode] = rtt.lab_runner(lab, "plugin", ports, COUNT, warmup=10, env=env,
@@ -43,7 +45,8 @@ def test_every_variant_produces_checked_samples(lab) -> None:
             seen.append((name, size))
             assert rep["role"] == "client" and rep["verified"] is True, rep
             assert rep["corrupt_messages"] == 0, rep
-            if name == "tcp":
+            if name.startswith("tcp"):
+                assert rep["spin"] is (name == "tcp-spin")
                 assert rep["address"].startswith(lab.address("b", 0) + ":")
                 assert rep["round_trips"] == COUNT + 10
             else:
@@ -55,7 +58,7 @@ def test_every_variant_produces_checked_samples(lab) -> None:
     rtt.rtt_trial(0, [8, 1 << 20], {k: recording(k, v) for k, v in runners.items()}, samples,
                   COUNT)
     assert sorted(seen) == sorted(itertools.product(runners, [8, 1 << 20]))
-    for baseline, variant in (("tcp", "native"), ("direct", "wrap")):
+    for baseline, variant in (("tcp", "native"), ("tcp-spin", "native"), ("direct", "wrap")):
         rows = rtt.compare(samples, variant, baseline)
         assert [r["size"] for r in rows] == [8, 1 << 20]
         assert all(r[q]["ratio"] > 0 for r in rows for q in rtt.QUANTILES)

@@ -121,6 +121,8 @@ def test_markdown_table_and_verdict() -> None:
     assert "**met**" in rtt.markdown(rtt.result(samples, 100, "plugin", "tcp"), labels,
                                      ("min", 1.1))
     assert rtt.result({}, 100, "plugin", "tcp")["table"] == []
+    plain = rtt.markdown(rtt.result(samples, 100, "plugin", "tcp"), labels, None)
+    assert "Goal" not in plain and "per-trial p50 ratio" in plain
 
 
 # --- the tools over loopback ----------------------------------------------------------------
@@ -130,16 +132,18 @@ def built() -> None:
     build_plugin()
 
 
-def tcp_pair(size: int, client_args: tuple[str, ...] = ()):
+def tcp_pair(size: int, client_args: tuple[str, ...] = (), spin: bool = False):
     return rtt.tcp_report(local_starter, local_starter, f"127.0.0.1:{free_port()}", size,
-                          count=200, warmup=20, timeout=30, client_args=client_args)
+                          count=200, warmup=20, timeout=30, client_args=client_args, spin=spin)
 
 
-@pytest.mark.parametrize("size", [8, 65536, 1 << 20])
-def test_tcp_pingpong_moves_checked_payloads(built, size: int) -> None:
-    srv, cli = tcp_pair(size)
+@pytest.mark.parametrize("size,spin", [(8, False), (65536, False), (1 << 20, False),
+                                       (8, True), (1 << 20, True)])
+def test_tcp_pingpong_moves_checked_payloads(built, size: int, spin: bool) -> None:
+    srv, cli = tcp_pair(size, spin=spin)
     for r in (srv, cli):
         assert r.ok, (r.report, r.stderr)
+        assert r.report["spin"] is spin
         assert r.report["verified"] is True and r.report["corrupt_messages"] == 0
         assert r.report["round_trips"] == 220 and r.report["size"] == size
     assert srv.report["rtt_us"] is None
