@@ -116,7 +116,7 @@ bench-wrap: build
 	$(PY) -m bench.failover_gap --trials 50 --wrap
 	$(PY) -m bench.soak --faults 200 --wrap
 
-# The issue-13 overhead goals alone (~10 min, root): wrap mode against lgtcp alone (bandwidth
+# The issue-13 overhead goals alone (~6 min, root): wrap mode against lgtcp alone (bandwidth
 # and round trips at 8 B, 64 KiB, 1 MiB), then linkguard native's round trips against a plain
 # TCP ping-pong on the same rail. Method and results: BENCHMARKS.md, "Round trips".
 bench-latency: build
