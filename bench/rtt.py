@@ -42,7 +42,8 @@ Runner = Callable[[int], dict[str, Any]]  # size -> the client's report
 
 def rtt_summary(report: dict[str, Any], count: int | None = None) -> dict[str, float]:
     """The client report's `rtt_us`, checked: every quantile present, ordered, `count`
-    samples. Raises ValueError naming what is wrong."""
+    samples (with the driver's `reply_us` quantiles as reply_min...). Raises ValueError
+    naming what is wrong."""
     rtt = report.get("rtt_us")
     if not isinstance(rtt, dict):  # bad data, not a bad call: a ValueError like the rest
         why = f"report has no rtt_us samples (failure: {report.get('failure')})"
@@ -54,7 +55,11 @@ def rtt_summary(report: dict[str, Any], count: int | None = None) -> dict[str, f
         raise ValueError(f"rtt_us has {rtt['n']} samples, expected {count}")
     if not 0 < rtt["min"] <= rtt["p50"] <= rtt["p99"] <= rtt["max"]:
         raise ValueError(f"rtt_us quantiles out of order: {rtt}")
-    return {k: float(rtt[k]) for k in (*QUANTILES, "max")} | {"n": int(rtt["n"])}
+    out = {k: float(rtt[k]) for k in (*QUANTILES, "max")} | {"n": int(rtt["n"])}
+    reply = report.get("reply_us")  # the driver's: the same round trips, to the reply alone
+    if isinstance(reply, dict) and all(isinstance(reply.get(k), int | float) for k in QUANTILES):
+        out |= {f"reply_{k}": float(reply[k]) for k in QUANTILES}
+    return out
 
 
 def parse_size(text: str) -> int:
