@@ -33,8 +33,11 @@ int lg_ifaces_scan(struct lg_ifinfo *out, int max)
         }
         out[i].up = !!(ifa->ifa_flags & IFF_UP);
         out[i].loopback = !!(ifa->ifa_flags & IFF_LOOPBACK);
-        if (!out[i].ip && ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET)
+        if (!out[i].ip && ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET) {
             out[i].ip = ((struct sockaddr_in *)ifa->ifa_addr)->sin_addr.s_addr;
+            if (ifa->ifa_netmask)
+                out[i].mask = ((struct sockaddr_in *)ifa->ifa_netmask)->sin_addr.s_addr;
+        }
     }
     freeifaddrs(ifa0);
     return n;
@@ -77,6 +80,7 @@ static int resolve(const char *name, const struct lg_ifinfo *ifs, int nifs, stru
     memset(nic, 0, sizeof(*nic));
     strcpy(nic->name, fi->name);
     nic->ip = fi->ip;
+    nic->mask = fi->mask;
     return 0;
 }
 
@@ -185,16 +189,14 @@ static int shm_nic(const struct lg_shm_nic *e, const struct lg_ifinfo *ifs, int 
         return -1;
     memcpy(name, e->name, n);
     name[n] = 0;
-    uint32_t ip = e->n_ipv4 > 0 ? e->ipv4[0] : 0;
-    if (!ip) {
-        const struct lg_ifinfo *fi = find_if(ifs, nifs, name);
-        ip = fi ? fi->ip : 0;
-    }
+    const struct lg_ifinfo *fi = find_if(ifs, nifs, name);
+    uint32_t ip = e->n_ipv4 > 0 ? e->ipv4[0] : fi ? fi->ip : 0;
     if (!ip)
         return -1;
     memset(out, 0, sizeof(*out));
     memcpy(out->name, name, n + 1);
     out->ip = ip;
+    out->mask = fi && fi->ip == ip ? fi->mask : 0; /* the table has no prefix lengths */
     return 0;
 }
 

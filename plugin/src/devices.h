@@ -16,11 +16,13 @@ struct lg_ifinfo {
     uint32_t ip; /* first IPv4 address, network order; 0 = none */
     int up;
     int loopback;
+    uint32_t mask; /* netmask of `ip`, network order; 0 = unknown */
 };
 
 struct lg_nic {
     char name[IFNAMSIZ];
-    uint32_t ip; /* network order */
+    uint32_t ip;   /* network order */
+    uint32_t mask; /* of ip's subnet, network order; 0 = unknown (for log lines only) */
 };
 
 struct lg_device {

@@ -84,6 +84,7 @@ ncclResult_t lg_core_listen(int dev, void *handle, void **listen_comm)
             return ncclSystemError;
         }
         h.ip[p] = d->nic[p].ip;
+        snprintf(h.nic[p], sizeof(h.nic[p]), "%s", d->nic[p].name);
     }
     for (int g = 0; g < LG_GROUP_MAX; g++)
         for (int p = 0; p < LG_NPATHS; p++)

@@ -12,13 +12,14 @@
 #include "linkguard_shm.h"
 #include "lg_test.h"
 
+#define MASK24 0x00ffffffu /* 255.255.255.0 in network order (little-endian hosts) */
 static struct lg_ifinfo ifs[] = {
-    {"lo", 0x0100007f, 1, 1},
-    {"mgmt", 0, 1, 0}, /* no IPv4 */
-    {"rail0", 0x01001283, 1, 0},
-    {"rail1", 0x01011283, 1, 0},
-    {"rail2", 0x01021283, 0, 0}, /* down */
-    {"rail3", 0x01031283, 1, 0},
+    {"lo", 0x0100007f, 1, 1, 0x000000ff},
+    {"mgmt", 0, 1, 0, 0}, /* no IPv4 */
+    {"rail0", 0x01001283, 1, 0, MASK24},
+    {"rail1", 0x01011283, 1, 0, MASK24},
+    {"rail2", 0x01021283, 0, 0, MASK24}, /* down */
+    {"rail3", 0x01031283, 1, 0, MASK24},
 };
 static const int nifs = sizeof(ifs) / sizeof(ifs[0]);
 static struct lg_device_table t;
@@ -37,6 +38,7 @@ static void test_pairs(void)
     CHECK(!strcmp(t.dev[1].nic[0].name, "rail1") && !strcmp(t.dev[1].nic[1].name, "rail0"));
     CHECK(t.dev[0].has_backup && t.dev[1].has_backup);
     CHECK(t.dev[0].nic[0].ip == ifs[2].ip && t.dev[0].nic[1].ip == ifs[3].ip);
+    CHECK(t.dev[0].nic[0].mask == MASK24); /* for the WARN of a cross-rail connect */
     CHECK_EQ(pairs(" rail1 : rail3 , rail0 ", 1), 2); /* spaces; no backup for rail0 */
     CHECK(!strcmp(t.dev[0].nic[1].name, "rail3") && !t.dev[1].has_backup);
     CHECK_EQ(pairs("rail0:rail1", 0), 1); /* LINKGUARD_BACKUP=0 */
@@ -92,8 +94,8 @@ static void test_auto(void)
     CHECK_EQ(lg_devices_from_ifaces(ifs, nifs, 0, NULL, &t, err, sizeof(err)), 3);
     CHECK(!t.dev[0].has_backup);
     /* docker0 and virbr0 are up with addresses, and still no device by default. */
-    struct lg_ifinfo more[] = {{"docker0", 0x010011ac, 1, 0}, {"rail0", 0x01001283, 1, 0},
-                               {"virbr0", 0x01007ac0, 1, 0}, {"rail1", 0x01011283, 1, 0}};
+    struct lg_ifinfo more[] = {{"docker0", 0x010011ac, 1, 0, 0}, {"rail0", 0x01001283, 1, 0, 0},
+                               {"virbr0", 0x01007ac0, 1, 0, 0}, {"rail1", 0x01011283, 1, 0, 0}};
     CHECK_EQ(lg_devices_from_ifaces(more, 4, 1, "^docker,lo,virbr", &t, err, sizeof(err)), 2);
     CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && !strcmp(t.dev[0].nic[1].name, "rail1"));
     CHECK_EQ(lg_devices_from_ifaces(more, 4, 1, "=rail1", &t, err, sizeof(err)), 1);
@@ -169,6 +171,8 @@ static void test_from_shm(void)
     CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && t.dev[0].nic[0].ip == 0x09001283);
     CHECK(t.dev[0].has_backup && !strcmp(t.dev[0].nic[1].name, "rail1"));
     CHECK(t.dev[0].nic[1].ip == ifs[3].ip);
+    /* The table has no prefix lengths: the interface's mask when its address is the one used. */
+    CHECK(t.dev[0].nic[0].mask == 0 && t.dev[0].nic[1].mask == MASK24);
     CHECK(!strcmp(t.dev[1].nic[0].name, "rail1") && t.dev[1].has_backup);
     CHECK(t.dev[1].nic[1].ip == 0x09001283);
     /* mgmt has no address: not a device; rail3's backup index is out of the table;
