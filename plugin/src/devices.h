@@ -66,7 +66,9 @@ int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifin
 
 /* Builds the process's table from the first source that yields devices:
  *   the daemon's shared-memory table when a live daemon is there (lg_devices_from_shm),
- *   LINKGUARD_PAIRS, then every interface. `single` (the standalone lgtcp plugin): one
+ *   LINKGUARD_PAIRS, then every interface. A live daemon whose table lists NICs decides
+ * alone: when none of them is usable, discovery fails rather than offering other NICs (a
+ * daemon with an empty table counts as none). `single` (the standalone lgtcp plugin): one
  * device per interface of LGTCP_IFS (or every interface), no backups.
  * Returns the count, or -1 after a WARN naming the problem. */
 int lg_devices_discover(struct lg_device_table *t, int single);
