@@ -2,7 +2,8 @@
 dev 0 of one host to dev 1 of another, so a path joins NICs of two rails. On a routed fabric
 (the lab's `routed` variant: the switch routes between the rail subnets) it works, every byte
 verified and the bytes seen on the NICs of both rails; on a rail-only fabric it fails at once
-with a WARN naming both NICs and their addresses. That such a connection survives a cut of its
+with a WARN naming both NICs and their addresses (and a NIC that is down on the same rail is
+not mistaken for that). That such a connection survives a cut of its
 routed primary is in test_failover.py (test_cross_rail_cut_then_restore_on_a_routed_fabric).
 """
 
@@ -83,3 +84,19 @@ def test_cross_rail_connect_on_a_rail_only_fabric_says_why(lab, transport: str) 
     assert re.search(r"connect from NIC rail0 \(198\.18\.0\.1\) to the peer's primary NIC rail1 "
                      r"at 198\.18\.1\.2:\d+( failed)?: ", warn[0]), warn[0]
     assert "not routed to each other" in warn[0], warn[0]
+
+
+def test_a_dead_peer_nic_on_the_same_rail_is_not_called_a_routing_problem(lab) -> None:
+    """No answer on the NIC's own subnet (the peer's rail0 cut: its ARP goes unanswered) is a
+    NIC or link that is down, not rails that are not routed to each other."""
+    lab.cut("b", 0)
+    _srv, cli = run_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
+                         f"{lab.mgmt_address('b')}:7150", ["--size", "4096", "--count", "4"],
+                         env={**PAIRS, "LINKGUARD_CONNECT_TIMEOUT_MS": "10000"},
+                         plugin=LINKGUARD_SO, timeout=15)
+    assert not cli.ok and cli.report["errors"][0]["call"] == "connect", cli.report
+    warn = [ln for ln in cli.stderr.splitlines() if "WARN" in ln and "connect from NIC" in ln]
+    assert warn, cli.stderr
+    assert re.search(r"connect from NIC rail0 \(198\.18\.0\.1\) to the peer's primary NIC rail0 "
+                     r"at 198\.18\.0\.2:\d+ failed: ", warn[0]), warn[0]
+    assert "own subnet" in warn[0] and "not routed" not in warn[0], warn[0]
