@@ -77,7 +77,7 @@ def test_cross_rail_connect_on_a_rail_only_fabric_says_why(lab, transport: str) 
     assert not lab.routed
     _srv, cli = run_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
                          f"{lab.mgmt_address('b')}:7130", ["--size", "4096", "--count", "4"],
-                         env=TRANSPORTS[transport], plugin=LINKGUARD_SO, timeout=8, **CROSS)
+                         env=TRANSPORTS[transport], plugin=LINKGUARD_SO, timeout=6, **CROSS)
     assert not cli.ok and cli.report["errors"][0]["call"] == "connect", cli.report
     warn = [ln for ln in cli.stderr.splitlines() if "WARN" in ln and "connect from NIC" in ln]
     assert warn, cli.stderr
@@ -92,8 +92,8 @@ def test_a_dead_peer_nic_on_the_same_rail_is_not_called_a_routing_problem(lab) -
     lab.cut("b", 0)
     _srv, cli = run_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
                          f"{lab.mgmt_address('b')}:7150", ["--size", "4096", "--count", "4"],
-                         env={**PAIRS, "LINKGUARD_CONNECT_TIMEOUT_MS": "10000"},
-                         plugin=LINKGUARD_SO, timeout=15)
+                         env={**PAIRS, "LINKGUARD_CONNECT_TIMEOUT_MS": "6000"},
+                         plugin=LINKGUARD_SO, timeout=7)  # the server waits in vain that long
     assert not cli.ok and cli.report["errors"][0]["call"] == "connect", cli.report
     warn = [ln for ln in cli.stderr.splitlines() if "WARN" in ln and "connect from NIC" in ln]
     assert warn, cli.stderr
