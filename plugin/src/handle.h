@@ -1,8 +1,7 @@
 /* The plugin's own NCCL connection handle (<= NCCL_NET_HANDLE_MAXSIZE bytes): self-describing
  * (magic, version, random listener id, the listener's IPv4 address, port and NIC name on both
- * NICs) plus
- * the connector's progress state, which lives in NCCL's handle memory between calls to connect
- * (NCCL calls connect again with the same memory until it returns a comm). */
+ * NICs) plus the connector's progress state, which lives in NCCL's handle memory between calls
+ * to connect (NCCL calls connect again with the same memory until it returns a comm). */
 #ifndef LG_HANDLE_H
 #define LG_HANDLE_H
 
