@@ -101,8 +101,7 @@ class Lab(FaultsMixin, GrayMixin):
         for ns in t.namespaces:
             netns.add_netns(ns)
             created.append(ns)
-            netns.sysctl(ns, _SYSCTLS | (routing.SWITCH_SYSCTLS if t.routed and
-                                         ns == t.switch_ns else {}))
+            netns.sysctl(ns, _SYSCTLS | routing.sysctls(t, ns))
         # STP off and forward_delay 0: a restored port forwards at once, like a real switch
         # port with portfast.
         bridge_opts = "type bridge forward_delay 0 stp_state 0 mcast_snooping 0"
@@ -116,15 +115,14 @@ class Lab(FaultsMixin, GrayMixin):
                 # Created inside the switch ns, the host end moved straight into its host ns.
                 lines += [f"link add {port} type veth peer name {nic} netns {t.host_ns(host)}",
                           f"link set {port} master {bridge} up"]
-        netns.ip_batch(t.switch_ns, lines + (routing.switch_lines(t) if t.routed else []))
+        netns.ip_batch(t.switch_ns, lines + routing.switch_lines(t))
         for host in t.host_names:
             lines = ["link set lo up"]
             nics = [(t.rail_ifname(r), t.address(host, r)) for r in range(t.rails)]
             nics.append((MGMT_IFNAME, t.mgmt_address(host)))
             for nic, addr in nics:
                 lines += [f"addr add {addr}/{PREFIX_LEN} dev {nic}", f"link set {nic} up"]
-            netns.ip_batch(t.host_ns(host), lines + (routing.host_lines(t, host) if t.routed
-                                                     else []))
+            netns.ip_batch(t.host_ns(host), lines + routing.host_lines(t, host))
         if self.blackhole_rules:
             netns.nft(t.switch_ns, nft_ruleset(t) + gray_ruleset(t))
 

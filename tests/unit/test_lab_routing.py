@@ -39,7 +39,14 @@ def test_switch_routes_every_rail_and_never_the_management_network() -> None:
     assert routing.switch_lines(t) == [
         "addr add 198.18.0.254/24 dev br-rail0", "addr add 198.18.1.254/24 dev br-rail1",
         "addr add 198.18.2.254/24 dev br-rail2"]
-    assert routing.SWITCH_SYSCTLS == {"net.ipv4.ip_forward": "1"}
+    assert routing.sysctls(t, "lg-sw") == {"net.ipv4.ip_forward": "1"}
+    assert routing.sysctls(t, "lg-a") == {}
+
+
+def test_a_rail_only_lab_gets_nothing_of_it() -> None:
+    t = Topology("lg", 2, 2)
+    assert routing.switch_lines(t) == [] and routing.host_lines(t, "a") == []
+    assert routing.sysctls(t, "lg-sw") == {}
 
 
 def test_a_host_reaches_every_other_rail_through_its_own_rails_router() -> None:
