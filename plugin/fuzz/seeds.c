@@ -42,6 +42,11 @@ static void seeds_handle(void)
                           .port = {40000, 40001}};
     lg_handle_encode(b, &h);
     put("fuzz_handle", "backup", b, LG_HANDLE_SIZE);
+    snprintf(h.nic[0], sizeof(h.nic[0]), "rail0");
+    snprintf(h.nic[1], sizeof(h.nic[1]), "rail1");
+    lg_handle_encode(b, &h);
+    put("fuzz_handle", "nic-names", b, LG_HANDLE_SIZE);
+    memset(h.nic, 0, sizeof(h.nic));
     h.flags = 0;
     h.ip[1] = 0, h.port[1] = 0;
     lg_handle_encode(b, &h);

@@ -79,6 +79,7 @@ ncclResult_t lg_core_listen(int dev, void *handle, void **listen_comm)
             goto fail;
         }
         h.ip[p] = d->nic[p].ip;
+        snprintf(h.nic[p], sizeof(h.nic[p]), "%s", d->nic[p].name);
     }
     if (lg_acceptor_register(l->listen_id, file_socket, l) != 0) {
         LG_WARN("listen on device %d: out of memory", dev);

@@ -15,7 +15,6 @@
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,6 +24,7 @@
 #include "inner_mr.h"
 #include "inner_props.h"
 #include "lg_test.h"
+#include "lg_test_warn.h"
 #include "log.h"
 #include "params.h"
 #include "util.h"
@@ -34,21 +34,6 @@
 #define MARKER ((void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION)
 #define NMSG 4
 #define SLOT (2u << 20)
-
-static char last_warn[2048];
-
-static void test_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                        const char *fmt, ...)
-{
-    (void)flags, (void)file, (void)line;
-    if (level != NCCL_LOG_WARN)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "  [expected warn] %s\n", last_warn);
-}
 
 /* The last WARN contains every given fragment. */
 static int warned(const char *a, const char *b)
