@@ -211,7 +211,9 @@ class Engine:
             dom=dom.diagnostics if dom else None, rdma_device=info.rdma_dev,
             flap_penalty=self.policy.penalty(name, self.clock()),
             drain_reason=rec.drain_note if rec.drained else "",
-            dom_flags_seen=dom.flags_seen if dom else {})
+            dom_flags_seen=dom.flags_seen if dom else {},
+            counter_rates={name: rate for (_, name), rate in sorted(rec.last_rates.items())},
+            counters_over=tuple(sorted({name for _, name in rec.error_rates})))
 
     def events_since(self, seq: int) -> list[EventView]:
         history = self.exporter(HistoryExporter)
