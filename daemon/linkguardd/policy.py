@@ -90,6 +90,9 @@ DEFAULT_ERROR_RATES: Mapping[str, float] = MappingProxyType({
     "fec_uncorrectable_blocks": 1.0,
     "fec_corrected_blocks": math.inf,
     "fec_corrected_bits": math.inf,
+    # PCS symbol errors (ethtool STATS_GET eth-phy, IEEE 802.3 30.3.2.1.5): invalid code groups
+    # while receiving, the Ethernet counterpart of the IB PMA symbol_error: the same 10/s.
+    "symbol_error_during_carrier": 10.0,
 })
 
 

@@ -96,7 +96,7 @@ class Settings:
     # 1 s: error-rate thresholds are per second; 8 IFLA_STATS64 reads per second cost nothing.
     stats_interval_s: float = _setting(
         1.0, "Period of error-counter sampling (netlink link statistics, RDMA port and "
-        "transport counters, FEC statistics).",
+        "transport counters, FEC and PCS statistics).",
         minimum=0.1)  # below 0.1 s a single burst dominates the rate
     # 10 s: optics degrade over minutes; each EEPROM page is an I2C read of milliseconds that
     # competes with the NIC firmware's own module polling.

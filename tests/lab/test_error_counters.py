@@ -1,11 +1,11 @@
 """The counters that predict gray links, end to end: the real linkguardd in a lab host, its RDMA
 counters from a copy of the fixture sysfs tree (tests/fixtures/sys: no RDMA NIC here) mapped onto
-the lab's rail0, its FEC monitor asking the kernel about real veths.
+the lab's rail0, its PHY monitor asking the kernel about real veths.
 
 One error burst on the fake port: rail0 DEGRADED naming the counter and its rate (status,
 events, the log line), `linkguard-cli status rail0` showing the counter, then UP again after the
-clean window; a counter reset afterwards raises no alarm. The veth's FEC answer is EOPNOTSUPP,
-which the daemon takes as no data.
+clean window; a counter reset afterwards raises no alarm. A veth answers FEC_GET with
+EOPNOTSUPP and STATS_GET with an empty eth-phy group, which the daemon takes as no data.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from daemon_fixture import Daemon, Daemons
 from ops_helpers import describe, poll, run_cli
 
 from linkguard_lab.lab import Lab
-from linkguardd.monitors.ethtool_fec import EthtoolFec
-from linkguardd.monitors.fec import FecMonitor
+from linkguardd.monitors.ethtool_stats import EthtoolStats
+from linkguardd.monitors.phy import PhyMonitor
 
 pytestmark = pytest.mark.lab
 
@@ -32,17 +32,21 @@ WAIT_S = 15.0  # a few 0.2 s polls on a loaded machine
 CLEAN_WINDOW_MS = 5000
 
 
-def test_a_veth_answers_fec_get_with_eopnotsupp(lab: Lab) -> None:
-    nl = EthtoolFec(lab.ns("a"))
+def test_a_veth_has_no_fec_and_no_phy_statistics(lab: Lab) -> None:
+    nl = EthtoolStats(lab.ns("a"))
     try:
         with pytest.raises(OSError) as raised:
             nl.fec_get("rail0")
         assert raised.value.errno == errno.EOPNOTSUPP
-        assert nl.read("rail0") is None  # no FEC: an answer, not an error
-        assert nl.read("nosuch0") is None  # ENODEV
+        assert nl.phy_get("rail0") == {}  # the kernel took the request: an empty group
+        assert nl.read("rail0") == {}  # neither: an answer, not an error
+        with pytest.raises(OSError) as raised:
+            nl.phy_get("nosuch0")
+        assert raised.value.errno == errno.ENODEV
+        assert nl.read("nosuch0") is None
     finally:
         nl.close()
-    mon = FecMonitor(["rail0", "rail1"], netns=lab.ns("a"))
+    mon = PhyMonitor(["rail0", "rail1"], netns=lab.ns("a"))
     facts: list[object] = []
 
     async def one_poll() -> None:
@@ -136,4 +140,4 @@ def test_an_error_burst_degrades_the_nic_until_a_clean_window(lab: Lab, daemons:
 
     dump = run_cli(lab, d.host, d.grpc_socket, "dump")
     monitors = json.loads(dump.stdout)["monitors"]
-    assert monitors["fec"]["success"] and monitors["rdma_counters"]["success"], monitors
+    assert monitors["phy"]["success"] and monitors["rdma_counters"]["success"], monitors

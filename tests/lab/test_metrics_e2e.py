@@ -4,8 +4,8 @@ netdevs through the real monitors, policy, engine and exporters, scraped over HT
 A namespace of our own holds veth netdevs named like the fixture tree's (tests/fixtures/sys:
 ib0 on mlx5_0, ens2np0 on mlx5_1, eth4 and eth5 on mlx4_0), each with its peer ("switch port")
 beside it; the netlink monitor watches them,
-the RDMA monitors and the inventory read the fixture tree, the FEC monitor asks the veths (no
-FEC: no data), the DOM monitor reads spec-built
+the RDMA monitors and the inventory read the fixture tree, the PHY monitor asks the veths (no
+FEC or PHY statistics: no data), the DOM monitor reads spec-built
 EEPROM images (the only fake: no optical module here). One real fault, carrier lost on ib0
 (its peer set down)
 gives a transition and a detection latency. The scrape, with the values that depend on time
@@ -34,7 +34,7 @@ from linkguardd.exporters.metrics import MetricsExporter
 from linkguardd.main import resolve_nics
 from linkguardd.monitors import MONITORS
 from linkguardd.monitors.dom import DomMonitor
-from linkguardd.monitors.fec import FecMonitor
+from linkguardd.monitors.phy import PhyMonitor
 from linkguardd.monitors.rdma import RdmaMonitor
 from linkguardd.monitors.rdma_counters import RdmaCountersMonitor
 from linkguardd.monitors.verbs_events import FakeVerbsSource
@@ -103,7 +103,7 @@ def scrape_daemon(ns: str, tmp_path: Path) -> str:
                 RdmaMonitor(settings.sysfs_root, ifnames, FakeVerbsSource(),
                             settings.stats_interval_s),
                 RdmaCountersMonitor(settings.sysfs_root, ifnames, settings.stats_interval_s),
-                FecMonitor(ifnames, ns, settings.stats_interval_s),
+                PhyMonitor(ifnames, ns, settings.stats_interval_s),
                 DomMonitor(ifnames, ns, settings.dom_interval_s,
                            page_reader=FakePageReader(MODULES))]
 

@@ -193,11 +193,15 @@ SCENARIOS: dict[str, tuple[list[Step], PolicyConfig | None]] = {
         (2000, counters("rdma", packet_seq_err=40), S.DEGRADED, R.ERROR_RATE)], None),
     "uncorrectable FEC blocks degrade; corrected ones are only watched": ([
         (0, UP, S.UP, R.STARTUP),
-        (0, counters("fec", fec_corrected_blocks=0, fec_uncorrectable_blocks=0), S.UP, R.STARTUP),
-        (1000, counters("fec", fec_corrected_blocks=10**9, fec_uncorrectable_blocks=1),
+        (0, counters("phy", fec_corrected_blocks=0, fec_uncorrectable_blocks=0), S.UP, R.STARTUP),
+        (1000, counters("phy", fec_corrected_blocks=10**9, fec_uncorrectable_blocks=1),
          S.UP, R.STARTUP),
-        (2000, counters("fec", fec_corrected_blocks=2 * 10**9, fec_uncorrectable_blocks=5),
+        (2000, counters("phy", fec_corrected_blocks=2 * 10**9, fec_uncorrectable_blocks=5),
          S.DEGRADED, R.ERROR_RATE)], None),
+    "PCS symbol errors degrade like IB symbol errors": ([
+        (0, UP, S.UP, R.STARTUP),
+        (0, counters("phy", symbol_error_during_carrier=0), S.UP, R.STARTUP),
+        (1000, counters("phy", symbol_error_during_carrier=11), S.DEGRADED, R.ERROR_RATE)], None),
     "RNR NAKs are watched, never judged": ([
         (0, UP, S.UP, R.STARTUP), (0, counters("rdma", rnr_nak_retry_err=0), S.UP, R.STARTUP),
         (1000, counters("rdma", rnr_nak_retry_err=10**12), S.UP, R.STARTUP)], None),

@@ -29,10 +29,10 @@ def _rdma_counters(s: Settings, nics: Sequence[str]) -> Monitor:
                                poll_interval_s=s.stats_interval_s)
 
 
-def _fec(s: Settings, nics: Sequence[str]) -> Monitor:
-    from linkguardd.monitors.fec import FecMonitor
+def _phy(s: Settings, nics: Sequence[str]) -> Monitor:
+    from linkguardd.monitors.phy import PhyMonitor
 
-    return FecMonitor(list(nics), netns=s.netns or None, interval_s=s.stats_interval_s)
+    return PhyMonitor(list(nics), netns=s.netns or None, interval_s=s.stats_interval_s)
 
 
 def _dom(s: Settings, nics: Sequence[str]) -> Monitor:
@@ -46,7 +46,7 @@ MONITORS: tuple[tuple[str, Callable[[Settings, Sequence[str]], Monitor]], ...] =
     ("netlink", _netlink),
     ("rdma", _rdma),
     ("rdma_counters", _rdma_counters),
-    ("fec", _fec),
+    ("phy", _phy),
     ("dom", _dom),
 )
 

@@ -1,7 +1,8 @@
-"""The FEC monitor and its ethtool netlink codec, from message bytes laid out as the kernel's
+"""The PHY monitor and its ethtool netlink codec, from message bytes laid out as the kernel's
 uapi says (linux/netlink.h, linux/genetlink.h, linux/ethtool_netlink.h: enum ETHTOOL_MSG_*,
-ETHTOOL_A_HEADER_*, ETHTOOL_A_FEC_*, ETHTOOL_A_FEC_STAT_*). The live kernel path (a veth
-answers EOPNOTSUPP) is tests/lab/test_fec_veth.py."""
+ETHTOOL_A_HEADER_*, ETHTOOL_A_FEC_*, ETHTOOL_A_FEC_STAT_*, ETHTOOL_A_STATS_*, ETHTOOL_A_BITSET_*).
+The live kernel path (a veth answers EOPNOTSUPP and an empty group) is in
+tests/lab/test_error_counters.py."""
 from __future__ import annotations
 
 import asyncio
@@ -9,14 +10,15 @@ import errno
 import re
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linkguardd.facts import Fact
-from linkguardd.monitors import ethtool_fec as fec
-from linkguardd.monitors.fec import FecMonitor
+from linkguardd.monitors import ethtool_stats as fec
+from linkguardd.monitors.phy import PhyMonitor
 
 FAMILY = 21  # whatever id the kernel gave the "ethtool" family
 UAPI = Path("/usr/include/linux/ethtool_netlink.h")  # linux-libc-dev, with the C toolchain
@@ -52,14 +54,30 @@ def fec_reply(seq: int = 1, stats: bytes | None = None) -> bytes:
     return message(FAMILY, seq, 30, attrs)
 
 
+def stats_reply(seq: int = 2, phy: int | None = 77) -> bytes:
+    """ETHTOOL_MSG_STATS_GET_REPLY (33): header, ETHTOOL_A_STATS_SRC (5, u32 0: aggregate), one
+    ETHTOOL_A_STATS_GRP (4) nest per group: GRP_ID (2), GRP_SS_ID (3), a GRP_STAT (4) nest per
+    value holding one attribute whose type is the stat's index. An eth-mac group (ID 1) with its
+    own stat 0 comes first: it must not be read as the PHY's."""
+    mac = nla(2, struct.pack("=I", 1)) + nla(3, struct.pack("=I", 18)) + nla(4 | 0x8000,
+                                                                             nla(0, u64s(999)))
+    phy_grp = nla(2, struct.pack("=I", 0)) + nla(3, struct.pack("=I", 17))
+    if phy is not None:
+        phy_grp += nla(4 | 0x8000, nla(0, u64s(phy)))
+    attrs = (nla(2 | 0x8000, nla(1, struct.pack("=I", 7)) + nla(2, b"rail0\0"))
+             + nla(5, struct.pack("=I", 0)) + nla(4 | 0x8000, mac) + nla(4 | 0x8000, phy_grp))
+    return message(FAMILY, seq, 33, attrs)
+
+
 def error(seq: int, code: int) -> bytes:
     """NLMSG_ERROR (2): struct nlmsgerr {int error (-errno); struct nlmsghdr msg}."""
     return struct.pack("=IHHII", 36, 2, 0, seq, 0) + struct.pack("=i", -code) + b"\0" * 16
 
 
-def decode(buf: bytes) -> dict[str, int]:
+def decode(buf: bytes, parse: Any = fec.parse_fec_reply) -> dict[str, int]:
     [(_t, _f, _s, off, end)] = list(fec.parse_messages(buf, len(buf)))
-    return fec.parse_fec_reply(buf, off, end)
+    result: dict[str, int] = parse(buf, off, end)
+    return result
 
 
 # --- the codec -----------------------------------------------------------------------------
@@ -87,6 +105,21 @@ def test_the_constants_are_the_kernels() -> None:
                 "fec_corrected_bits": "CORR_BITS"}[name]
         assert index("ETHTOOL_A_FEC_STAT_UNSPEC", f"ETHTOOL_A_FEC_STAT_{uapi}") == number
     assert re.search(r"#define ETHTOOL_FLAG_STATS\s+\(1 << 2\)", text)
+    assert index("ETHTOOL_MSG_USER_NONE", "ETHTOOL_MSG_STATS_GET") == fec.ETHTOOL_MSG_STATS_GET
+    assert index("ETHTOOL_MSG_KERNEL_NONE", "ETHTOOL_MSG_STATS_GET_REPLY") == \
+        fec.ETHTOOL_MSG_STATS_GET_REPLY
+    for name in ("HEADER", "GROUPS", "GRP"):
+        assert index("ETHTOOL_A_STATS_UNSPEC", f"ETHTOOL_A_STATS_{name}") == \
+            getattr(fec, f"ETHTOOL_A_STATS_{name}")
+    for name in ("ID", "STAT"):
+        assert index("ETHTOOL_A_STATS_GRP_UNSPEC", f"ETHTOOL_A_STATS_GRP_{name}") == \
+            getattr(fec, f"ETHTOOL_A_STATS_GRP_{name}")
+    for name in ("NOMASK", "SIZE", "VALUE"):
+        assert index("ETHTOOL_A_BITSET_UNSPEC", f"ETHTOOL_A_BITSET_{name}") == \
+            getattr(fec, f"ETHTOOL_A_BITSET_{name}")
+    assert index("ETHTOOL_STATS_ETH_PHY", "ETHTOOL_STATS_ETH_PHY") == fec.ETHTOOL_STATS_ETH_PHY
+    assert index("ETHTOOL_A_STATS_ETH_PHY_5_SYM_ERR", "ETHTOOL_A_STATS_ETH_PHY_5_SYM_ERR") == 0
+    assert fec.PHY_STATS == {0: "symbol_error_during_carrier"}
 
 
 def test_the_request_is_laid_out_as_the_uapi_says() -> None:
@@ -97,6 +130,19 @@ def test_the_request_is_laid_out_as_the_uapi_says() -> None:
     family = fec.family_request(3)
     assert family[4:6] == struct.pack("=H", 16) and family[16] == 3  # GENL_ID_CTRL, GETFAMILY
     assert nla(2, b"ethtool\0") in family
+
+
+def test_the_stats_request_asks_the_eth_phy_group_only() -> None:
+    got = fec.stats_request(FAMILY, 4, "rail0")
+    groups = nla(1, b"") + nla(2, struct.pack("=I", 1)) + nla(4, struct.pack("=I", 1))
+    body = (struct.pack("=BBH", 32, 1, 0) + nla(2 | 0x8000, nla(2, b"rail0\0"))
+            + nla(3 | 0x8000, groups))  # STATS_GET: HEADER (2), GROUPS (3): NOMASK, SIZE, VALUE
+    assert got == struct.pack("=IHHII", 16 + len(body), FAMILY, 1, 4, 0) + body
+
+
+def test_the_phy_symbol_errors_are_read_from_their_group_only() -> None:
+    assert decode(stats_reply(), fec.parse_stats_reply) == {"symbol_error_during_carrier": 77}
+    assert decode(stats_reply(phy=None), fec.parse_stats_reply) == {}  # a veth: an empty group
 
 
 def test_the_reply_totals_are_the_first_array_entries() -> None:
@@ -121,15 +167,17 @@ def test_the_family_id_is_read_from_the_controller_reply() -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=300) | st.builds(
-    lambda cut, junk: fec_reply()[:cut] + junk, st.integers(0, 200), st.binary(max_size=40)))
+    lambda reply, cut, junk: reply[:cut] + junk, st.sampled_from([fec_reply(), stats_reply()]),
+    st.integers(0, 200), st.binary(max_size=40)))
 def test_any_bytes_decode_without_error_and_only_from_their_message(data: bytes) -> None:
     buf = bytearray(data) + bytearray(64)
     for _t, _f, _s, off, end in fec.parse_messages(buf, len(data)):
         alone = bytearray(b"\xaa" * len(buf))
         alone[off:end] = buf[off:end]
-        got = fec.parse_fec_reply(buf, off, end)
-        assert got == fec.parse_fec_reply(alone, off, end)
-        assert all(isinstance(v, int) and 0 <= v < 2**64 for v in got.values())
+        for parse in (fec.parse_fec_reply, fec.parse_stats_reply):
+            got = parse(buf, off, end)
+            assert got == parse(alone, off, end)
+            assert all(isinstance(v, int) and 0 <= v < 2**64 for v in got.values())
 
 
 # --- the socket conversation ---------------------------------------------------------------
@@ -156,18 +204,19 @@ class FakeSocket:
         pass
 
 
-def client(answers: list[list[bytes]]) -> fec.EthtoolFec:
-    nl = object.__new__(fec.EthtoolFec)
+def client(answers: list[list[bytes]]) -> fec.EthtoolStats:
+    nl = object.__new__(fec.EthtoolStats)
     nl._sock, nl._seq, nl._buf, nl.family = FakeSocket(answers), 0, bytearray(4096), FAMILY
     return nl
 
 
 def test_a_stale_reply_is_skipped_and_eopnotsupp_is_no_fec() -> None:
-    nl = client([[error(0, errno.ETIMEDOUT), fec_reply(seq=1)],
-                 [error(2, errno.EOPNOTSUPP)], [error(3, errno.ENODEV)], [error(4, errno.EPERM)]])
+    nl = client([[error(0, errno.ETIMEDOUT), fec_reply(seq=1)], [stats_reply(seq=2)],
+                 [error(3, errno.EOPNOTSUPP)], [stats_reply(seq=4, phy=None)],
+                 [error(5, errno.ENODEV)], [error(6, errno.EPERM)]])
     assert nl.read("rail0") == {"fec_corrected_blocks": 1234, "fec_uncorrectable_blocks": 5,
-                                "fec_corrected_bits": 98765}
-    assert nl.read("veth0") is None  # a driver without FEC: an answer, not an error
+                                "fec_corrected_bits": 98765, "symbol_error_during_carrier": 77}
+    assert nl.read("veth0") == {}  # a driver without FEC: an answer, not an error
     assert nl.read("gone0") is None  # no such netdev
     with pytest.raises(PermissionError, match="rail0: EPERM"):
         nl.read("rail0")
@@ -175,8 +224,8 @@ def test_a_stale_reply_is_skipped_and_eopnotsupp_is_no_fec() -> None:
 
 # --- the monitor ---------------------------------------------------------------------------
 
-class FakeFec:
-    """EthtoolFec's interface with scripted answers per NIC: a dict, None or an exception."""
+class FakeStats:
+    """EthtoolStats's interface with scripted answers per NIC: a dict, None or an exception."""
 
     def __init__(self, answers: dict[str, dict[str, int] | None | Exception]) -> None:
         self.answers = answers
@@ -192,7 +241,7 @@ class FakeFec:
         self.closed += 1
 
 
-def run_polls(mon: FecMonitor, polls: int) -> list[Fact]:
+def run_polls(mon: PhyMonitor, polls: int) -> list[Fact]:
     facts: list[Fact] = []
     mon._sink = facts.append
     for _ in range(polls):
@@ -203,34 +252,34 @@ def run_polls(mon: FecMonitor, polls: int) -> list[Fact]:
 def test_the_monitor_samples_nics_with_fec_and_says_nothing_of_the_others() -> None:
     opened: list[str | None] = []
     rail0 = {"fec_corrected_blocks": 10, "fec_uncorrectable_blocks": 0}
-    fake = FakeFec({"rail0": rail0, "veth0": None, "rail1": {}})
+    fake = FakeStats({"rail0": rail0, "veth0": None, "rail1": {}})
 
-    def opener(ns: str | None) -> FakeFec:
+    def opener(ns: str | None) -> FakeStats:
         opened.append(ns)
         return fake
 
-    mon = FecMonitor(["rail0", "veth0", "rail1"], "ns1", opener=opener)  # type: ignore[arg-type]
+    mon = PhyMonitor(["rail0", "veth0", "rail1"], "ns1", opener=opener)  # type: ignore[arg-type]
     facts = run_polls(mon, 2)
     assert [(f.ifname, f.counters, f.source) for f in facts  # type: ignore[union-attr]
-            ] == [("rail0", rail0, "fec")] * 2
+            ] == [("rail0", rail0, "phy")] * 2
     assert opened == ["ns1"]  # one socket, kept
     assert mon.supported == {"rail0": True, "veth0": False, "rail1": False}
     assert mon.health.success
 
 
 def test_a_failed_request_is_a_monitor_error_and_the_socket_is_opened_again() -> None:
-    fakes = [FakeFec({"rail0": PermissionError(errno.EPERM, "rail0: EPERM")}),
-             FakeFec({"rail0": {"fec_uncorrectable_blocks": 3}})]
-    mon = FecMonitor(["rail0"], opener=lambda ns: fakes.pop(0))
+    fakes = [FakeStats({"rail0": PermissionError(errno.EPERM, "rail0: EPERM")}),
+             FakeStats({"rail0": {"fec_uncorrectable_blocks": 3}})]
+    mon = PhyMonitor(["rail0"], opener=lambda ns: fakes.pop(0))
     assert run_polls(mon, 1) == []
-    assert not mon.health.success and "rail0: FEC_GET: [Errno 1] rail0: EPERM" in \
+    assert not mon.health.success and "rail0: ethtool statistics: [Errno 1] rail0: EPERM" in \
         mon.health.last_error
     assert len(run_polls(mon, 1)) == 1 and mon.health.success
 
 
 def test_a_kernel_without_the_ethtool_family_is_no_data() -> None:
-    def opener(ns: str | None) -> fec.EthtoolFec:
+    def opener(ns: str | None) -> fec.EthtoolStats:
         raise FileNotFoundError(errno.ENOENT, "ethtool family: ENOENT")
 
-    mon = FecMonitor(["rail0"], opener=opener)
+    mon = PhyMonitor(["rail0"], opener=opener)
     assert run_polls(mon, 1) == [] and mon.health.success
