@@ -199,7 +199,7 @@ ncclResult_t lg_core_get_properties(int dev, ncclNetProperties_v12_t *props)
         return lg_wrap_get_properties(dev, props);
     memset(props, 0, sizeof(*props));
     /* DESIGN.md: describe the primary; advertise what both members support (both are this
-     * TCP transport: host memory, grouped receives). */
+     * TCP transport: host memory, grouped receives up to LINKGUARD_MAX_RECVS). */
     props->name = (char *)d->nic[0].name;
     props->pciPath = d->pci_path[0] ? (char *)d->pci_path : NULL;
     props->guid = d->guid;
@@ -210,7 +210,7 @@ ncclResult_t lg_core_get_properties(int dev, ncclNetProperties_v12_t *props)
     props->port = 0;
     props->latency = 0;
     props->maxComms = LG_MAX_COMMS;
-    props->maxRecvs = LG_MAX_RECVS; /* grouped receives, as NCCL's IB transport (conn.h) */
+    props->maxRecvs = (int)lg_params.max_recvs; /* grouped receives: conn.h, LG_MAX_RECVS */
     props->netDeviceType = NCCL_NET_DEVICE_HOST;
     props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
     props->vProps.ndevs = 1;

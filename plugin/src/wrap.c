@@ -228,7 +228,7 @@ ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props)
 {
     *props = lg_wrap->props[dev];
     /* A grouped receive goes to the inner plugin whole, within our request window. */
-    props->maxRecvs = LG_MIN(props->maxRecvs, LG_MAX_RECVS);
+    props->maxRecvs = LG_MIN(props->maxRecvs, (int)lg_params.max_recvs);
     return ncclSuccess;
 }
 
