@@ -105,6 +105,7 @@ bench-failover: build
 # Gray failures on the primary (lossy, policed, one stalled flow): throughput and failovers.
 bench-gray: build
 	$(PY) -m bench.gray --trials 5
+	$(PY) -m bench.gray_soak --minutes 30 --burners 2
 
 bench-soak: build
 	$(PY) -m bench.soak --faults 200
