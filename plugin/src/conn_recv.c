@@ -68,7 +68,7 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
                            struct lg_inner_mr **imrs, void **request)
 {
     if (n < 1 || n > LG_MAX_RECVS) {
-        LG_WARN("irecv with %d buffers, but maxRecvs is %d", n, LG_MAX_RECVS);
+        LG_WARN("irecv with %d buffers: at most %d can be grouped", n, LG_MAX_RECVS);
         return ncclInternalError;
     }
     int err = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
