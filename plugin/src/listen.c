@@ -220,25 +220,18 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
     }
     uint64_t timeout = (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
     lg_acceptor_progress();
-    ncclResult_t rc = ncclSuccess;
+    struct lg_group ready = {0};
     pthread_mutex_lock(&l->mu);
     /* Read under the lock: groups are stamped by whichever thread ran the acceptor, so an
      * earlier reading could lie before their t0 and make now - t0 wrap. */
     uint64_t now = lg_now_ns();
-    for (int i = 0; i < LG_GROUP_MAX; i++) {
+    for (int i = 0; i < LG_GROUP_MAX && !ready.used; i++) {
         struct lg_group *g = &l->groups[i];
         if (group_complete(g)) {
-            struct lg_conn *c = group_build(l, g);
-            if (!c || lg_core_conn_ready(c) != 0) {
-                if (c)
-                    lg_conn_free(c);
-                LG_WARN("accept on device %d: cannot set up the connection", l->dev);
-                rc = ncclSystemError;
-            }
-            *recv_comm = rc == ncclSuccess ? c : NULL;
-            break;
-        }
-        if (g->used && now - g->t0 > timeout) {
+            ready = *g; /* taken out: built below, outside the lock the acceptor's sink takes */
+            memset(g->fds, -1, sizeof(g->fds));
+            g->used = g->mask = 0;
+        } else if (g->used && now - g->t0 > timeout) {
             char have[2 * (LG_MAX_STREAMS + 2) + 1];
             int n = 0;
             for (int p = 0; p < LG_NPATHS; p++) {
@@ -254,7 +247,19 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
         }
     }
     pthread_mutex_unlock(&l->mu);
-    return rc;
+    if (!ready.used)
+        return ncclSuccess;
+    struct lg_conn *c = group_build(l, &ready);
+    if (!c)
+        group_drop(&ready); /* the sockets not yet handed to a path */
+    if (!c || lg_core_conn_ready(c) != 0) {
+        if (c)
+            lg_conn_free(c);
+        LG_WARN("accept on device %d: cannot set up the connection", l->dev);
+        return ncclSystemError;
+    }
+    *recv_comm = c;
+    return ncclSuccess;
 }
 
 ncclResult_t lg_core_close_listen(void *listen_comm)
