@@ -70,10 +70,11 @@
  *    cursor to message n chunk 0, commit E' and T, release the hold; every message >= n is
  *    sent again from NCCL's buffers, still intact since a send completes only once acked and
  *    no writer holds it. NCCL sees none of it: requests complete later, never with an error.
- *  - Fence. A primary that is left is closed on both sides (BYE(FENCE); tasks detached and
- *    waited for, including a handler running inline on NCCL's thread; then the sockets closed),
- *    so nothing late can be read into a buffer NCCL reused; a writer cut off mid-chunk gives
- *    its hold on the message back. A backup left at reintegration stays as standby: a chunk it
+ *  - Fence. A primary that is left is closed on both sides (BYE(FENCE) at once; after the
+ *    monitor's pass over every connection, so a storm switches them all first: tasks
+ *    detached and waited for, including a handler running inline on NCCL's thread; then the
+ *    sockets closed), so nothing late can be read into a buffer NCCL reused; a writer cut
+ *    off mid-chunk gives its hold on the message back. A backup left at reintegration stays as standby: a chunk it
  *    was writing is finished (TCP framing) and dropped by its old epoch.
  *  - Rebuild and reintegration. A failed path is rebuilt by the sender (connector): fresh
  *    sockets to the receiver's listening socket for that NIC (one per NIC address per process,
@@ -209,6 +210,8 @@ struct lg_path {
     char why[128];
     int ready;            /* sender, rebuilt path: READY came */
     int retired;          /* sockets closed, tasks detached (monitor) */
+    int bye_sent;         /* BYE(FENCE) queued (monitor) */
+    int retire_queued;    /* in the monitor's list of paths to retire after its pass */
     struct lg_wpath w;    /* wrap mode: the inner comm carrying this path's data */
 };
 

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -24,6 +25,40 @@
 
 /* When a rebuild `delay` from now may start: later by up to LINKGUARD_REJOIN_JITTER_MS, so
  * that connections released together (one daemon UP, one peer heartbeat) spread out. */
+/* Paths to retire once the monitor's pass is over (monitor thread only). */
+static struct {
+    struct lg_path **p;
+    int n, cap;
+} later;
+
+static void retire_later(struct lg_path *p)
+{
+    if (p->retired || p->retire_queued)
+        return;
+    if (later.n == later.cap) {
+        int cap = later.cap ? 2 * later.cap : 64;
+        struct lg_path **np = realloc(later.p, (size_t)cap * sizeof(*np));
+        if (!np) {
+            lg_path_retire(p, 1); /* no room: at once, as before */
+            return;
+        }
+        later.p = np;
+        later.cap = cap;
+    }
+    lg_path_fence_start(p, 1);
+    p->retire_queued = 1;
+    later.p[later.n++] = p;
+}
+
+void lg_fo_retire_deferred(void)
+{
+    for (int i = 0; i < later.n; i++) {
+        later.p[i]->retire_queued = 0;
+        lg_path_retire(later.p[i], 1);
+    }
+    later.n = 0;
+}
+
 static uint64_t rebuild_at(uint64_t now, uint64_t delay)
 {
     uint64_t j = MS(lg_params.rejoin_jitter_ms);
@@ -289,7 +324,7 @@ static int note_failures(struct lg_conn *c, uint64_t now)
         else
             sl->delay_ns = MS(lg_params.rejoin_ms);
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
-        lg_path_retire(p, 1);
+        retire_later(p);
     }
     struct lg_path *p0 = c->paths[0], *p1 = c->paths[1];
     if (p0 && p1 && !lg_path_up(p0) && !lg_path_up(p1) &&
@@ -751,7 +786,7 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         sl->noted = 1;
         sl->delay_ns = MS(lg_params.rejoin_ms);
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
-        lg_path_retire(old, 1);
+        retire_later(old);
     } else if (old && old != p && c->wrap && !old->retired) {
         lg_wrap_rearm(old); /* the backup left at reintegration: a fresh inner comm (wrap.h) */
     }
@@ -920,7 +955,7 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     fo->hb_force = 1;
     if (old && old != p && old->index == 0 && !old->retired) {
         fo->slot[0].noted = 1;
-        lg_path_retire(old, 1);
+        retire_later(old);
     } else if (old && old != p && c->wrap && !old->retired) {
         lg_wrap_rearm(old); /* fenced before the RESYNC; now its next inner comm */
     }

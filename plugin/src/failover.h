@@ -215,5 +215,11 @@ void lg_fo_init(struct lg_conn *c);
 void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f);
 /* Detaches, closes and marks a path retired (monitor or close; never from a handler). */
 void lg_path_retire(struct lg_path *p, int say_bye);
+/* Its first, cheap part: the path fails (no one uses it from now) and the peer is told. */
+void lg_path_fence_start(struct lg_path *p, int say_bye);
+/* Monitor, after a pass over every connection: retires the paths the pass left or found
+ * failed. In a storm every connection switches first; the detaching and closing, which may
+ * wait for a handler to leave, come after, batched. */
+void lg_fo_retire_deferred(void);
 
 #endif
