@@ -162,11 +162,18 @@ static ncclResult_t f_isend(void *s, void *d, size_t size, void **r)
     return ncclSuccess;
 }
 
-static ncclResult_t f_irecv(void *c, void **d, size_t *sz, void **r)
+static ncclResult_t f_irecv(void *c, int n, void **d, const size_t *sz, const int *tags,
+                            void **r)
 {
     fake_inner_stats.irecv_req_in = *r;
-    if (is("loop"))
-        return loop_post(c, LOOP_RECV, d[0], sz[0], r);
+    fake_inner_stats.irecvs++;
+    fake_inner_stats.recv_n = n;
+    for (int i = 0; i < n && i < 8; i++) {
+        fake_inner_stats.recv_sizes[i] = sz ? sz[i] : 0;
+        fake_inner_stats.recv_tags[i] = tags ? tags[i] : -1;
+    }
+    if (is("loop")) /* single receives only */
+        return n == 1 ? loop_post(c, LOOP_RECV, d[0], sz[0], r) : ncclInternalError;
     if (!is("keepmarker"))
         *r = &req;
     return ncclSuccess;
@@ -180,6 +187,8 @@ static ncclResult_t f_test(void *r, int *done, int *sizes)
     *done = 1;
     if (sizes)
         sizes[0] = (int)fake_inner_stats.last_send_size;
+    for (int i = 1; sizes && i < fake_inner_stats.recv_n && i < 8; i++)
+        sizes[i] = (int)fake_inner_stats.recv_sizes[i] - i;
     return ncclSuccess;
 }
 
@@ -208,9 +217,11 @@ static ncclResult_t f_isend_v8(void *s, void *d, int size, int tag, void *mh, vo
 }
 static ncclResult_t f_irecv_v8(void *c, int n, void **d, int *sz, int *tags, void **mh, void **r)
 {
-    (void)n, (void)tags, (void)mh;
-    size_t size = sz ? (size_t)sz[0] : 0;
-    return f_irecv(c, d, &size, r);
+    (void)mh;
+    size_t s[8] = {0};
+    for (int i = 0; i < n && i < 8; i++)
+        s[i] = sz && sz[i] > 0 ? (size_t)sz[i] : 0;
+    return f_irecv(c, n, d, s, tags, r);
 }
 
 FAKE_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {
@@ -241,8 +252,8 @@ static ncclResult_t f_isend_ph(void *s, void *d, size_t size, int tag, void *mh,
 static ncclResult_t f_irecv_ph(void *c, int n, void **d, size_t *sz, int *tags, void **mh,
                                void **ph, void **r)
 {
-    (void)n, (void)tags, (void)mh, (void)ph;
-    return f_irecv(c, d, sz, r);
+    (void)mh, (void)ph;
+    return f_irecv(c, n, d, sz, tags, r);
 }
 
 FAKE_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
