@@ -36,6 +36,7 @@ from prometheus_client.exposition import choose_encoder
 from linkguardd.monitors.rdma import ERROR_COUNTERS as RDMA_ERROR_COUNTERS
 from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
 from linkguardd.states import NicState, Reason
+from linkguardd.verdicts.wire import REJECT_REASONS, VERDICTS
 from linkguardd.view import DaemonView, NicView
 
 # 50 µs .. 1 s: carrier-loss detection is expected well under 1 ms in the lab (issue 3 goal
@@ -149,6 +150,7 @@ class Metrics:
         yield from self._transition_families([n.name for n in nics], sorted(monitors))
         if self.view is not None:
             yield from _monitor_families(monitors)
+            yield from _plugin_verdict_families(self.view, nics)
             f = _NicFamilies()
             for nic in nics:
                 f.add(nic)
@@ -228,6 +230,30 @@ def _monitor_families(health: dict[str, Any]) -> Iterator[Metric]:
     yield success
     yield errors
     yield duration
+
+
+def _plugin_verdict_families(view: DaemonView, nics: list[NicView]) -> Iterator[Metric]:
+    accepted, rejected = view.plugin_verdict_counts()
+    verdicts = CounterMetricFamily(
+        "linkguard_plugin_verdicts", "Verdicts on a NIC reported by jobs' NCCL plugins, by NIC "
+        "and verdict (stalled, lossy, slow, healthy); they never change the NIC's state.",
+        labels=["device", "verdict"])
+    for nic in nics:  # every pair from the first scrape, so increase() sees the first report
+        for verdict in VERDICTS:
+            verdicts.add_metric([nic.name, verdict], accepted.get((nic.name, verdict), 0))
+    yield verdicts
+    rejects = CounterMetricFamily(
+        "linkguard_plugin_verdict_rejects", "Datagrams on the verdict socket that were not "
+        "taken, by reason (garbage, an unknown NIC, a sender over its rate).", labels=["reason"])
+    for reason in REJECT_REASONS:
+        rejects.add_metric([reason], rejected.get(reason, 0))
+    yield rejects
+    gray = GaugeMetricFamily(
+        "linkguard_nic_plugin_gray_reporters", "Processes whose unexpired report calls the NIC "
+        "stalled, lossy or slow (0: not gray).", labels=["device"])
+    for nic in nics:
+        gray.add_metric([nic.name], len(nic.plugin_verdicts))
+    yield gray
 
 
 def _split_flag(flag: str) -> tuple[str, str]:
