@@ -35,7 +35,7 @@ from prometheus_client.exposition import choose_encoder
 
 from linkguardd.monitors.rdma import ERROR_COUNTERS as RDMA_ERROR_COUNTERS
 from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
-from linkguardd.states import NicState, Reason
+from linkguardd.states import NOTE_REASONS, NicState, Reason
 from linkguardd.verdicts.wire import REJECT_REASONS, VERDICTS
 from linkguardd.view import DaemonView, NicView
 
@@ -45,7 +45,8 @@ DETECTION_BUCKETS = (50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 2
                      100e-3, 250e-3, 500e-3, 1.0)
 STATES = tuple(s.name.lower() for s in NicState)
 ENTERED_STATES = tuple(s.name.lower() for s in NicState if s is not NicState.UNKNOWN)
-REASONS = tuple(r.name.lower() for r in Reason if r is not Reason.NONE)  # NONE: never a cause
+# NONE is never a cause; notes (a job's verdict) are events without a transition
+REASONS = tuple(r.name.lower() for r in Reason if r is not Reason.NONE and r not in NOTE_REASONS)
 DOM_STATUSES = ("ok", "no_module", "undecodable")
 LEVELS = ("high_alarm", "low_alarm", "high_warning", "low_warning")
 # The per-kind error counters of struct rtnl_link_stats64 (linux/if_link.h): rx_errors and
