@@ -233,6 +233,19 @@ def test_a_file_in_the_way_is_left_alone_and_the_daemon_goes_on(tmp_path: Path) 
     asyncio.run(monitor.stop())
 
 
+def test_a_second_daemon_does_not_steal_a_live_socket(sock_path: str) -> None:
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    live.bind(sock_path)
+    with live:
+        monitor = PluginVerdictMonitor(sock_path, ["rail0"])
+        asyncio.run(monitor.start(lambda f: None))
+        assert not monitor.health.success and "another process" in monitor.health.last_error
+        assert send(sock_path, "rail0", "stalled").returncode == 0
+        assert len(live.recv(wire.SIZE + 1)) == wire.SIZE  # still the first one's
+        asyncio.run(monitor.stop())
+        assert stat.S_ISSOCK(os.stat(sock_path).st_mode)  # and left in place
+
+
 def test_a_sender_over_its_rate_is_cut_off_until_its_bucket_refills(sock_path: str) -> None:
     clock = Clock()  # frozen: no refill while the burst arrives
     extra = 5

@@ -80,7 +80,10 @@ class PluginVerdictMonitor:
         with contextlib.suppress(FileNotFoundError):
             if not stat.S_ISSOCK(os.lstat(self.path).st_mode):
                 raise OSError(0, "exists and is not a socket: not removing it")
+            if _bound(self.path):  # a second daemon must not steal a live one's socket
+                raise OSError(0, "another process receives verdicts there")
             os.unlink(self.path)  # a stale socket of an earlier daemon
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
                              | socket.SOCK_CLOEXEC)
         try:
@@ -148,3 +151,13 @@ class PluginVerdictMonitor:
                     "the last from pid %d uid %d: %s", counts, pid, uid, exc)
         self._unlogged.clear()
         self._logged_ns = now
+
+
+def _bound(path: str) -> bool:
+    """Whether a live socket is bound at `path` (a stale file refuses connect())."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+        return True
