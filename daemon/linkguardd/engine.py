@@ -68,6 +68,7 @@ class Engine:
         self.exporters = exporters(self)
         self.ready = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
+        self._deadline_at: int | None = None  # the policy deadline the timer is set for
         self._tasks: list[asyncio.Task[None]] = []
 
     def exporter(self, kind: type[E]) -> E | None:
@@ -146,6 +147,8 @@ class Engine:
             isinstance(fact, LinkFact) and self._link_info_changed(fact))
         self._publish(transitions, force=force, monitor=monitor,
                       fact_ns=getattr(fact, "at_ns", None))
+        if isinstance(fact, CountersFact) and not transitions:
+            self._schedule_deadline()  # an error rate over its limit moves a clean window's end
         if isinstance(fact, LinkFact) and fact.present and fact.ifname not in self.inventory:
             asyncio.get_running_loop().create_task(self.refresh_inventory())
 
@@ -174,7 +177,7 @@ class Engine:
         return info is None or info.ifindex != fact.ifindex
 
     def _on_deadline(self) -> None:
-        self._deadline = None
+        self._deadline, self._deadline_at = None, None
         now = self.clock()
         self._publish(self.policy.tick(now) + self._noted(self.verdicts.expire(now), now))
         self._schedule_deadline()  # also when the tick changed nothing (e.g. damping still on)
@@ -182,9 +185,12 @@ class Engine:
     def _schedule_deadline(self) -> None:
         times = (self.policy.next_deadline_ns(), self.verdicts.next_expiry_ns())
         when = min((t for t in times if t is not None), default=None)
+        if self._deadline and when == self._deadline_at:
+            return  # already set for it (counter samples ask ten times a second)
         if self._deadline:
             self._deadline.cancel()
             self._deadline = None
+        self._deadline_at = when
         if when is not None:
             delay = max(0.0, (when - self.clock()) / 1e9)
             self._deadline = asyncio.get_running_loop().call_later(delay, self._on_deadline)
@@ -249,6 +255,8 @@ class Engine:
             flap_penalty=self.policy.penalty(name, self.clock()),
             drain_reason=rec.drain_note if rec.drained else "",
             dom_flags_seen=dom.flags_seen if dom else {},
+            counter_rates={name: rate for (_, name), rate in sorted(rec.last_rates.items())},
+            counters_over=tuple(sorted({name for _, name in rec.error_rates})),
             plugin_verdicts=tuple(PluginVerdictView(r.fact, self._unix_time(r.first_ns),
                                                     self._unix_time(r.last_ns), r.count,
                                                     self._unix_time(self.verdicts.expires_ns(r)))
