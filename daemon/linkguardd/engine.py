@@ -68,7 +68,7 @@ class Engine:
         self.exporters = exporters(self)
         self.ready = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
-        self._deadline_at: int | None = None  # the policy deadline the timer is set for
+        self._deadline_at: int | None = None  # what the timer is set for: policy or verdicts
         self._tasks: list[asyncio.Task[None]] = []
 
     def exporter(self, kind: type[E]) -> E | None:
