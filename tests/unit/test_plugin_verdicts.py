@@ -7,10 +7,12 @@ real stall.)"""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -307,3 +309,22 @@ def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
     assert 'linkguard_plugin_verdict_rejects_total{reason="bad_magic"} 1.0' in scrape
     assert 'linkguard_transitions_total{device="rail0",state="up"} 1.0' in scrape  # not 2
     assert before.state == NicState.UP  # type: ignore[attr-defined]
+
+
+def test_a_reload_keeps_the_reports_of_nics_still_monitored(tmp_path: Path) -> None:
+    async def main() -> tuple[int, int, float]:
+        settings = settings_in(tmp_path)
+        engine = Engine(settings, ["rail0", "rail1"], {}, [])
+        await engine.start()
+        try:
+            now_s = time.monotonic()  # the engine's clock: nothing expires during the test
+            engine.on_fact(fact("rail0", pid=7, at_s=now_s))
+            engine.on_fact(fact("rail1", pid=7, at_s=now_s))
+            fewer = dataclasses.replace(settings, interfaces=("rail0",), plugin_verdict_ttl_s=60)
+            await engine.reload(fewer, ["rail0"], {}, [])
+            return (len(engine.nic("rail0").plugin_verdicts), len(engine.verdicts.reports("rail1")),
+                    engine.verdicts.ttl_ns / S)
+        finally:
+            await engine.stop()
+
+    assert asyncio.run(main()) == (1, 0, 60.0)
