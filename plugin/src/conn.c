@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "acceptor.h"
+#include "core.h"
 #include "log.h"
 #include "monitor.h"
 #include "params.h"
@@ -245,6 +246,7 @@ void lg_conn_free(struct lg_conn *c)
             lg_listener_put(c->listener[i]);
     for (int i = 0; i < LG_WINDOW; i++)
         free(c->reqs[i].cover_heap);
+    lg_ctx_release(c->ctx); /* after the inner comms: the last one may end the inner context */
     pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->wmu);

@@ -109,6 +109,23 @@
  * the committed path from NCCL's thread); the receiver closes the inner comm of a path it
  * leaves before its RESYNC, and every path left by a switch is fenced and rebuilt.
  *
+ * What each transport guarantees, and so when a send completes (NCCL reuses the buffer then,
+ * and a replay reads it):
+ *  - linkguard's TCP streams: written bytes are only in a socket buffer; the receiver's ACK
+ *    says placed. A send completes on the ACK and once no writer reads its buffer.
+ *  - an inner plugin, LINKGUARD_INNER_PLACED=0: nothing assumed beyond "the inner reads the
+ *    buffer until its send completes". A send completes on the ACK and the inner completion.
+ *  - an inner plugin, LINKGUARD_INNER_PLACED=1 (declared by the operator: RC verbs, lgtcp):
+ *    an inner send completes only once placed in the receiver's buffer, whose receive
+ *    completion is then due. The inner completion counts as an ACK (acked rises with it).
+ *    The sender says so (DELIVERED on each path as its comm comes up), and its receiver
+ *    then acks only when due (LG_ACK_NOW_*), not after every completion.
+ *    Resync stays exact: a sender proposing a switch stops completing inner sends and sends
+ *    DELIVERED(k = acked) before the SWITCH; the receiver completes its inner receives on the
+ *    comm it leaves until it holds k before it fences that comm, and completes what is done
+ *    before any other close of its committed comm; its RESYNC n >= k. A RESYNC below acked
+ *    fails the connection (lg_resync_check), so a send NCCL saw complete is never replayed. 
+ *
  * Threads: NCCL's progress thread calls isend/irecv/test; its service thread calls
  * connect/accept/regMr/close. Socket handlers run serialized per socket (progress.h) on
  * whichever thread gets there: NCCL's thread for small work (isend writes a small message,
@@ -261,6 +278,7 @@ struct lg_req {
     /* wrap mode (under conn->wmu) */
     struct lg_inner_mr *imr; /* NCCL's registration of the buffer */
     void *ireq;              /* the inner request of its current post, NULL: none */
+    int w_slot;              /* receiver: slot of the path whose inner comm placed it */
 };
 
 struct lg_conn {
@@ -319,6 +337,7 @@ struct lg_conn {
     int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
+    struct lg_ctx *ctx; /* NCCL's communicator context (held; core.h), or NULL */
     /* wrap mode (wrap.h): data through the inner plugin's comms */
     int wrap;
     pthread_mutex_t wmu;     /* inner data calls vs commits and fences */
@@ -327,6 +346,12 @@ struct lg_conn {
     uint64_t w_test;         /* oldest message whose inner request is not seen complete */
     uint64_t w_post;         /* receiver: next message to post an inner receive for (the
                               * sender uses cursor_seq) */
+    uint64_t w_since;        /* connect/accept first asked for the inner comms (0: not yet) */
+    int peer_placed;         /* receiver: the sender said its sends complete on placement
+                              * (a DELIVERED came), so acks may wait (atomic) */
+    int w_frozen;            /* sender, LINKGUARD_INNER_PLACED: a SWITCH told the receiver
+                              * what to hold; no inner send completes until the switch ends
+                              * (under wmu) */
 };
 
 #define LG_HOLD_NONE 0

@@ -148,6 +148,19 @@ void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f)
         }
         pthread_mutex_unlock(&c->mb_mu);
         break;
+    case LG_CTRL_DELIVERED:
+        if (!c->wrap || f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
+            lg_conn_peer_lied(c, "DELIVERED for %llu messages, but %s",
+                              (unsigned long long)f->value,
+                              c->wrap ? "fewer receives were posted" : "not in wrap mode");
+            return;
+        }
+        __atomic_store_n(&c->peer_placed, 1, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->value > mb->delivered)
+            mb->delivered = f->value;
+        pthread_mutex_unlock(&c->mb_mu);
+        break;
     case LG_CTRL_RESYNC:
         if (f->flags != p->index || f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
             lg_conn_path_failed(p, 0, "RESYNC for another path or unsent messages");
@@ -702,6 +715,7 @@ static void send_switch(struct lg_conn *c, uint64_t now)
     fo->sw_epoch = fo->proposed = lg_epoch_next(__atomic_load_n(&c->epoch, __ATOMIC_RELAXED),
                                                fo->seen, fo->proposed);
     fo->sw_gen = t->gen;
+    lg_wrap_tx_switching(c, t); /* wrap mode: DELIVERED first (what the receiver must hold) */
     struct lg_ctrl f = {.type = LG_CTRL_SWITCH, .epoch = fo->sw_epoch,
                         .value = (uint64_t)fo->sw_target};
     lg_path_ctrl_send(t, &f);
@@ -749,11 +763,17 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         pthread_mutex_unlock(&c->mu);
         if (c->wrap)
             pthread_mutex_unlock(&c->wmu);
-        lg_conn_peer_lied(c, "RESYNC at epoch %u to message #%llu, but %s #%llu",
+        /* With LINKGUARD_INNER_PLACED, completed sends count as acknowledged: a receiver
+         * short of them means the inner plugin completed sends it had not placed. */
+        int placed = c->wrap && lg_params.inner_placed;
+        lg_conn_peer_lied(c, "RESYNC at epoch %u to message #%llu, but %s #%llu%s",
                           epoch, (unsigned long long)n,
                           bad == -1 ? "it had acknowledged every message below" :
                                       "we sent only the messages below",
-                          (unsigned long long)(bad == -1 ? acked : cur));
+                          (unsigned long long)(bad == -1 ? acked : cur),
+                          bad == -1 && placed ? " (or the inner plugin completed sends it had "
+                                                "not placed: is LINKGUARD_INNER_PLACED=1 true "
+                                                "of it?)" : "");
         return;
     }
     uint64_t replay = wrap_same ? 0 : lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk,
@@ -917,8 +937,15 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     struct lg_fo *fo = &c->fo;
     struct lg_path *p = c->paths[target], *old = c->active_path;
     int from = c->active;
-    if (c->wrap) /* NCCL's thread posts inner receives on the committed path: hold it off */
+    if (c->wrap) { /* NCCL's thread posts inner receives on the committed path: hold it off */
         pthread_mutex_lock(&c->wmu);
+        if (old != p) { /* what the sender's inner plugin placed is ours before the fence */
+            pthread_mutex_lock(&c->mb_mu);
+            uint64_t delivered = c->mb.delivered;
+            pthread_mutex_unlock(&c->mb_mu);
+            lg_wrap_rx_hold(c, old, delivered);
+        }
+    }
     pthread_mutex_lock(&c->mu);
     __atomic_store_n(&c->active, target, __ATOMIC_RELEASE);
     c->active_path = p;

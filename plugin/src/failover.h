@@ -195,6 +195,7 @@ struct lg_fo {
 struct lg_mailbox {
     uint32_t switch_epoch; /* receiver: newest SWITCH */
     int switch_target;
+    uint64_t delivered;    /* receiver: newest DELIVERED (wrap mode): hold at least these */
     uint32_t switch_gen;   /* generation of the path it came on */
     uint64_t switch_rx_ns;
     uint32_t resync_epoch; /* sender: newest RESYNC */
