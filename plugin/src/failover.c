@@ -20,6 +20,7 @@
 #include "params.h"
 #include "reconnect.h"
 #include "util.h"
+#include "verdict.h"
 
 #define MS(x) ((uint64_t)(x) * 1000000ull)
 
@@ -438,6 +439,10 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
              ms_since(fo->wd_since, now), (unsigned long long)placed);
     LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s to %s %s", (unsigned long long)c->nonce,
             slot_name(p->index), p->nic, p->peer, why);
+    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
+                                           .path = (uint8_t)p->index,
+                                           .for_ms = (uint32_t)ms_since(fo->wd_since, now),
+                                           .conn = c->nonce, .peer = p->peer});
     fo->wd_since = 0;
     lg_conn_path_failed(p, 0, why);
 }
@@ -473,6 +478,10 @@ static void tx_watchdog(struct lg_conn *c, uint64_t now)
                  ti.tcpi_last_ack_recv, ti.tcpi_unacked, ti.tcpi_retrans);
         LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s %s",
                 (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer, why);
+        lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
+                                               .path = (uint8_t)p->index,
+                                               .for_ms = ti.tcpi_last_ack_recv,
+                                               .conn = c->nonce, .peer = p->peer});
         lg_conn_path_failed(p, 0, why);
         return;
     }
