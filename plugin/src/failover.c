@@ -513,6 +513,13 @@ static void gray_hold(struct lg_conn *c, struct lg_fo_slot *sl, struct lg_path *
             "%.0f s", (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer,
             permille / 10, permille % 10, d->sent / 1e6, (long long)lg_params.gray_window_ms,
             sl->gray_hold_ns / 1e9);
+    uint64_t window_ns = MS(lg_params.gray_window_ms);
+    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_LOSSY,
+                                           .path = (uint8_t)p->index,
+                                           .for_ms = 2 * (uint32_t)lg_params.gray_window_ms,
+                                           .loss_ppm = permille * 1000,
+                                           .rate_Bps = d->acked * 1000000000ull / window_ns,
+                                           .conn = c->nonce, .peer = p->peer});
 }
 
 static void gray_watch(struct lg_conn *c, uint64_t now)

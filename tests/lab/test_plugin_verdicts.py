@@ -95,3 +95,35 @@ def show(lab: Lab, d: Daemon) -> None:
     assert re.search(r'linkguard_plugin_verdicts_total\{device="rail0",verdict="stalled"\} '
                      r'[1-9]', scrape)
     assert d.nic("rail0").state == NicState.UP
+
+
+def test_a_lossy_link_the_job_leaves_is_shown_lossy(lab: Lab, daemons: Daemons) -> None:
+    """rail0 drops 3 % of its frames (carrier up, the daemons see nothing): the sending plugin's
+    goodput health leaves it and reports the NIC lossy, with the share it measured."""
+    build_plugin()
+    d = {h: daemons.start(lab, h, *DAEMON_ARGS) for h in ("a", "b")}
+    pair = start_stream_pair(
+        lab_starter(lab, "b"), lab_starter(lab, "a"), f"{lab.mgmt_address('b')}:7310",
+        duration_s=60, args=ARGS, env=PLUGIN_ENV, timeout=90,
+        server_env={"LINKGUARD_SHM": str(d["b"].shm_path),
+                    "LINKGUARD_VERDICT_SOCKET": str(d["b"].verdict_socket)},
+        client_env={"LINKGUARD_SHM": str(d["a"].shm_path),
+                    "LINKGUARD_VERDICT_SOCKET": str(d["a"].verdict_socket)})
+    try:
+        poll(lambda: [ln for ln in pair.stderr_lines() if _PORTS.search(ln.text)], WAIT_S,
+             "the connections to be up", interval_s=0.05)
+        lab.lossy("a", 0, 3)
+        try:
+            reported = poll(lambda: {h: v for h in d for v in gray_nics(lab, d[h]).get(
+                "rail0", []) if v["verdict"] == "lossy"}, WAIT_S, "rail0 reported lossy")
+            assert lab.carrier("a", 0) and d["a"].nic("rail0").state == NicState.UP
+        finally:
+            lab.unlossy("a", 0)
+        for verdict in reported.values():
+            assert verdict["pid"] in {p.pid for p in pair.procs.values()}, verdict
+            assert verdict["path"] == "primary" and verdict["loss_ppm"] >= 10000, verdict
+    finally:
+        for proc in pair.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGUSR1)  # a clean end; only the processes we started
+        pair.wait(timeout=60)
