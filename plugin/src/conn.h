@@ -38,6 +38,8 @@
  *   RESYNC(E, T, n)     recv->send  on path T: "committed E on T; I hold every message < n"
  *   READY(gen)          recv->send  on a rebuilt path: accepted
  *   BYE(CLOSE|FENCE)    both ways   EOF follows on purpose: the connection / only this path
+ *   POSTED(n)           send->recv  wrap mode: n messages handed to the inner plugin (with
+ *                                   heartbeats, on the active path, while any is unacked)
  *  - Epochs. Both sides hold a committed epoch E (0 at connect), the active slot and the path
  *    object E uses. Only the sender proposes (SWITCH, with E' = max(own, seen, proposed) + 1),
  *    only the receiver commits; a SWITCH or RESYNC whose epoch is not above the committed one

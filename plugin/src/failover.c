@@ -161,6 +161,18 @@ void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f)
             mb->delivered = f->value;
         pthread_mutex_unlock(&c->mb_mu);
         break;
+    case LG_CTRL_POSTED:
+        /* Not checkable (a sender may run ahead of the receives NCCL posted); a false one
+         * can only make the watchdog fail a path over, never complete or replay anything. */
+        if (!c->wrap) {
+            lg_conn_peer_lied(c, "POSTED, but not in wrap mode");
+            return;
+        }
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->value > mb->peer_posted)
+            mb->peer_posted = f->value;
+        pthread_mutex_unlock(&c->mb_mu);
+        break;
     case LG_CTRL_RESYNC:
         if (f->flags != p->index || f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
             lg_conn_path_failed(p, 0, "RESYNC for another path or unsent messages");
@@ -447,6 +459,50 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
     lg_conn_path_failed(p, 0, why);
 }
 
+/* Receiver, wrap mode: the inner plugin's data flows are not ours to read, so progress is
+ * judged from its requests. The oldest incomplete message has its inner receive posted, the
+ * sender said it handed that message to its inner plugin (POSTED), the peer is heard and NCCL
+ * polls (inner completions are seen by its test() calls), and still nothing completes for
+ * LINKGUARD_STALL_MS: the inner path is stalled (a hung queue pair, a blackholed flow) and
+ * fails like a dead one, long before the inner plugin's own timeouts give up. */
+static void wrap_rx_watchdog(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *p = c->active_path;
+    if (!lg_params.stall_ms || !lg_path_up(p) || !lg_wrap_carries(&p->w))
+        return;
+    uint64_t base = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&c->mb_mu);
+    uint64_t sent = c->mb.peer_posted;
+    pthread_mutex_unlock(&c->mb_mu);
+    int waiting = sent > base && base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) &&
+                  heard_recently(p, now);
+    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
+        fo->wd_polled_ns = now;
+    if (now - fo->wd_polled_ns > MS(lg_params.stall_ms) / 2)
+        waiting = 0;
+    if (!waiting || base != fo->wd_base || !fo->wd_since) {
+        fo->wd_base = base;
+        fo->wd_since = waiting ? now : 0;
+        return;
+    }
+    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
+    if (now - from < MS(lg_params.stall_ms))
+        return;
+    char why[128];
+    snprintf(why, sizeof(why), "stalled: the inner receive of message #%llu got nothing for "
+             "%.0f ms although the sender handed it to its inner plugin",
+             (unsigned long long)base, ms_since(from, now));
+    LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s to %s %s", (unsigned long long)c->nonce,
+            slot_name(p->index), p->nic, p->peer, why);
+    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
+                                           .path = (uint8_t)p->index,
+                                           .for_ms = (uint32_t)ms_since(from, now),
+                                           .conn = c->nonce, .peer = p->peer});
+    fo->wd_since = 0;
+    lg_conn_path_failed(p, 0, why);
+}
+
 /* Sender: the same watchdog, from TCP's side. A data socket with segments in flight and no
  * acknowledgement for LINKGUARD_STALL_MS (tcp(7) TCP_INFO: tcpi_unacked, tcpi_last_ack_recv)
  * is a flow the network stopped: a receiver that merely does not read still acknowledges (its
@@ -601,6 +657,20 @@ static void heartbeats(struct lg_conn *c, uint64_t now)
     }
     fo->hb_flags = flags;
     fo->hb_force = 0;
+    struct lg_path *pa = c->active_path;
+    if (c->wrap && c->kind == LG_CONN_SEND && lg_path_up(pa) &&
+        now - fo->posted_told_ns >= MS(lg_params.heartbeat_ms)) {
+        /* As often as heartbeats: what the receiver's watchdog needs to tell a stalled inner
+         * path from a quiet one. */
+        fo->posted_told_ns = now;
+        pthread_mutex_lock(&c->mu);
+        uint64_t sent = c->cursor_seq;
+        pthread_mutex_unlock(&c->mu);
+        if (sent > __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)) {
+            struct lg_ctrl posted = {.type = LG_CTRL_POSTED, .value = sent};
+            lg_path_ctrl_send(pa, &posted);
+        }
+    }
 }
 
 /* Both paths dead for the dead timeout: fail the connection with a WARN naming both. The
@@ -1134,7 +1204,7 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
     if (!late) {
         check_silence(c, now);
         if (c->kind == LG_CONN_RECV)
-            rx_watchdog(c, now);
+            c->wrap ? wrap_rx_watchdog(c, now) : rx_watchdog(c, now);
         else {
             tx_watchdog(c, now);
             gray_watch(c, now);

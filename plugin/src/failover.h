@@ -162,6 +162,7 @@ struct lg_fo {
     int daemon;            /* a live daemon was seen at the last evaluation */
     uint8_t hb_flags;      /* what our last heartbeat said */
     uint64_t hb_force;     /* send a heartbeat on every path at the next run */
+    uint64_t posted_told_ns; /* sender, wrap mode: when POSTED last went out */
     /* what the peer said (copied from the mailbox) */
     uint8_t peer_flags;
     uint32_t peer_epoch;
@@ -203,6 +204,8 @@ struct lg_mailbox {
     uint64_t resync_n;
     uint32_t resync_gen;
     uint64_t resync_rx_ns;
+    uint64_t peer_posted;  /* receiver, wrap mode: newest POSTED (messages the sender handed
+                            * to its inner plugin) */
     uint8_t hb_flags;      /* newest heartbeat */
     uint32_t hb_epoch;
     uint64_t hb_gens;

@@ -54,6 +54,9 @@ enum lg_ctrl_type {
                             * path as its inner comm comes up and just before each SWITCH on
                             * the same path: value = messages whose sends completed (the
                             * inner plugin placed them): hold every one */
+    LG_CTRL_POSTED = 9, /* send->recv, wrap mode, on the active path with its heartbeats while
+                         * a message is unacknowledged: value = messages handed to the inner
+                         * plugin; the receiver's progress watchdog (failover.c) */
     LG_CTRL_TYPE_MAX
 };
 #define LG_BYE_CLOSE 0 /* the connection is being closed */

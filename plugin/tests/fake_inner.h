@@ -24,6 +24,8 @@ struct fake_inner_stats {
     int regs[2];           /* registrations made on comms of device 0 / 1 (deregs subtracted) */
     int flush_dev;         /* device of the comm the newest iflush went to */
     int placed_dev;        /* device of the receive comm that placed the newest message */
+    int stall_dev;         /* set by a test: 1 + the device whose pairs stop copying (a hung
+                            * queue pair: requests stay posted, nothing completes); 0 none */
 };
 
 #endif

@@ -68,6 +68,8 @@ static struct loop_comm *loop_comm_new(int kind, int dev, uint64_t ctx_id)
 static void loop_match(struct loop_comm *s)
 {
     struct loop_comm *r = s ? s->peer : NULL;
+    if (s && __atomic_load_n(&loop_st->stall_dev, __ATOMIC_RELAXED) == s->dev + 1)
+        return; /* hung */
     while (s && r && s->head < s->tail && r->head < r->tail) {
         struct loop_req *a = s->q[s->head++ % LOOP_DEPTH], *b = r->q[r->head++ % LOOP_DEPTH];
         size_t n = a->size <= b->size ? a->size : b->size;

@@ -37,6 +37,7 @@
 
 static struct fake_inner_stats *fst;
 static int refused_lines; /* INFO lines of an inner regMr failing on a path (atomic) */
+static int stalled_lines; /* INFO lines of the wrap-mode watchdog (atomic) */
 
 #define FST(f) __atomic_load_n(&fst->f, __ATOMIC_RELAXED)
 
@@ -398,6 +399,39 @@ static void test_placed_resync(int kill_receiver)
     lg_params.inner_placed = 0;
 }
 
+/* ---- a hung inner path -------------------------------------------------------------------- */
+
+/* The primary's inner pair stops moving anything (a hung queue pair: carrier up, heartbeats
+ * fine, every request stays posted): the receiver's watchdog sees the message the sender
+ * handed to its inner plugin not arrive, fails the path, and the message is replayed on the
+ * backup. Without the watchdog it would wait for the inner plugin's own timeouts. */
+static void test_inner_stall(void)
+{
+    struct pair p;
+    int size = -1;
+    CHECK_EQ(pair_open(&p, NULL), 0);
+    CHECK(roundtrip(&p, 0, 50));
+    uint32_t e0 = epoch_of(p.s);
+    int seen = __atomic_load_n(&stalled_lines, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&fst->stall_dev, 1, __ATOMIC_RELAXED); /* device 0: the primary */
+    void *r = post_recv(&p, 1), *s = post_send(&p, 1, 51);
+    int rdone = 0, sdone = 0, ssize = -1;
+    uint64_t t0 = lg_now_ns();
+    while (r && s && (!rdone || !sdone) && lg_now_ns() - t0 < 15000000000ull) {
+        /* Both, as NCCL's proxy polls every request: the sender replays from its test(). */
+        if ((!rdone && lg_core_test(r, &rdone, &size) != ncclSuccess) ||
+            (!sdone && lg_core_test(s, &sdone, &ssize) != ncclSuccess))
+            break;
+        usleep(20);
+    }
+    CHECK(rdone && sdone && received_ok(&p, 1, 51, size));
+    CHECK(wait_moved(&p, e0, 5));
+    CHECK(__atomic_load_n(&stalled_lines, __ATOMIC_ACQUIRE) > seen);
+    __atomic_store_n(&fst->stall_dev, 0, __ATOMIC_RELAXED);
+    CHECK(roundtrip(&p, 2, 52));
+    pair_close(&p);
+}
+
 /* ---- traffic across a kill and the move back --------------------------------------------------- */
 
 /* NBUF messages in flight each way; the primary killed after 20, back on it after 60. */
@@ -466,6 +500,8 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
     va_end(ap);
     if (strstr(buf, "regMr failed on a path"))
         __atomic_add_fetch(&refused_lines, 1, __ATOMIC_ACQ_REL);
+    if (strstr(buf, "stalled: the inner receive of message #"))
+        __atomic_add_fetch(&stalled_lines, 1, __ATOMIC_ACQ_REL);
     if (level == NCCL_LOG_INFO && !getenv("LG_TEST_VERBOSE"))
         return;
     fprintf(stderr, "%s %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", buf);
@@ -504,6 +540,7 @@ int main(void)
     test_placed_completion(1);
     test_placed_resync(0);
     test_placed_resync(1);
+    test_inner_stall();
     test_traffic(0, 0);
     test_traffic(1, 1);
     test_traffic(1, 0);
