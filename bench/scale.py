@@ -1,0 +1,406 @@
+"""Failover at scale: many connections in many processes per host, one daemon-driven cut.
+
+    python -m bench.scale [--quick] [--procs 1,2,8] [--conns 1,16,64,256] [--trials 2]
+                          [--rate 20000] [--size 16K] [--json out.json]
+
+For every (processes per host, connections per process) of the matrix, a throw-away 2-host x
+2-rail lab (prefix lgsc*), linkguardd in both hosts (failover_gap's --hold-down-ms 300
+--flap-penalty 0) and `procs` pairs of lg_nccl_driver (bench/driver_fleet.py): each client in
+host a sends to its server in host b over `conns` connections through
+libnccl-net-linkguard.so, device 0 (rail0 primary, rail1 standby), every byte verified, every
+connection of a process progressed by its one polling thread as NCCL's proxy thread does. Each
+connection posts one message every pace_us (the host's --rate messages/s shared by all its
+connections, at most one every 2 ms each): a fixed load on these 2 CPUs whatever the matrix
+cell. Drivers sleep --idle-us 200 after a pass without progress instead of spinning (16
+spinning processes would starve the daemons). Per cell:
+
+  1. connected and idle (the driver's --idle-s, ended by SIGUSR2): descriptors, threads and
+     resident memory of every driver (/proc/PID), then the CPU of the plugin's own threads
+     (named lg-*: the monitor, the progress workers) over 3 s with nothing posted;
+  2. traffic; the plugin threads' CPU over 2 s of it;
+  3. each trial: cut a's rail0 at the switch, wait until every connection's sender logged its
+     failover, 1 s on the standby, restore, wait until every connection's sender logged its
+     primary path rebuilt (it has its standby again) and its return to the primary, 2 s;
+  4. SIGUSR1: the drivers stop cleanly and report; every process is stopped by its PID and
+     the lab removed, whatever happened.
+
+Per connection (either end's completions, from the drivers' gap files, every gap of at least
+half a pace listed) and per trial: its longest gap overlapping [cut, last failover line +
+50 ms], and its longest gap in a control stretch just before the cut, as long (at least
+300 ms), that ended before it. p50 / p99 / max are over all connections of all trials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.driver_fleet import Fleet
+from bench.failover_gap import DAEMON_ARGS, freeze_build, stats
+from bench.lab_iperf import machine
+from bench.plugin_driver import DriverResult, build_plugin
+from bench.proc_usage import cpu_shares, footprint
+from bench.scale_gaps import Window, comm_conns, per_connection, window_maxima
+from linkguard_lab import demo
+from linkguard_lab.demo import PAIRS, HostDaemon, driver_env, start_daemons
+from linkguard_lab.lab import Lab, unique_prefix
+from linkguard_lab.timeline import first_event
+
+PROCS = (1, 2, 8)
+CONNS = (1, 16, 64, 256)
+QUICK = ((1, 1), (1, 16), (2, 1), (2, 16))
+MAX_PER_HOST = 2048  # connections per host: 8 x 256
+DEPTH = 4
+PACE_MIN_US = 2000.0
+IDLE_US = 200
+IDLE_MEASURE_S = 3.0
+WARM_S = 3.0  # traffic before the first cut; the plugin threads' CPU is read in its last 2 s
+TRAFFIC_MEASURE_S = 2.0
+HOLD_S = 1.0  # on the standby before the restore
+SETTLE_S = 2.0  # after a trial: the next trial's control stretch
+FAIL_WAIT_S = 30.0
+BACK_WAIT_S = 45.0
+MARGIN_NS = 50_000_000
+MIN_CONTROL_NS = 300_000_000
+# The issue's goals (#11): at these cells, every connection lossless and gap p99 within 50 ms
+# of the control p99; everywhere: every standby back within 3 s of UP, at most 4 descriptors
+# per connection, the plugin's threads under 2 % of a core per 100 idle connections.
+GOAL_CELLS = ((2, 256), (8, 32))
+GOAL_P99_MS = 50.0
+GOAL_STANDBY_S = 3.0
+GOAL_FDS = 4.0
+GOAL_IDLE_CPU = 2.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    procs: int
+    conns: int
+
+    @property
+    def per_host(self) -> int:
+        return self.procs * self.conns
+
+    def pace_us(self, rate: float) -> float:
+        return max(PACE_MIN_US, self.per_host / rate * 1e6)
+
+
+def run_cell(cell: Cell, trials: int, rate: float, size: str, build: dict[str, Any],
+             log: Callable[[str], None]) -> dict[str, Any]:
+    pace = cell.pace_us(rate)
+    list_ms = max(1.0, pace / 2e3)
+    out: dict[str, Any] = {"procs": cell.procs, "conns": cell.conns, "pace_us": pace,
+                           "list_ms": list_ms, "size": size, "trials": []}
+    gap_dir = Path(tempfile.mkdtemp(prefix="gaps-", dir=build["dir"]))
+    results: list[tuple[DriverResult, DriverResult]] = []
+    t0 = time.monotonic()
+    try:
+        with Lab(unique_prefix("lgsc"), 2, 2) as lab:
+            lab.up()
+            daemons = start_daemons(lab, DAEMON_ARGS)
+            fleet = None
+            try:
+                args = ["--size", size, "--depth", str(DEPTH), "--pace-us", f"{pace:.0f}",
+                        "--idle-us", str(IDLE_US), "--idle-s", "3600", "--timestamps",
+                        "--gap-list-ms", f"{list_ms:g}", "--top-gaps", "5"]
+                fleet = Fleet(lab, cell.procs, cell.conns, 3600, args,
+                              env={"LINKGUARD_PAIRS": PAIRS}, server_env=driver_env(lab, "b"),
+                              client_env=driver_env(lab, "a"), gap_dir=gap_dir,
+                              plugin=Path(build["plugin"]))
+                measure(out, fleet, daemons[0], trials, log)
+                results = fleet.finish()
+            finally:
+                if fleet is not None:
+                    fleet.kill()
+                for d in daemons:
+                    d.stop()
+        analyse(out, results, gap_dir)
+    finally:
+        shutil.rmtree(gap_dir, ignore_errors=True)
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    out["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
+    return out
+
+
+def measure(out: dict[str, Any], fleet: Fleet, daemon_a: HostDaemon, trials: int,
+            log: Callable[[str], None]) -> None:
+    setup_s = 60 + fleet.total() * 0.05
+    t = time.monotonic()
+    if not fleet.wait(lambda: fleet.phase("connected"), setup_s):
+        out["failure"] = f"not every driver connected within {setup_s:g} s"
+        return
+    out["connect_s"] = round(time.monotonic() - t, 2)
+    time.sleep(1.0)
+    pids = {"a": fleet.pids("client"), "b": fleet.pids("server")}
+    out["footprint"] = {host: [asdict(footprint(p)) for p in ps] for host, ps in pids.items()}
+    out["cpu_idle"] = cpu_shares(pids, IDLE_MEASURE_S)
+    for p in fleet.pairs:
+        for proc in p.procs.values():
+            proc.send_signal(signal.SIGUSR2)  # the drivers we started, by PID: traffic
+    if not fleet.wait(lambda: fleet.phase("traffic"), 10):
+        out["failure"] = "the traffic did not start"
+        return
+    time.sleep(WARM_S - TRAFFIC_MEASURE_S)
+    out["cpu_traffic"] = cpu_shares(pids, TRAFFIC_MEASURE_S)
+    for i in range(trials):
+        if not fleet.running():
+            out["failure"] = f"a driver exited before trial {i + 1}"
+            return
+        tr = trial(fleet, daemon_a)
+        out["trials"].append(tr)
+        log(f"  trial {i + 1}/{trials}: switched {tr['switched']}, standby back "
+            f"{tr['rebuilt']}, on primary {tr['back']} of {fleet.total()}")
+        time.sleep(SETTLE_S)
+
+
+def trial(fleet: Fleet, daemon_a: HostDaemon) -> dict[str, Any]:
+    lab = fleet.lab
+    cut = lab.cut("a", 0)
+    fleet.wait_all("failover", cut, FAIL_WAIT_S)
+    time.sleep(HOLD_S)
+    restore = lab.restore("a", 0)
+    fo = {k: v for k, v in fleet.conn_times("failover", cut).items() if v < restore}
+    rb = fleet.wait_all("rebuilt", restore, BACK_WAIT_S)
+    bk = fleet.wait_all("reintegration", restore, BACK_WAIT_S)
+    events = daemon_a.new_events()
+    up = first_event(events, nic="rail0", new="UP", after_ns=restore, host="a")
+    down = first_event(events, nic="rail0", new="DOWN", after_ns=cut, host="a")
+    return {"cut_ns": cut, "restore_ns": restore, "down_ns": down.time_ns if down else None,
+            "up_ns": up.time_ns if up else None,
+            "switched": len(fo), "last_failover_ns": max(fo.values(), default=None),
+            "rebuilt": len(rb), "last_rebuilt_ns": max(rb.values(), default=None),
+            "back": len(bk), "last_back_ns": max(bk.values(), default=None)}
+
+
+def analyse(out: dict[str, Any], results: list[tuple[DriverResult, DriverResult]],
+            gap_dir: Path) -> None:
+    procs, conns, total = out["procs"], out["conns"], out["procs"] * out["conns"]
+    reports = [(s.report, c.report) for s, c in results]
+    out["lossless"] = bool(results) and all(
+        r.ok and not r.report.get("corrupt_messages") and not r.report.get("missing_messages")
+        for pair in results for r in pair)
+    out["driver_failures"] = [
+        {"pair": i, "role": role, "failure": r.report.get("failure"),
+         "errors": r.report.get("errors", [])[:4], "exit": r.returncode}
+        for i, pair in enumerate(results) for role, r in zip(("server", "client"), pair,
+                                                             strict=True) if not r.ok][:8]
+    out["gbps"] = round(sum(float(c.get("gbps") or 0) for _, c in reports), 3)
+    windows: list[Window] = []
+    for t in out["trials"]:
+        end = (t["last_failover_ns"] + MARGIN_NS if t["last_failover_ns"]
+               else t["restore_ns"])
+        span = max(end - t["cut_ns"], MIN_CONTROL_NS)
+        windows += [Window(t["cut_ns"], end),
+                    Window(t["cut_ns"] - span, t["cut_ns"], ends_by_ns=t["cut_ns"])]
+    sources = [(i, gap_dir / f"gaps-{i}-{role}", comm_conns(rep))
+               for i, pair in enumerate(reports) for role, rep in zip(("server", "client"),
+                                                                     pair, strict=True)]
+    sources = [s for s in sources if s[1].exists()]
+    maxima = window_maxima(sources, windows)
+    keys = [(i, c) for i in range(procs) for c in range(conns)]
+    fault = [v for m in maxima[0::2] for v in per_connection(m, keys, out["list_ms"])]
+    control = [v for m in maxima[1::2] for v in per_connection(m, keys, out["list_ms"])]
+    out["fault_gap_ms"], out["control_gap_ms"] = stats(fault), stats(control)
+    out["standby_s"] = _after_up(out["trials"], "rebuilt", total)
+    out["back_s"] = _after_up(out["trials"], "back", total)
+    out["switch_s"] = max((round((t["last_failover_ns"] - t["cut_ns"]) / 1e9, 3)
+                           for t in out["trials"] if t["last_failover_ns"]), default=None)
+
+
+def _after_up(trials: list[dict[str, Any]], what: str, total: int) -> float | None:
+    """The longest time from the daemon's UP to the last connection's `what` line, over the
+    trials; None when a trial missed a connection or an UP (then it did not happen in time)."""
+    worst = 0.0
+    for t in trials:
+        last = t[f"last_{what}_ns"]
+        if t[what] < total or last is None or t["up_ns"] is None:
+            return None
+        worst = max(worst, (last - t["up_ns"]) / 1e9)
+    return round(worst, 3) if trials else None
+
+
+# --- the table -------------------------------------------------------------------------------
+
+def mean_of(cell: dict[str, Any], host: str, key: str) -> float | None:
+    rows = cell.get("footprint", {}).get(host, [])
+    return sum(r[key] for r in rows) / len(rows) if rows else None
+
+
+def per_conn(cell: dict[str, Any], cells: list[dict[str, Any]], host: str,
+             key: str) -> float | None:
+    """(per-process value - that of a 1-connection process) / (connections - 1): what one
+    more connection costs. The baseline is the 1-connection cell with as many processes, else
+    any 1-connection cell."""
+    if cell["conns"] < 2:
+        return None
+    base = [c for c in cells if c["conns"] == 1 and c.get("footprint")]
+    base.sort(key=lambda c: c["procs"] != cell["procs"])
+    here = mean_of(cell, host, key)
+    if not base or here is None:
+        return None
+    b = mean_of(base[0], host, key)
+    return None if b is None else (here - b) / (cell["conns"] - 1)
+
+
+def cpu_per_100(cell: dict[str, Any], what: str, host: str) -> float | None:
+    """The plugin threads of one host's drivers, % of a core per 100 connections."""
+    share = cell.get(what, {}).get(host)
+    return None if share is None else share * 100 / (cell["procs"] * cell["conns"] / 100)
+
+
+def _f(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _gaps(s: dict[str, Any]) -> str:
+    return f"{s['p50']:.0f} / {s['p99']:.0f} / {s['max']:.0f}" if s.get("n") else "-"
+
+
+def table(cells: list[dict[str, Any]]) -> str:
+    rows = [("| procs x conns | conns / host | lossless | switched / standby back / on primary "
+            "(of conns x trials) | gap at the cut p50 / p99 / max ms | control p50 / p99 / max "
+            "ms | p99 - control p99 ms | cut -> last switch s | UP -> every standby s | UP -> "
+            "all on primary s | fds / conn a, b | threads / proc | RSS KiB / conn a, b | "
+            "lg CPU idle %/100 conns a, b | lg CPU traffic %/100 conns a, b |"),
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in cells:
+        n = c["procs"] * c["conns"]
+        tr = c.get("trials", [])
+        f, k = c.get("fault_gap_ms", {}), c.get("control_gap_ms", {})
+        diff = f["p99"] - k["p99"] if f.get("n") and k.get("n") else None
+        threads = mean_of(c, "a", "threads")
+        rows.append(
+            f"| {c['procs']} x {c['conns']} | {n} | "
+            f"{'yes' if c.get('lossless') else 'NO'} | "
+            f"{sum(t['switched'] for t in tr)} / {sum(t['rebuilt'] for t in tr)} / "
+            f"{sum(t['back'] for t in tr)} (of {n * len(tr)}) | {_gaps(f)} | {_gaps(k)} | "
+            f"{_f(diff, '{:.0f}')} | {_f(c.get('switch_s'), '{:.2f}')} | "
+            f"{_f(c.get('standby_s'), '{:.2f}')} | {_f(c.get('back_s'), '{:.2f}')} | "
+            f"{_f(per_conn(c, cells, 'a', 'fds'))}, {_f(per_conn(c, cells, 'b', 'fds'))} | "
+            f"{_f(threads, '{:.0f}')} | {_f(per_conn(c, cells, 'a', 'rss_kib'))}, "
+            f"{_f(per_conn(c, cells, 'b', 'rss_kib'))} | "
+            f"{_f(cpu_per_100(c, 'cpu_idle', 'a'), '{:.2f}')}, "
+            f"{_f(cpu_per_100(c, 'cpu_idle', 'b'), '{:.2f}')} | "
+            f"{_f(cpu_per_100(c, 'cpu_traffic', 'a'), '{:.2f}')}, "
+            f"{_f(cpu_per_100(c, 'cpu_traffic', 'b'), '{:.2f}')} |")
+    return "\n".join(rows)
+
+
+def goals(cells: list[dict[str, Any]]) -> list[str]:
+    """One line per goal of the issue: met, missed (by how much), or not measured."""
+    by = {(c["procs"], c["conns"]): c for c in cells}
+    lines = []
+    for cell in GOAL_CELLS:
+        c = by.get(cell)
+        if c is None:
+            lines.append(f"{cell[0]} x {cell[1]}: not measured in this run")
+            continue
+        f, k = c.get("fault_gap_ms", {}), c.get("control_gap_ms", {})
+        diff = f["p99"] - k["p99"] if f.get("n") and k.get("n") else None
+        ok = bool(c.get("lossless")) and diff is not None and diff <= GOAL_P99_MS
+        lines.append(f"{cell[0]} x {cell[1]}: {'met' if ok else 'MISSED'}: lossless "
+                     f"{'yes' if c.get('lossless') else 'no'}, gap p99 {_f(diff, '{:.0f}')} ms "
+                     f"over the control p99 (goal <= {GOAL_P99_MS:g})")
+    standby = [(c["procs"], c["conns"], c.get("standby_s")) for c in cells if c.get("trials")]
+    late = [s for s in standby if s[2] is None or s[2] > GOAL_STANDBY_S]
+    lines.append(f"every standby back within {GOAL_STANDBY_S:g} s of UP: "
+                 + ("met in every cell" if standby and not late else "MISSED in " + ", ".join(
+                     f"{p} x {n} ({_f(s, '{:.1f} s') if s is not None else 'not all back'})"
+                     for p, n, s in late) if standby else "not measured"))
+    fds = [(c, max(x for h in "ab" if (x := per_conn(c, cells, h, "fds")) is not None))
+           for c in cells if any(per_conn(c, cells, h, "fds") is not None for h in "ab")]
+    worst = max(fds, key=lambda x: x[1], default=None)
+    lines.append(f"<= {GOAL_FDS:g} fds per connection: " + (
+        "not measured" if worst is None else
+        f"{'met' if worst[1] <= GOAL_FDS else 'MISSED'} (worst {worst[1]:.1f}, at "
+        f"{worst[0]['procs']} x {worst[0]['conns']})"))
+    cpu = [(c, max(x for h in "ab" if (x := cpu_per_100(c, "cpu_idle", h)) is not None))
+           for c in cells if c["conns"] * c["procs"] >= 100 and c.get("cpu_idle")]
+    worst = max(cpu, key=lambda x: x[1], default=None)
+    lines.append(f"plugin threads < {GOAL_IDLE_CPU:g} % of a core per 100 idle connections: " + (
+        "not measured (no cell with >= 100 connections per host)" if worst is None else
+        f"{'met' if worst[1] < GOAL_IDLE_CPU else 'MISSED'} (worst {worst[1]:.2f} %, at "
+        f"{worst[0]['procs']} x {worst[0]['conns']})"))
+    return lines
+
+
+# --- main ------------------------------------------------------------------------------------
+
+def parse_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}: a comma list of integers, not {text!r}")
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{what}: positive integers, not {text!r}")
+    return values
+
+
+def cells_of(a: argparse.Namespace) -> list[Cell]:
+    if a.quick:
+        return [Cell(p, n) for p, n in QUICK]
+    cells = [Cell(p, n) for p in a.procs for n in a.conns]
+    big = [c for c in cells if c.per_host > MAX_PER_HOST or c.conns > 512]
+    if big:
+        raise SystemExit(f"bench.scale: at most 512 connections per process and "
+                         f"{MAX_PER_HOST} per host (asked: {big[0].procs} x {big[0].conns})")
+    return cells
+
+
+def main() -> None:
+    demo.unwind_on_sigterm()  # a SIGTERM tears the lab, daemons and drivers down too
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="a development subset: 1 and 2 processes x 1 and 16 connections, "
+                         "one trial (~2 min)")
+    ap.add_argument("--procs", type=lambda s: parse_list(s, "--procs"), default=list(PROCS))
+    ap.add_argument("--conns", type=lambda s: parse_list(s, "--conns"), default=list(CONNS))
+    ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--rate", type=float, default=20000.0,
+                    help="messages per second per host, shared by all its connections")
+    ap.add_argument("--size", default="16K")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--no-build", action="store_true", help="use plugin/build as it is")
+    a = ap.parse_args()
+    if not 1 <= a.trials <= 10 or not 100 <= a.rate <= 1e6:
+        ap.error("--trials: 1..10; --rate: 100..1000000")
+    trials = 1 if a.quick else a.trials
+    cells = cells_of(a)
+    if not a.no_build:
+        build_plugin()
+    build = freeze_build()
+    results: dict[str, Any] = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"),
+                               "build": build, "daemon_args": DAEMON_ARGS, "rate": a.rate,
+                               "trials": trials, "cells": []}
+    try:
+        for cell in cells:
+            print(f"== {cell.procs} x {cell.conns} (pace {cell.pace_us(a.rate):.0f} us)",
+                  file=sys.stderr, flush=True)
+            res = run_cell(cell, trials, a.rate, a.size, build,
+                           lambda s: print(s, file=sys.stderr, flush=True))
+            results["cells"].append(res)
+            print(json.dumps({k: res.get(k) for k in (
+                "procs", "conns", "lossless", "fault_gap_ms", "control_gap_ms", "standby_s",
+                "back_s", "seconds", "failure")}), file=sys.stderr, flush=True)
+            if a.json:  # after each cell: a long run keeps what it measured so far
+                a.json.write_text(json.dumps(results, indent=1))
+    finally:
+        shutil.rmtree(build["dir"], ignore_errors=True)  # copies and gap files
+    print(table(results["cells"]))
+    print()
+    for line in goals(results["cells"]):
+        print(f"- {line}")
+
+
+if __name__ == "__main__":
+    main()
