@@ -126,6 +126,11 @@ class Fleet:
     def running(self) -> bool:
         return all(p.running() for p in self.pairs)
 
+    def live(self) -> set[int]:
+        """The pairs whose two drivers both still run."""
+        return {i for i, p in enumerate(self.pairs)
+                if all(proc.poll() is None for proc in p.procs.values())}
+
     def wait(self, pred: Callable[[], Any], timeout_s: float, period_s: float = 0.05) -> Any:
         """Poll pred() until it is truthy (returned), a driver exits, or the time is up."""
         deadline = time.monotonic() + timeout_s
@@ -136,9 +141,15 @@ class Fleet:
             time.sleep(period_s)
 
     def wait_all(self, kind: str, since_ns: int, timeout_s: float) -> dict[tuple[int, str], int]:
-        """Until every connection logged `kind` since `since_ns` (or the time is up)."""
-        self.wait(lambda: len(self.conn_times(kind, since_ns)) >= self.total(), timeout_s)
-        return self.conn_times(kind, since_ns)
+        """Until every connection of every pair still running logged `kind` since `since_ns`,
+        no pair runs any more, or the time is up; returns what was logged (all pairs)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            live, got = self.live(), self.conn_times(kind, since_ns)
+            per_pair = [sum(1 for pair, _ in got if pair == i) for i in live]
+            if all(n >= self.conns for n in per_pair) or time.monotonic() >= deadline:
+                return got
+            time.sleep(0.05)
 
     # --- the end -----------------------------------------------------------------------
     def finish(self, timeout_s: float = 120) -> list[tuple[DriverResult, DriverResult]]:

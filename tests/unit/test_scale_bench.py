@@ -164,3 +164,13 @@ def test_a_matrix_beyond_the_driver_is_refused() -> None:
         scale.cells_of(a)
     assert [(c.procs, c.conns) for c in scale.cells_of(argparse.Namespace(
         quick=True, procs=[8], conns=[512]))] == list(scale.QUICK)
+
+
+def test_the_default_matrix_holds_both_goal_cells() -> None:
+    cells = scale.cells_of(argparse.Namespace(quick=False, procs=None, conns=None))
+    pairs = [(c.procs, c.conns) for c in cells]
+    assert len(pairs) == 13 and pairs == sorted(pairs)
+    assert (2, 256) in pairs and (8, 32) in pairs and (8, 256) in pairs
+    # A matrix asked for is run as asked.
+    assert [(c.procs, c.conns) for c in scale.cells_of(argparse.Namespace(
+        quick=False, procs=[2], conns=None))] == [(2, 1), (2, 16), (2, 64), (2, 256)]
