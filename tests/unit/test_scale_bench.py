@@ -109,7 +109,8 @@ def cell(procs: int, conns: int, *, fds: tuple[int, int], p99: float, control: f
     trial = {"switched": n, "rebuilt": n, "back": n}
     fp = {h: [{"fds": f, "threads": 4, "rss_kib": 1000 + 50 * conns}] * procs
           for h, f in zip("ab", fds, strict=True)}
-    return {"procs": procs, "conns": conns, "lossless": lossless, "trials": [trial],
+    return {"procs": procs, "conns": conns, "pace_us": n / 20000 * 1e6, "lossless": lossless,
+            "trials": [trial],
             "footprint": fp, "cpu_idle": {"a": idle, "b": idle / 2},
             "cpu_traffic": {"a": 0.5, "b": 0.5}, "standby_s": standby, "back_s": standby,
             "switch_s": 0.1, "fault_gap_ms": {"n": n, "p50": p99 / 2, "p99": p99, "max": p99},
@@ -120,15 +121,18 @@ def test_per_connection_cost_is_measured_against_a_one_connection_process() -> N
     cells = [cell(2, 1, fds=(10, 12), p99=5, control=5, standby=1, idle=0.0),
              cell(2, 256, fds=(10 + 255 * 6, 12 + 255 * 8), p99=80, control=40, standby=1,
                   idle=0.1)]
-    assert scale.per_conn(cells[1], cells, "a", "fds") == pytest.approx(6.0)
-    assert scale.per_conn(cells[1], cells, "b", "fds") == pytest.approx(8.0)
-    assert scale.per_conn(cells[1], cells, "a", "rss_kib") == pytest.approx(50.0)
-    assert scale.per_conn(cells[0], cells, "a", "fds") is None
+    assert scale.per_conn(cells[1], cells, "fds", "a") == pytest.approx(6.0)
+    assert scale.per_conn(cells[1], cells, "fds", "b") == pytest.approx(8.0)
+    assert scale.per_conn(cells[1], cells, "rss_kib", "a") == pytest.approx(50.0)
+    assert scale.per_conn(cells[0], cells, "fds", "a") is None
     # 10 % of a core for 512 connections: 1.95 % per 100.
     assert scale.cpu_per_100(cells[1], "cpu_idle", "a") == pytest.approx(10 / 5.12)
     table = scale.table(cells).splitlines()
-    assert len(table) == 4 and table[3].startswith("| 2 x 256 | 512 | yes | 512 / 512 / 512")
-    assert "| 6.0, 8.0 |" in table[3] and "| 40 |" in table[3]
+    assert len(table) == 9 and table[4] == ""
+    assert table[3].startswith("| 2 x 256 | 512 | 20000 | yes | 512 / 512 / 512 (of 512) | "
+                               "40 / 80 / 80 | 20 / 40 / 40 | 40 |")
+    assert table[8] == "| 2 x 256 | 6.0, 8.0 | 4 | 50, 50 | 1.95, 0.98 | 50.0, 50.0 |"
+    assert table[7].startswith("| 2 x 1 | -, - | 4 | -, - | 0.00, 0.00 |")
 
 
 def test_goals_say_met_missed_or_not_measured() -> None:
