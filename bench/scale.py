@@ -98,6 +98,18 @@ class Cell:
     def pace_us(self, rate: float) -> float:
         return max(PACE_MIN_US, self.per_host / rate * 1e6)
 
+    @property
+    def setup_s(self) -> float:
+        """How long all drivers may take to connect."""
+        return 60 + self.per_host * 0.05
+
+    def bound_s(self, trials: int) -> float:
+        """The longest the drivers may run: every wait of measure() at its bound, and a
+        minute. Their own --duration-s and --timeout: a harness that dies without its
+        clean-up leaves nothing running for long."""
+        per_trial = FAIL_WAIT_S + HOLD_S + UP_WAIT_S + 2 * BACK_WAIT_S + SETTLE_S
+        return self.setup_s + 1 + IDLE_MEASURE_S + 10 + WARM_S + trials * per_trial + 60
+
 
 def run_cell(cell: Cell, trials: int, rate: float, size: str, build: dict[str, Any],
              log: Callable[[str], None]) -> dict[str, Any]:
@@ -115,13 +127,14 @@ def run_cell(cell: Cell, trials: int, rate: float, size: str, build: dict[str, A
             fleet = None
             try:
                 args = ["--size", size, "--depth", str(DEPTH), "--pace-us", f"{pace:.0f}",
-                        "--idle-us", str(IDLE_US), "--idle-s", "3600", "--timestamps",
+                        "--idle-us", str(IDLE_US), "--idle-s", f"{cell.setup_s + 30:.0f}",
+                        "--timestamps",
                         "--gap-list-ms", f"{list_ms:g}", "--top-gaps", "5"]
-                fleet = Fleet(lab, cell.procs, cell.conns, 3600, args,
+                fleet = Fleet(lab, cell.procs, cell.conns, cell.bound_s(trials), args,
                               env={"LINKGUARD_PAIRS": PAIRS}, server_env=driver_env(lab, "b"),
                               client_env=driver_env(lab, "a"), gap_dir=gap_dir,
                               plugin=Path(build["plugin"]))
-                measure(out, fleet, daemons[0], trials, log)
+                measure(out, fleet, cell.setup_s, daemons[0], trials, log)
                 results = fleet.finish()
             finally:
                 if fleet is not None:
@@ -136,9 +149,8 @@ def run_cell(cell: Cell, trials: int, rate: float, size: str, build: dict[str, A
     return out
 
 
-def measure(out: dict[str, Any], fleet: Fleet, daemon_a: HostDaemon, trials: int,
-            log: Callable[[str], None]) -> None:
-    setup_s = 60 + fleet.total() * 0.05
+def measure(out: dict[str, Any], fleet: Fleet, setup_s: float, daemon_a: HostDaemon,
+            trials: int, log: Callable[[str], None]) -> None:
     t = time.monotonic()
     if not fleet.wait(lambda: fleet.phase("connected"), setup_s):
         out["failure"] = f"not every driver connected within {setup_s:g} s"
