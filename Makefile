@@ -11,8 +11,8 @@ FUZZ_SMOKE_SECONDS ?= 5
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab test-systemd \
         check-c check-san fuzz demo bench bench-failover bench-wrap bench-soak bench-gray \
-        bench-scale gpu-prep gpu-check gpu-dry-run install wheelhouse constraints lint clean \
-        distclean
+        bench-latency bench-scale \
+        gpu-prep gpu-check gpu-dry-run install wheelhouse constraints lint clean distclean
 
 all: build
 
@@ -105,6 +105,7 @@ bench-failover: build
 # Gray failures on the primary (lossy, policed, one stalled flow): throughput and failovers.
 bench-gray: build
 	$(PY) -m bench.gray --trials 5
+	$(PY) -m bench.gray_soak --minutes 30 --burners 2
 
 bench-soak: build
 	$(PY) -m bench.soak --faults 200
@@ -114,11 +115,19 @@ bench-soak: build
 bench-scale: build
 	$(PY) -m bench.scale --trials 2
 
-# Wrap mode: bandwidth against the inner plugin alone, the failover gaps and the soak over it.
+# Wrap mode: bandwidth and round trips against the inner plugin alone, the failover gaps and
+# the soak over it.
 bench-wrap: build
 	$(PY) -m bench.wrap_bw --trials 9 --gib 6
 	$(PY) -m bench.failover_gap --trials 50 --wrap
 	$(PY) -m bench.soak --faults 200 --wrap
+
+# The issue-13 overhead goals alone (~6 min, root): wrap mode against lgtcp alone (bandwidth
+# and round trips at 8 B, 64 KiB, 1 MiB), then linkguard native's round trips against a plain
+# TCP ping-pong on the same rail. Method and results: BENCHMARKS.md, "Round trips".
+bench-latency: build
+	$(PY) -m bench.wrap_bw --trials 9 --gib 1
+	$(PY) -m bench.plugin_bw --trials 9 --sizes ''
 
 # The real-NCCL check (tests/gpu/, CONTRIBUTING.md "GPU check"; root). gpu-prep here, before
 # a GPU-machine run: .gpu/ (wheels, stubs, prebuilt plugin, ip) for the run to carry.

@@ -9,7 +9,8 @@ byte verified) for the whole run. Per trial and fault, on host a's rail counters
 tx_bytes, sampled every 0.25 s):
 
   before   the fault-s seconds just before the fault: the control window
-  during   the fault-s seconds of the fault
+  during   the fault-s seconds of the fault, and the time from the fault until throughput over
+           0.5 s is back at 80 % of "before"
   after    the fault-s seconds after its undo (once traffic is back on rail0, or not)
 
 and, from the plugin's own log lines (CLOCK_MONOTONIC, --timestamps), the time from the fault to
@@ -43,6 +44,9 @@ from linkguard_lab.timeline import parse_plugin_line
 
 ARGS = ["--conns", "1", "--size", "262144", "--depth", "8", "--verbose", "--timestamps",
         "--gap-list-ms", "-1"]
+# A path left for loss is held off for LINKGUARD_GRAY_HOLD_MS (doubling on a repeat within 10
+# minutes): shortened so that every trial starts back on rail0.
+ENV = {"LINKGUARD_GRAY_HOLD_MS": "3000"}
 # At connect, and again whenever the primary is rebuilt (new sockets, new ports).
 _PORTS = re.compile(r"send conn (?P<id>[0-9a-f]+)(?: on dev 0: 2 path\(s\)|: primary path on "
                     r"NIC \S+ rebuilt).*local ports: primary ctrl \d+ data (?P<data>[\d,]+)")
@@ -63,6 +67,28 @@ def window(lab: Lab, seconds: float) -> dict[str, float]:
     dt = time.monotonic() - t0
     r0, r1 = (rail_bytes(lab, 0) - b0) / dt, (rail_bytes(lab, 1) - b1) / dt
     return {"mb_per_s": (r0 + r1) / 1e6, "on_backup": r1 / (r0 + r1) if r0 + r1 else 0.0}
+
+
+def fault_window(lab: Lab, seconds: float, healthy_mb_s: float,
+                 step_s: float = 0.1) -> dict[str, Any]:
+    """`window` for the fault, sampled every step_s: also the time from its start until the
+    throughput over the last 0.5 s first reached 80 % of the healthy rate (None: never)."""
+    t0 = time.monotonic()
+    samples = [(t0, rail_bytes(lab, 0), rail_bytes(lab, 1))]
+    while samples[-1][0] - t0 < seconds:
+        time.sleep(step_s)
+        samples.append((time.monotonic(), rail_bytes(lab, 0), rail_bytes(lab, 1)))
+    back_ms = None
+    k = max(1, round(0.5 / step_s))
+    for i in range(k, len(samples)):
+        (ta, a0, a1), (tb, b0, b1) = samples[i - k], samples[i]
+        if (b0 - a0 + b1 - a1) / (tb - ta) / 1e6 >= 0.8 * healthy_mb_s:
+            back_ms = (tb - t0) * 1000
+            break
+    (ta, a0, a1), (tb, b0, b1) = samples[0], samples[-1]
+    r0, r1 = (b0 - a0) / (tb - ta), (b1 - a1) / (tb - ta)
+    return {"mb_per_s": (r0 + r1) / 1e6, "on_backup": r1 / (r0 + r1) if r0 + r1 else 0.0,
+            "at_80pct_ms": back_ms}
 
 
 def first_failover_ms(pair: Any, since_ns: int) -> float | None:
@@ -93,7 +119,7 @@ def run(faults: list[str], trials: int, fault_s: float, log: Any) -> dict[str, A
         duration = trials * len(faults) * (3 * fault_s + 12) + 30
         pair = start_stream_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
                                  f"{lab.mgmt_address('b')}:7300", duration_s=duration,
-                                 args=ARGS, env={}, server_env=driver_env(lab, "b"),
+                                 args=ARGS, env=ENV, server_env=driver_env(lab, "b"),
                                  client_env=driver_env(lab, "a"), timeout=duration + 60,
                                  plugin=LINKGUARD_SO)
         time.sleep(3)
@@ -109,9 +135,9 @@ def run(faults: list[str], trials: int, fault_s: float, log: Any) -> dict[str, A
                 else:
                     port = stall_port(pair)
                     lab.stall("a", 0, port)
-                during = window(lab, fault_s)
+                during = fault_window(lab, fault_s, before["mb_per_s"])
                 getattr(lab, "un" + fault)("a", 0)
-                settle = time.monotonic() + 12
+                settle = time.monotonic() + 30  # the lossy hold, doubled on a repeat
                 while window(lab, 0.5)["on_backup"] > 0.1 and time.monotonic() < settle:
                     pass
                 after = window(lab, fault_s)
@@ -123,7 +149,7 @@ def run(faults: list[str], trials: int, fault_s: float, log: Any) -> dict[str, A
                 results[fault].append(row)
                 log(f"{fault} #{trial}: {before['mb_per_s']:.0f} -> {during['mb_per_s']:.0f} "
                     f"({during['on_backup']:.0%} on backup) -> {after['mb_per_s']:.0f} MB/s, "
-                    f"failover {row['failover_ms']}")
+                    f"failover {row['failover_ms']} ms, 80 % at {during['at_80pct_ms']} ms")
     finally:
         if pair:
             pair.kill()
@@ -138,11 +164,14 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def med(key: str, sub: str) -> float:
         return statistics.median(r[key][sub] for r in rows) if rows else 0.0
     fo = [r["failover_ms"] for r in rows if r["failover_ms"] is not None]
+    back = [r["during"]["at_80pct_ms"] for r in rows if r["during"].get("at_80pct_ms") is not None]
     return {"before_mb_s": med("before", "mb_per_s"), "during_mb_s": med("during", "mb_per_s"),
             "after_mb_s": med("after", "mb_per_s"), "during_on_backup": med("during", "on_backup"),
             "during_vs_before": med("during", "mb_per_s") / (med("before", "mb_per_s") or 1),
             "failovers": f"{len(fo)}/{len(rows)}", "failover_ms_median":
-            statistics.median(fo) if fo else None}
+            statistics.median(fo) if fo else None,
+            "at_80pct": f"{len(back)}/{len(rows)}",
+            "at_80pct_ms_median": statistics.median(back) if back else None}
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Plugin transport bandwidth against iperf3 on the same lab rail, in the same run.
 
-    python -m bench.plugin_bw [--trials 3] [--sizes 64K,256K,1M,4M] [--gib 3] [--json out.json]
+    python -m bench.plugin_bw [--trials 3] [--sizes 64K,256K,1M,4M] [--gib 3]
+                              [--rtt-sizes 8,64K,1M] [--rtt-count 2000] [--json out.json]
 
 A throw-away 2-host x 2-rail lab. Each trial measures, back to back on rail0 a -> b:
   - iperf3, one TCP stream (bench.lab_iperf.measure_iperf),
@@ -8,15 +9,21 @@ A throw-away 2-host x 2-rail lab. Each trial measures, back to back on rail0 a -
     one connection, 8 messages in flight (NCCL_STEPS), for each message size, with the
     standing backup path on (default) and off (LINKGUARD_BACKUP=0),
   - the same with every byte verified (the pattern fill/check costs CPU on both ends),
-  - small-message round trips (8 bytes, one at a time) through the plugin and over a plain
-    TCP socket between the same rail addresses (lg_nccl_driver --tcp-pingpong).
+  - round trips (bench.rtt), one message at a time each way, for each --rtt-sizes size:
+    through the plugin (lg_nccl_driver --pingpong) and over a plain blocking TCP socket with
+    TCP_NODELAY between the same rail0 addresses (lg_tcp_pingpong), and the same socket
+    polled (--spin) as the driver polls test(); which goes first rotates from trial to
+    trial; payload checked both ways.
 Trials interleave the measurements so that load from other tenants hits them alike; the
-report gives medians and the ratios the issue asks for (driver / iperf3, backup on / off).
+report gives medians and the ratios the issues ask for (driver / iperf3, backup on / off,
+and the round trip's minimum against plain TCP: goal <= 1.1). An empty --sizes skips the
+bandwidth part (and iperf3), an empty --rtt-sizes the round trips.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -24,16 +31,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import rtt
 from bench.lab_iperf import machine, measure_iperf
 from bench.plugin_driver import build_plugin, lab_starter, run_pair
 from linkguard_lab.lab import Lab, unique_prefix
 
 PAIRS = {"LINKGUARD_PAIRS": "rail0:rail1,rail1:rail0"}
-
-
-def parse_size(text: str) -> int:
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
-    return int(text[:-1] if mult > 1 else text) * mult
+parse_size = rtt.parse_size  # kept importable from here
+RTT_GOAL = ("min", 1.1)
+LABELS = {"tcp": "plain TCP", "tcp-spin": "polling TCP", "plugin": "linkguard native"}
 
 
 def driver_gbps(lab: Lab, size: int, total: int, env: dict[str, str], verify: bool,
@@ -50,25 +56,13 @@ def driver_gbps(lab: Lab, size: int, total: int, env: dict[str, str], verify: bo
     return float(srv.report["gbps"])
 
 
-def pingpong_us(lab: Lab, port: int, tcp: bool, count: int = 20000) -> dict[str, float]:
-    """Client-side round-trip percentiles (µs) of `count` 8-byte ping-pongs on rail0."""
-    args = ["--size", "8", "--count", str(count)]
-    if tcp:
-        args += ["--tcp-pingpong", f"{lab.address('b', 0)}:{port}"]
-    else:
-        args += ["--pingpong"]
-    srv, cli = run_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
-                        f"{lab.mgmt_address('b')}:{port}", args, env=PAIRS, timeout=60)
-    if not (srv.ok and cli.ok):
-        raise RuntimeError(f"ping-pong failed: {cli.report} {cli.stderr[-500:]}")
-    return cli.report["rtt_us"]
-
-
-def run(trials: int, sizes: list[int], gib: float, seconds: float) -> dict[str, Any]:
+def run(trials: int, sizes: list[int], gib: float, seconds: float, rtt_sizes: list[int],
+        rtt_count: int) -> dict[str, Any]:
     build_plugin()
     total = int(gib * (1 << 30))
     rows: dict[str, list[float]] = {}
-    rtts: dict[str, list[dict[str, float]]] = {"plugin": [], "tcp": []}
+    rtts: rtt.Samples = {}
+    ports = itertools.count(7101)
 
     def add(key: str, value: float) -> None:
         rows.setdefault(key, []).append(value)
@@ -76,26 +70,32 @@ def run(trials: int, sizes: list[int], gib: float, seconds: float) -> dict[str, 
 
     with Lab(unique_prefix("lgpb"), 2, 2) as lab:
         lab.up()
-        port = 7100
+        runners = {"tcp": rtt.lab_runner(lab, "tcp", ports, rtt_count),
+                   "tcp-spin": rtt.lab_runner(lab, "tcp-spin", ports, rtt_count),
+                   "plugin": rtt.lab_runner(lab, "plugin", ports, rtt_count, env=PAIRS)}
         for t in range(trials):
             print(f"trial {t + 1}/{trials}", file=sys.stderr, flush=True)
-            add("iperf3", measure_iperf(lab, "a", "b", 0, 1, seconds))
+            if sizes:
+                add("iperf3", measure_iperf(lab, "a", "b", 0, 1, seconds))
             for size in sizes:
                 for backup in ("1", "0"):
-                    port += 1
                     add(f"plugin {size} backup={backup}",
-                        driver_gbps(lab, size, total, {"LINKGUARD_BACKUP": backup}, False, port))
-                port += 1
+                        driver_gbps(lab, size, total, {"LINKGUARD_BACKUP": backup}, False,
+                                    next(ports)))
                 add(f"plugin {size} verified",
-                    driver_gbps(lab, size, total, {}, True, port))
-            add("iperf3", measure_iperf(lab, "a", "b", 0, 1, seconds))
-            add("iperf3 -P 2", measure_iperf(lab, "a", "b", 0, 2, seconds))
-            for kind in ("tcp", "plugin"):
-                port += 1
-                rtts[kind].append(pingpong_us(lab, port, kind == "tcp"))
-                print(f"  ping-pong {kind:8s} p50 {rtts[kind][-1]['p50']:.1f} us",
-                      file=sys.stderr, flush=True)
+                    driver_gbps(lab, size, total, {}, True, next(ports)))
+            if sizes:
+                add("iperf3", measure_iperf(lab, "a", "b", 0, 1, seconds))
+                add("iperf3 -P 2", measure_iperf(lab, "a", "b", 0, 2, seconds))
+            rtt.rtt_trial(t, rtt_sizes, runners, rtts, rtt_count)
         lab.down()
+    res = {"machine": machine(), "trials": trials, "bytes_per_run": total, "samples": rows,
+           "rtt": rtt.result(rtts, rtt_count, "plugin", "tcp"),
+           "rtt_vs_polling_tcp": rtt.result(rtts, rtt_count, "plugin", "tcp-spin")}
+    return {**res, **bandwidth_table(rows, sizes)} if sizes else {**res, "table": []}
+
+
+def bandwidth_table(rows: dict[str, list[float]], sizes: list[int]) -> dict[str, Any]:
     med = {k: statistics.median(v) for k, v in rows.items()}
     iperf = med["iperf3"]
     table = []
@@ -105,15 +105,19 @@ def run(trials: int, sizes: list[int], gib: float, seconds: float) -> dict[str, 
         table.append({"size": size, "plugin_gbps": on, "plugin_no_backup_gbps": off,
                       "plugin_verified_gbps": ver, "ratio_vs_iperf3": on / iperf,
                       "backup_cost_ratio": on / off, "verified_ratio_vs_iperf3": ver / iperf})
-    rtt = {k: {q: statistics.median(r[q] for r in v) for q in ("min", "p50", "p99")}
-           for k, v in rtts.items()}
-    return {"machine": machine(), "trials": trials, "bytes_per_run": total,
-            "iperf3_gbps": iperf, "iperf3_p2_gbps": med["iperf3 -P 2"], "samples": rows,
-            "table": table, "pingpong_us": rtt,
-            "pingpong_p50_ratio": rtt["plugin"]["p50"] / rtt["tcp"]["p50"]}
+    return {"iperf3_gbps": iperf, "iperf3_p2_gbps": med["iperf3 -P 2"], "table": table}
 
 
 def markdown(res: dict[str, Any]) -> str:
+    parts = [bandwidth_markdown(res)] if res["table"] else []
+    if res["rtt"]["table"]:
+        parts.append(rtt.markdown(res["rtt"], LABELS, RTT_GOAL))
+        parts.append("Against a TCP ping-pong that polls like the plugin's caller (no goal):\n\n"
+                     + rtt.markdown(res["rtt_vs_polling_tcp"], LABELS, None))
+    return "\n\n".join(parts)
+
+
+def bandwidth_markdown(res: dict[str, Any]) -> str:
     n = len(res["samples"]["iperf3"])
     lines = [(f"iperf3 (1 stream, median of {n}): {res['iperf3_gbps']:.2f} Gbit/s; "
               f"iperf3 -P 2: {res['iperf3_p2_gbps']:.2f} Gbit/s"),
@@ -122,30 +126,29 @@ def markdown(res: dict[str, Any]) -> str:
               "| on / off | verified Gbit/s | verified / iperf3 |"),
              "|---|---|---|---|---|---|---|---|"]
     for r in res["table"]:
-        size = r["size"]
-        label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
-        lines.append(f"| {label} | {r['plugin_gbps']:.2f} | {r['ratio_vs_iperf3']:.2f} | "
+        lines.append(f"| {rtt.size_label(r['size'])} | {r['plugin_gbps']:.2f} | "
+                     f"{r['ratio_vs_iperf3']:.2f} | "
                      f"{r['plugin_gbps'] / res['iperf3_p2_gbps']:.2f} | "
                      f"{r['plugin_no_backup_gbps']:.2f} | {r['backup_cost_ratio']:.3f} | "
                      f"{r['plugin_verified_gbps']:.2f} | {r['verified_ratio_vs_iperf3']:.2f} |")
-    pp = res["pingpong_us"]
-    lines += ["", "| 8-byte round trip | min µs | p50 µs | p99 µs |", "|---|---|---|---|"]
-    for kind, label in (("tcp", "plain TCP"), ("plugin", "plugin")):
-        lines.append(f"| {label} | {pp[kind]['min']:.1f} | {pp[kind]['p50']:.1f} | "
-                     f"{pp[kind]['p99']:.1f} |")
-    lines.append(f"\nplugin / TCP (p50): {res['pingpong_p50_ratio']:.2f}")
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--sizes", default="64K,256K,1M,4M")
+    ap.add_argument("--sizes", default="64K,256K,1M,4M", type=rtt.size_list,
+                    help="bandwidth sizes ('' for none: no iperf3 either)")
     ap.add_argument("--gib", type=float, default=3.0, help="GiB per driver run")
     ap.add_argument("--seconds", type=float, default=4.0, help="iperf3 duration")
+    ap.add_argument("--rtt-sizes", default=rtt.SIZES, type=rtt.size_list,
+                    help="round-trip sizes ('' for none)")
+    ap.add_argument("--rtt-count", type=int, default=rtt.COUNT, help="round trips per run")
     ap.add_argument("--json", help="write the full result here")
     a = ap.parse_args()
-    res = run(a.trials, [parse_size(s) for s in a.sizes.split(",")], a.gib, a.seconds)
+    if a.trials < 1 or a.rtt_count < 1:
+        ap.error("--trials and --rtt-count must be at least 1")
+    res = run(a.trials, a.sizes, a.gib, a.seconds, a.rtt_sizes, a.rtt_count)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     print(markdown(res))

@@ -1,6 +1,7 @@
 """Wrap-mode overhead: linkguard over an inner plugin against that inner plugin alone.
 
-    python -m bench.wrap_bw [--trials 5] [--sizes 256K,1M,4M] [--gib 2] [--json out.json]
+    python -m bench.wrap_bw [--trials 5] [--sizes 256K,1M,4M] [--gib 2] [--rtt-sizes 8,64K,1M]
+                            [--rtt-count 2000] [--json out.json]
 
 A throw-away 2-host x 2-rail lab. The inner plugin is the standalone build of linkguard's own
 TCP transport (libnccl-net-lgtcp.so, devices rail0 and rail1). Each trial measures, back to
@@ -9,13 +10,18 @@ back on rail0 a -> b, one connection, 8 messages in flight, for each message siz
   - wrap:   lg_nccl_driver loads libnccl-net-linkguard.so with LINKGUARD_INNER set to the
             same library (dev 0 = rail0 primary, rail1 backup: the standing backup path, its
             inner comm connected and registered, and linkguard's control channel and acks).
+Then round trips (bench.rtt): for each --rtt-sizes size, --rtt-count one-at-a-time ping-pongs
+(lg_nccl_driver --pingpong, payload checked) through each of the two, same alternation.
 The two alternate within a trial (which one goes first alternates too), so that load from
-other tenants hits both alike; the report gives medians and wrap / direct per size.
+other tenants hits both alike; the report gives medians and wrap / direct per size, against
+the goals: bandwidth >= 0.98 and round trip (p50) <= 1.05 of the inner plugin alone.
+An empty --sizes or --rtt-sizes skips that part.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -23,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import rtt
 from bench.lab_iperf import machine
-from bench.plugin_bw import parse_size
 from bench.plugin_driver import LGTCP_SO, LINKGUARD_SO, build_plugin, lab_starter, run_pair
 from linkguard_lab.lab import Lab, unique_prefix
 
@@ -33,6 +39,9 @@ MODES = {
     "wrap": (LINKGUARD_SO, {"LGTCP_IFS": "rail0,rail1", "LINKGUARD_INNER": str(LGTCP_SO),
                             "LINKGUARD_PAIRS": "rail0:rail1,rail1:rail0"}),
 }
+BW_GOAL = 0.98
+RTT_GOAL = ("p50", 1.05)
+LABELS = {"direct": "lgtcp direct", "wrap": "linkguard wrap"}
 
 
 def gbps(lab: Lab, mode: str, size: int, total: int, port: int) -> float:
@@ -49,23 +58,26 @@ def gbps(lab: Lab, mode: str, size: int, total: int, port: int) -> float:
     return float(srv.report["gbps"])
 
 
-def run(trials: int, sizes: list[int], gib: float) -> dict[str, Any]:
+def run(trials: int, sizes: list[int], gib: float, rtt_sizes: list[int],
+        rtt_count: int) -> dict[str, Any]:
     build_plugin()
     total = int(gib * (1 << 30))
     samples: dict[str, list[float]] = {}
+    rtts: rtt.Samples = {}
+    ports = itertools.count(7301)
     with Lab(unique_prefix("lgwb"), 2, 2) as lab:
         lab.up()
-        port = 7300
+        runners = {mode: rtt.lab_runner(lab, "plugin", ports, rtt_count, env=env, plugin=so)
+                   for mode, (so, env) in MODES.items()}
         for t in range(trials):
             print(f"trial {t + 1}/{trials}", file=sys.stderr, flush=True)
             for size in sizes:
-                order = ("direct", "wrap") if t % 2 == 0 else ("wrap", "direct")
-                for mode in order:
-                    port += 1
-                    v = gbps(lab, mode, size, total, port)
+                for mode in rtt.alternate(list(MODES), t):
+                    v = gbps(lab, mode, size, total, next(ports))
                     samples.setdefault(f"{mode} {size}", []).append(v)
                     print(f"  {mode:6s} {size:>8d} B {v:7.2f} Gbit/s", file=sys.stderr,
                           flush=True)
+            rtt.rtt_trial(t, rtt_sizes, runners, rtts, rtt_count)
         lab.down()
     table = []
     for size in sizes:
@@ -77,29 +89,46 @@ def run(trials: int, sizes: list[int], gib: float) -> dict[str, Any]:
         table.append({"size": size, "direct_gbps": d, "wrap_gbps": w, "ratio": w / d,
                       "ratio_min": ratios[0], "ratio_max": ratios[-1]})
     return {"machine": machine(), "trials": trials, "bytes_per_run": total,
-            "samples": samples, "table": table}
+            "samples": samples, "table": table,
+            "rtt": rtt.result(rtts, rtt_count, "wrap", "direct")}
 
 
 def markdown(res: dict[str, Any]) -> str:
-    lines = [f"Median of {res['trials']} trials, {res['bytes_per_run'] >> 20} MiB per run.", "",
-             ("| message | lgtcp direct Gbit/s | linkguard wrap Gbit/s | wrap / direct "
+    lines = [f"Median of {res['trials']} trials, {res['bytes_per_run'] >> 20} MiB per run.", ""]
+    if res["table"]:
+        lines += [*bw_lines(res), ""]
+    if res["rtt"]["table"]:
+        lines.append(rtt.markdown(res["rtt"], LABELS, RTT_GOAL))
+    return "\n".join(lines)
+
+
+def bw_lines(res: dict[str, Any]) -> list[str]:
+    lines = [("| message | lgtcp direct Gbit/s | linkguard wrap Gbit/s | wrap / direct "
               "| per-trial ratio min .. max |"), "|---|---|---|---|---|"]
     for r in res["table"]:
-        size = r["size"]
-        label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
-        lines.append(f"| {label} | {r['direct_gbps']:.2f} | {r['wrap_gbps']:.2f} | "
-                     f"{r['ratio']:.3f} | {r['ratio_min']:.2f} .. {r['ratio_max']:.2f} |")
-    return "\n".join(lines)
+        lines.append(f"| {rtt.size_label(r['size'])} | {r['direct_gbps']:.2f} | "
+                     f"{r['wrap_gbps']:.2f} | {r['ratio']:.3f} | "
+                     f"{r['ratio_min']:.2f} .. {r['ratio_max']:.2f} |")
+    met = all(r["ratio"] >= BW_GOAL for r in res["table"])
+    lines.append(f"\nGoal wrap / direct bandwidth >= {BW_GOAL:g} at every size: "
+                 f"**{'met' if met else 'NOT met'}**.")
+    return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--sizes", default="256K,1M,4M")
+    ap.add_argument("--sizes", default="256K,1M,4M", type=rtt.size_list,
+                    help="bandwidth sizes ('' for none)")
     ap.add_argument("--gib", type=float, default=2.0, help="GiB per driver run")
+    ap.add_argument("--rtt-sizes", default=rtt.SIZES, type=rtt.size_list,
+                    help="round-trip sizes ('' for none)")
+    ap.add_argument("--rtt-count", type=int, default=rtt.COUNT, help="round trips per run")
     ap.add_argument("--json", help="write the full result here")
     a = ap.parse_args()
-    res = run(a.trials, [parse_size(s) for s in a.sizes.split(",")], a.gib)
+    if a.trials < 1 or a.rtt_count < 1:
+        ap.error("--trials and --rtt-count must be at least 1")
+    res = run(a.trials, a.sizes, a.gib, a.rtt_sizes, a.rtt_count)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     print(markdown(res))

@@ -146,6 +146,8 @@ def status(ctx: click.Context, nics: tuple[str, ...], output: str, as_json: bool
         _echo_json(render.status_json(resp))
     else:
         click.echo(render.status_table(resp, wide=output == "wide"))
+        for nic in resp.nics if nics else ():  # NICs named: their counters too
+            click.echo(render.counters_text(nic))
     ctx.exit(EXIT_OK if all(n.state == pb.NIC_STATE_UP for n in resp.nics) else EXIT_NOT_UP)
 
 

@@ -130,6 +130,26 @@ def status_table(resp: pb.GetStatusResponse, wide: bool = False) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def counters_text(nic: pb.Nic) -> str:
+    """Every counter of one NIC with its rate where the daemon judges it; `!` marks those holding
+    the NIC DEGRADED (`linkguard-cli status NIC`)."""
+    if not nic.counters:
+        return f"{nic.name}: no counters sampled yet"
+    names = sorted(nic.counters)
+    width = max(len(n) for n in names)
+    digits = max(len(str(nic.counters[n])) for n in names)
+    head = f"{nic.name} counters (rate: errors/s over the latest sample; ! holds the NIC DEGRADED):"
+    lines = [head]
+    for name in names:
+        line = f"  {name.ljust(width)}  {str(nic.counters[name]).rjust(digits)}"
+        if name in nic.counter_rates:
+            line += f"  {nic.counter_rates[name]:10.1f}/s"
+        if name in nic.counters_over:
+            line += "  " + click.style("! over its limit", fg="yellow", bold=True)
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def _json_number(value: float) -> float | None:
     return None if math.isinf(value) or math.isnan(value) else value  # JSON has no -inf
 
@@ -142,6 +162,8 @@ def nic_json(nic: pb.Nic) -> dict[str, Any]:
         "speed_mbps": nic.speed_mbps if nic.HasField("speed_mbps") else None,
         "epoch": nic.epoch, "seconds_in_state": round(nic.seconds_in_state, 3),
         "since_unix": nic.since_unix, "counters": dict(sorted(nic.counters.items())),
+        "counter_rates": dict(sorted(nic.counter_rates.items())),
+        "counters_over": list(nic.counters_over),
         "dom": {
             "status": nic.dom.status,
             "temperature_celsius": nic.dom.temperature_celsius

@@ -57,6 +57,7 @@ class Engine:
         self.exporters = exporters(self)
         self.ready = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
+        self._deadline_at: int | None = None  # the policy deadline the timer is set for
         self._tasks: list[asyncio.Task[None]] = []
 
     def exporter(self, kind: type[E]) -> E | None:
@@ -131,6 +132,8 @@ class Engine:
             isinstance(fact, LinkFact) and self._link_info_changed(fact))
         self._publish(transitions, force=force, monitor=monitor,
                       fact_ns=getattr(fact, "at_ns", None))
+        if isinstance(fact, CountersFact) and not transitions:
+            self._schedule_deadline()  # an error rate over its limit moves a clean window's end
         if isinstance(fact, LinkFact) and fact.present and fact.ifname not in self.inventory:
             asyncio.get_running_loop().create_task(self.refresh_inventory())
 
@@ -139,15 +142,18 @@ class Engine:
         return info is None or info.ifindex != fact.ifindex
 
     def _on_deadline(self) -> None:
-        self._deadline = None
+        self._deadline, self._deadline_at = None, None
         self._publish(self.policy.tick(self.clock()))
         self._schedule_deadline()  # also when the tick changed nothing (e.g. damping still on)
 
     def _schedule_deadline(self) -> None:
         when = self.policy.next_deadline_ns()
+        if self._deadline and when == self._deadline_at:
+            return  # already set for it (counter samples ask ten times a second)
         if self._deadline:
             self._deadline.cancel()
             self._deadline = None
+        self._deadline_at = when
         if when is not None:
             delay = max(0.0, (when - self.clock()) / 1e9)
             self._deadline = asyncio.get_running_loop().call_later(delay, self._on_deadline)
@@ -211,7 +217,9 @@ class Engine:
             dom=dom.diagnostics if dom else None, rdma_device=info.rdma_dev,
             flap_penalty=self.policy.penalty(name, self.clock()),
             drain_reason=rec.drain_note if rec.drained else "",
-            dom_flags_seen=dom.flags_seen if dom else {})
+            dom_flags_seen=dom.flags_seen if dom else {},
+            counter_rates={name: rate for (_, name), rate in sorted(rec.last_rates.items())},
+            counters_over=tuple(sorted({name for _, name in rec.error_rates})))
 
     def events_since(self, seq: int) -> list[EventView]:
         history = self.exporter(HistoryExporter)

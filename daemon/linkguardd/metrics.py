@@ -33,7 +33,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import choose_encoder
 
-from linkguardd.monitors.rdma import ERROR_COUNTERS as RDMA_ERROR_COUNTERS
+from linkguardd.monitors.phy import PHY_COUNTERS
+from linkguardd.monitors.rdma_counters import ERROR_COUNTERS as RDMA_ERROR_COUNTERS
 from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
 from linkguardd.states import NicState, Reason
 from linkguardd.view import DaemonView, NicView
@@ -54,7 +55,7 @@ NETDEV_ERROR_COUNTERS = (
     "rx_length_errors", "rx_over_errors", "rx_crc_errors", "rx_frame_errors", "rx_fifo_errors",
     "rx_missed_errors", "tx_aborted_errors", "tx_carrier_errors", "tx_fifo_errors",
     "tx_heartbeat_errors", "tx_window_errors")
-ERROR_COUNTERS = frozenset(NETDEV_ERROR_COUNTERS + RDMA_ERROR_COUNTERS)
+ERROR_COUNTERS = frozenset(NETDEV_ERROR_COUNTERS + RDMA_ERROR_COUNTERS + PHY_COUNTERS)
 TOTALS = {"rx_errors": "receive", "tx_errors": "transmit"}
 # dom.common quantity -> (metric stem, unit)
 QUANTITIES = {
@@ -250,8 +251,9 @@ class _NicFamilies:
                                  "Carrier changes counted by the kernel.", labels=dev)
         self.errors = c(
             "linkguard_nic_errors", "Link errors by kind: netlink link statistics (rx_crc_errors"
-            ", ...; not their totals rx_errors, tx_errors) and RDMA port counters "
-            "(symbol_error, ...).", labels=["device", "counter"])
+            ", ...; not their totals rx_errors, tx_errors), RDMA port and transport counters "
+            "(symbol_error, packet_seq_err, ...), FEC blocks and PCS symbol errors "
+            "(fec_uncorrectable_blocks, ...).", labels=["device", "counter"])
         self.totals = {key: c(f"linkguard_nic_{word}_errors",
                               f"All {word} errors of the netdev ({key}, which includes its "
                               "kinds in linkguard_nic_errors_total).", labels=dev)

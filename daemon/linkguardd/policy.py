@@ -5,7 +5,7 @@ Rules (DESIGN.md "Health policy", issue 3), strongest first:
 - absent / admin down / carrier lost / operstate not UP / verbs DEVICE_FATAL or PORT_ERR /
   IB port not ACTIVE -> DOWN at once;
 - DOM alarms, DOM warnings (configurable), or an error counter rising faster than its configured
-  rate -> DEGRADED;
+  rate -> DEGRADED, until that counter has stayed at or below its rate for a whole clean window;
 - otherwise the NIC is healthy: UP if it already was (or at first sight), else RECOVERING until
   it has been healthy for one hold-down and flap damping no longer suppresses it.
 Choices made here (documented for operators):
@@ -17,7 +17,10 @@ Choices made here (documented for operators):
   flaps (the operator is working on it); DRAINED -> undrain always waits one hold-down, counted
   from the undrain, because a re-cabled link may still be training.
 - A DEGRADED NIC whose condition clears returns via RECOVERING and a hold-down, so a DOM reading
-  that hovers around its threshold cannot make traffic thrash.
+  that hovers around its threshold cannot make traffic thrash. An error rate must first stay
+  clean for `error_rate_clean_window_ms` (errors come in bursts seconds apart on a failing optic).
+- Counters are cumulative; a value below the previous one is a reset (driver reload, `perfquery
+  -R`) or a wrap (32-bit firmware counters) and only starts a new baseline: no rate, no alarm.
 - Verbs PORT_ERR is latched until PORT_ACTIVE or a later sysfs read of the port as ACTIVE;
   DEVICE_FATAL until PORT_ACTIVE or until the device unregisters (IbPortFact present=False):
   after DEVICE_FATAL the context is dead and sysfs may still say ACTIVE.
@@ -49,6 +52,9 @@ NS_PER_S = 1_000_000_000
 # symbol errors per second is 25x what a healthy link can produce: it is failing, not noisy.
 # Retrains and integrity errors are each a traffic stall, so one per second already means trouble.
 # rx_missed_errors / rx_errors are left out: they count host-side overruns, not the link.
+# The RDMA transport and FEC figures are reasoned starting points, not measured on a cluster here
+# (no RDMA NIC or FEC-capable NIC on this machine): tune them per fleet. inf: watched, exported,
+# never judged.
 DEFAULT_ERROR_RATES: Mapping[str, float] = MappingProxyType({
     "rx_crc_errors": 10.0,  # netlink IFLA_STATS64
     "rx_frame_errors": 10.0,  # netlink IFLA_STATS64
@@ -57,6 +63,36 @@ DEFAULT_ERROR_RATES: Mapping[str, float] = MappingProxyType({
     "link_error_recovery": 1.0,  # IB PMA PortCounters: successful link retrains
     "link_downed": 1.0,  # IB PMA PortCounters: failed retrains (link went down)
     "local_link_integrity_errors": 1.0,  # IB PMA PortCounters
+    # IB PMA: packets dropped on transmit because the port was down or congested (head-of-queue
+    # lifetime); a busy fabric drops some without a bad link, so 10x the receive-error rate.
+    "port_xmit_discards": 100.0,
+    # RDMA transport (sysfs ports/<n>/hw_counters, mlx5 names), summed over every QP of the port.
+    # Each NAK sequence error is a lost packet and a go-back-N resend of the window: as the
+    # symbol errors, 10/s is a failing path. One loss makes the responder count every packet
+    # behind it (out_of_sequence) and later resent ones twice (duplicate_request): ~60 packets
+    # at 400 Gb/s for a 5 us round trip of 4 KiB MTU, so 100/s is a couple of losses a second.
+    "packet_seq_err": 10.0,
+    "out_of_sequence": 100.0,
+    "duplicate_request": 100.0,
+    # An ACK timeout is a QP stalled for its whole transport timeout (NCCL_IB_TIMEOUT 20: ~4 s).
+    # A peer process that was killed makes each QP to it time out up to retry_cnt (7) times,
+    # about one every timeout per QP: 10/s is above what a few dozen QPs to a dead job produce.
+    "local_ack_timeout_err": 10.0,
+    # RNR NAKs say the receiver had no receive posted: application pacing, not the link, and
+    # moving to another NIC cannot help. Watched, never judged.
+    "rnr_nak_retry_err": math.inf,
+    # FEC (ethtool FEC_GET, IEEE 802.3 clause 30.5.1.1.17/18). RS-FEC exists so that a link
+    # within its pre-FEC error limit almost never loses a codeword: at 400 Gb/s (~78 M
+    # RS(544,514) codewords/s) one uncorrectable a second is a ratio of 1e-8, far past any
+    # healthy link. Corrected blocks and bits are normal on PAM4 links (hundreds of thousands a
+    # second on a healthy 400G link) and scale with speed: watched, never judged by default; set
+    # a fleet's own limit from its baseline.
+    "fec_uncorrectable_blocks": 1.0,
+    "fec_corrected_blocks": math.inf,
+    "fec_corrected_bits": math.inf,
+    # PCS symbol errors (ethtool STATS_GET eth-phy, IEEE 802.3 30.3.2.1.5): invalid code groups
+    # while receiving, the Ethernet counterpart of the IB PMA symbol_error: the same 10/s.
+    "symbol_error_during_carrier": 10.0,
 })
 
 
@@ -84,6 +120,10 @@ class PolicyConfig:
     error_rate_per_s: Mapping[str, float] = field(default_factory=lambda: DEFAULT_ERROR_RATES)
     # A rate over a shorter window is dominated by one burst; samples closer than this wait.
     error_rate_min_interval_ms: int = 500
+    # 60 s: a marginal optic or cable errs in bursts seconds apart; a NIC must stay DEGRADED
+    # between bursts rather than take traffic back for each quiet second. A minute is short
+    # against a repair (a reseat, a swapped cable) and one retrain (~1-2 s) fits many times.
+    error_rate_clean_window_ms: int = 60_000
 
 
 @dataclass(frozen=True)
@@ -116,7 +156,9 @@ class NicRecord:
     verbs_faults: dict[str, tuple[Reason, int]] = field(default_factory=dict)  # rdma_dev -> fault
     dom: DomFact | None = None
     counter_base: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
-    error_rates: dict[tuple[str, str], float] = field(default_factory=dict)  # over threshold
+    # (source, counter) -> (worst rate, when last over its limit): holds DEGRADED for a clean window
+    error_rates: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
+    last_rates: dict[tuple[str, str], float] = field(default_factory=dict)  # latest of each
     healthy_since_ns: int | None = None  # no fault (drain aside) continuously since then
     penalty: float = 0.0  # flap penalty as of penalty_at_ns; decays with the half-life
     penalty_at_ns: int = 0
@@ -171,8 +213,8 @@ class Policy:
         for rec in self._records.values():
             if rec.suppressed_until_ns > now_ns:  # re-derive the deadline under the new knobs
                 rec.suppressed_until_ns = rec.penalty_at_ns + self._decay_ns(rec.penalty)
-            rec.error_rates = {k: rate for k, rate in rec.error_rates.items()
-                               if rate > limits.get(k[1], math.inf)}  # judged by the new limits
+            rec.error_rates = {k: v for k, v in rec.error_rates.items()
+                               if v[0] > limits.get(k[1], math.inf)}  # judged by the new limits
             out += self._evaluate(rec, now_ns)
         for name in wanted:
             out += self.add_nic(name, now_ns)
@@ -225,6 +267,8 @@ class Policy:
         """When tick() may next change something; None: only a fact can."""
         times = [self._ready_at(r) for r in self._records.values()
                  if r.state == NicState.RECOVERING and r.healthy_since_ns is not None]
+        window = self.config.error_rate_clean_window_ms * NS_PER_MS
+        times += [at + window for r in self._records.values() for _, at in r.error_rates.values()]
         return min(times, default=None)
 
     def drain(self, ifname: str, now_ns: int, note: str = "") -> list[Transition]:
@@ -331,19 +375,19 @@ class Policy:
                 continue
             key = (fact.source, name)
             base = rec.counter_base.get(key)
-            if base is None or value < base[0]:  # first sample, or counters reset (driver reload)
+            if base is None or value < base[0]:  # first sample, or a reset or wrap: no rate
                 rec.counter_base[key] = (value, fact.at_ns)
-                rec.error_rates.pop(key, None)
+                rec.last_rates.pop(key, None)
                 continue
             dt_ns = fact.at_ns - base[1]
             if dt_ns < max(min_ns, 1):
                 continue  # keep the older baseline until the window is long enough
             rate = (value - base[0]) * NS_PER_S / dt_ns
             rec.counter_base[key] = (value, fact.at_ns)
+            rec.last_rates[key] = rate
             if rate > limits[name]:
-                rec.error_rates[key] = rate
-            else:
-                rec.error_rates.pop(key, None)
+                worst = max(rate, rec.error_rates.get(key, (0.0, 0))[0])
+                rec.error_rates[key] = (worst, fact.at_ns)
 
     # ---- evaluation ----------------------------------------------------------------------
     def _hard_fault(self, rec: NicRecord) -> tuple[Reason, str] | None:
@@ -374,10 +418,12 @@ class Policy:
             limits = self.config.error_rate_per_s
             return Reason.ERROR_RATE, ", ".join(
                 f"{name} {rate:.1f}/s > {limits.get(name, 0):g}/s"
-                for (_, name), rate in sorted(rec.error_rates.items()))
+                for (_, name), (rate, _at) in sorted(rec.error_rates.items()))
         return None
 
     def _verdict(self, rec: NicRecord, now_ns: int) -> Verdict:
+        window = self.config.error_rate_clean_window_ms * NS_PER_MS
+        rec.error_rates = {k: v for k, v in rec.error_rates.items() if now_ns < v[1] + window}
         hard = self._hard_fault(rec)
         soft = None if hard else self._soft_fault(rec)
         if hard or soft:

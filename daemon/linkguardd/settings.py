@@ -95,7 +95,8 @@ class Settings:
         "as a dead daemon.", minimum=1, maximum=100)
     # 1 s: error-rate thresholds are per second; 8 IFLA_STATS64 reads per second cost nothing.
     stats_interval_s: float = _setting(
-        1.0, "Period of error-counter sampling (netlink link statistics, RDMA port counters).",
+        1.0, "Period of error-counter sampling (netlink link statistics, RDMA port and "
+        "transport counters, FEC and PCS statistics).",
         minimum=0.1)  # below 0.1 s a single burst dominates the rate
     # 10 s: optics degrade over minutes; each EEPROM page is an I2C read of milliseconds that
     # competes with the NIC firmware's own module polling.
@@ -129,6 +130,10 @@ class Settings:
     error_rate_min_interval_ms: int = _setting(
         _P.error_rate_min_interval_ms, "Shortest window a counter rate is computed over.",
         minimum=0)
+    error_rate_clean_window_ms: int = _setting(
+        _P.error_rate_clean_window_ms, "A NIC DEGRADED by an error rate stays DEGRADED until "
+        "that counter has stayed at or below its rate this long (then RECOVERING and the "
+        "hold-down).", minimum=0)
     log_format: str = _setting(
         "logfmt", "Log line format on stderr (journald): logfmt key=value, or json.",
         choices=("logfmt", "json"))

@@ -33,6 +33,9 @@ class NicView:
     flap_penalty: float = 0.0
     drain_reason: str = ""
     dom_flags_seen: Mapping[str, int] = field(default_factory=dict)  # latched flag -> reads
+    # Judged error counters: errors/s over the latest sample, and those holding the NIC DEGRADED
+    counter_rates: Mapping[str, float] = field(default_factory=dict)
+    counters_over: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

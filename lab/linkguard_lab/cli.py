@@ -64,16 +64,27 @@ prefix_option = click.option("--prefix", default=DEFAULT_PREFIX, show_default=Tr
 @cli.command()
 @click.option("--hosts", default=2, show_default=True, help="Number of hosts (a, b, ...).")
 @click.option("--rails", default=2, show_default=True, help="Rail NICs per host.")
+@click.option("--routed", is_flag=True,
+              help="The switch routes between the rails (cross-rail connections work); "
+                   "default: rail-only, each rail its own network.")
 @prefix_option
 @as_root
-def up(hosts: int, rails: int, prefix: str) -> None:
+def up(hosts: int, rails: int, routed: bool, prefix: str) -> None:
     """Build the lab (an error if that prefix already exists)."""
-    lab = Lab(prefix, hosts, rails).up()
-    click.echo(f"lab {prefix} up: {hosts} hosts x {rails} rails, switch {lab.topo.switch_ns}")
+    lab = Lab(prefix, hosts, rails, routed=routed).up()
+    click.echo(f"lab {prefix} up: {_shape(lab)}")
     for host in lab.hosts:
         addrs = " ".join(f"rail{r}={lab.address(host, r)}" for r in lab.rails)
         click.echo(f"  {host}  ns {lab.ns(host)}  {addrs}  mgmt0={lab.mgmt_address(host)}")
+    if routed:
+        routers = " ".join(f"rail{r}={lab.topo.router_address(r)}" for r in lab.rails)
+        click.echo(f"  routers in {lab.topo.switch_ns}: {routers}")
     lab.close()
+
+
+def _shape(lab: Lab) -> str:
+    return (f"{len(lab.hosts)} hosts x {len(lab.rails)} rails "
+            f"({'routed' if lab.routed else 'rail-only'}), switch {lab.topo.switch_ns}")
 
 
 @cli.command()
@@ -98,10 +109,9 @@ def status(prefix: str, as_json: bool) -> None:
     lab.close()
     if as_json:
         click.echo(json.dumps({"prefix": prefix, "hosts": lab.hosts, "rails": lab.rails,
-                               "links": rows}, indent=2))
+                               "routed": lab.routed, "links": rows}, indent=2))
         return
-    click.echo(f"lab {prefix}: {len(lab.hosts)} hosts x {len(lab.rails)} rails, "
-               f"switch {lab.topo.switch_ns}")
+    click.echo(f"lab {prefix}: {_shape(lab)}")
     click.echo(f"{'HOST':4} {'NIC':6} {'ADDRESS':16} {'ADMIN':5} {'CARRIER':7} "
                f"{'CHANGES':7} {'PORT':6} FAULTS")
     for r in rows:

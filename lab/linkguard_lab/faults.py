@@ -12,7 +12,7 @@ benchmarks can measure detection latency from the moment the fault happened.
 
 Blackhole works with an nftables bridge-family table in the switch namespace, installed once
 at `up`: two rules drop every frame whose ingress or egress switch port is in the blackhole
-device group. A blackhole is then a single netlink request that moves the port into that group
+device group (in each bridge hook a rail's frames pass: bridge_hooks()). A blackhole is then a single netlink request that moves the port into that group
 (`ip link set a-r0 group 27751`): no `nft` process to spawn at fault time, so the timestamp
 is as close to the event as for cut, and `nft list ruleset` in the switch shows the rules.
 """
@@ -27,15 +27,25 @@ from linkguard_lab.topology import Rail, Topology
 
 BLACKHOLE_GROUP = 0x6C67  # "lg"; any group number unused elsewhere in the switch namespace
 NFT_TABLE = "linkguard_lab"
-NFT_RULESET = f"""\
-table bridge {NFT_TABLE} {{
-    chain forward {{
-        type filter hook forward priority 0; policy accept;
+
+
+def bridge_hooks(topo: Topology) -> tuple[str, ...]:
+    """The bridge hooks a rail's frames pass: forward between two ports; in a routed lab also
+    input (a port to the router) and output (the router to a port)."""
+    return ("forward", "input", "output") if topo.routed else ("forward",)
+
+
+def nft_ruleset(topo: Topology) -> str:
+    chains = "".join(f"""\
+    chain {hook} {{
+        type filter hook {hook} priority 0; policy accept;
         meta iifgroup {BLACKHOLE_GROUP} counter drop comment "blackholed switch port (ingress)"
         meta oifgroup {BLACKHOLE_GROUP} counter drop comment "blackholed switch port (egress)"
     }}
-}}
-"""
+""" for hook in bridge_hooks(topo))
+    return f"table bridge {NFT_TABLE} {{\n{chains}}}\n"
+
+
 MAX_FLAP_COUNT = 10_000
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from linkguard_lab import netns
 from linkguard_lab.errors import LabError
+from linkguard_lab.faults import bridge_hooks
 from linkguard_lab.topology import Rail, Topology
 
 KINDS = ("lossy", "slow", "stall")
@@ -41,9 +42,9 @@ def gray_ruleset(topo: Topology) -> str:
             port = topo.port(host, rail)
             for kind in KINDS:
                 c = chain(kind, port)
-                lines += [f"add chain bridge {TABLE} {c}",
-                          f'add rule bridge {TABLE} forward iifname "{port}" jump {c}',
-                          f'add rule bridge {TABLE} forward oifname "{port}" jump {c}']
+                lines.append(f"add chain bridge {TABLE} {c}")
+                lines += [f'add rule bridge {TABLE} {hook} {way} "{port}" jump {c}'
+                          for hook in bridge_hooks(topo) for way in ("iifname", "oifname")]
     return "\n".join(lines) + "\n"
 
 

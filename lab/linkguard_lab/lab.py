@@ -13,9 +13,9 @@ import secrets
 import subprocess
 from typing import Any, Self
 
-from linkguard_lab import netns
+from linkguard_lab import netns, routing
 from linkguard_lab.errors import LabError
-from linkguard_lab.faults import BLACKHOLE_GROUP, NFT_RULESET, FaultsMixin
+from linkguard_lab.faults import BLACKHOLE_GROUP, FaultsMixin, nft_ruleset
 from linkguard_lab.gray import GrayMixin, gray_ruleset
 from linkguard_lab.netlink import LinkInfo, Netlink
 from linkguard_lab.topology import DEFAULT_PREFIX, MGMT_IFNAME, PREFIX_LEN, Rail, Topology
@@ -45,10 +45,12 @@ def unique_prefix(stem: str = "lg") -> str:
 
 class Lab(FaultsMixin, GrayMixin):
     def __init__(self, prefix: str = DEFAULT_PREFIX, hosts: int = 2, rails: int = 2, *,
-                 blackhole_rules: bool = True) -> None:
-        """blackhole_rules=False builds no nftables table (no `nft`, no nf_tables in the
+                 routed: bool = False, blackhole_rules: bool = True) -> None:
+        """routed=True: the switch routes between the rails (routing.py); by default each
+        rail is its own network, as on a rail-only fabric.
+        blackhole_rules=False builds no nftables table (no `nft`, no nf_tables in the
         kernel needed, e.g. on the GPU machine); blackhole() then refuses."""
-        self.topo = Topology(prefix, hosts, rails)
+        self.topo = Topology(prefix, hosts, rails, routed)
         self.blackhole_rules = blackhole_rules
         self.nl = Netlink()
         self._children: list[subprocess.Popen] = []
@@ -65,7 +67,9 @@ class Lab(FaultsMixin, GrayMixin):
                            f"--prefix {prefix})")
         rails = [int(m.group(1)) for name in netns.link_names(f"{prefix}-{hosts[0]}")
                  if (m := re.fullmatch(r"rail(\d+)", name))]
-        lab = cls(prefix, len(hosts), max(rails, default=0) + 1)
+        # A routed lab's switch has the routers' addresses on its rail bridges.
+        routed = bool(netns.ipv4_addresses(probe.switch_ns, probe.bridge(0)))
+        lab = cls(prefix, len(hosts), max(rails, default=0) + 1, routed=routed)
         if hosts != lab.hosts:
             raise LabError(f"lab {prefix!r} is damaged (hosts {', '.join(hosts)}); "
                            f"run: linkguard-lab down --prefix {prefix}")
@@ -97,7 +101,7 @@ class Lab(FaultsMixin, GrayMixin):
         for ns in t.namespaces:
             netns.add_netns(ns)
             created.append(ns)
-            netns.sysctl(ns, _SYSCTLS)
+            netns.sysctl(ns, _SYSCTLS | routing.sysctls(t, ns))
         # STP off and forward_delay 0: a restored port forwards at once, like a real switch
         # port with portfast.
         bridge_opts = "type bridge forward_delay 0 stp_state 0 mcast_snooping 0"
@@ -111,16 +115,16 @@ class Lab(FaultsMixin, GrayMixin):
                 # Created inside the switch ns, the host end moved straight into its host ns.
                 lines += [f"link add {port} type veth peer name {nic} netns {t.host_ns(host)}",
                           f"link set {port} master {bridge} up"]
-        netns.ip_batch(t.switch_ns, lines)
+        netns.ip_batch(t.switch_ns, lines + routing.switch_lines(t))
         for host in t.host_names:
             lines = ["link set lo up"]
             nics = [(t.rail_ifname(r), t.address(host, r)) for r in range(t.rails)]
             nics.append((MGMT_IFNAME, t.mgmt_address(host)))
             for nic, addr in nics:
                 lines += [f"addr add {addr}/{PREFIX_LEN} dev {nic}", f"link set {nic} up"]
-            netns.ip_batch(t.host_ns(host), lines)
+            netns.ip_batch(t.host_ns(host), lines + routing.host_lines(t, host))
         if self.blackhole_rules:
-            netns.nft(t.switch_ns, NFT_RULESET + gray_ruleset(t))
+            netns.nft(t.switch_ns, nft_ruleset(t) + gray_ruleset(t))
 
     def down(self) -> None:
         """Remove every namespace of this prefix (and what runs in it). Idempotent."""
@@ -162,6 +166,10 @@ class Lab(FaultsMixin, GrayMixin):
     def rails(self) -> list[int]:
         return list(range(self.topo.rails))
 
+    @property
+    def routed(self) -> bool:
+        return self.topo.routed
+
     def ns(self, host: str) -> str:
         return self.topo.switch_ns if host == SWITCH else self.topo.host_ns(host)
 
@@ -190,11 +198,17 @@ class Lab(FaultsMixin, GrayMixin):
         self._children.append(proc)
         return proc
 
-    def ping(self, src: str, dst: str, rail: Rail, timeout_s: int = 1) -> bool:
+    def ping(self, src: str, dst: str, rail: Rail, timeout_s: int = 1,
+             from_rail: Rail | None = None) -> bool:
         """True as soon as one ICMP echo from src to dst's `rail` address is answered; a probe
-        goes out every 0.2 s until timeout_s (so a fresh ARP resolution does not fail it)."""
+        goes out every 0.2 s until timeout_s (so a fresh ARP resolution does not fail it).
+        `from_rail`: sent from src's NIC and address on that rail, as the plugin's sockets are
+        bound (across rails: a routed lab only)."""
+        source = [] if from_rail is None else [
+            "-I", self.topo.rail_ifname(self.topo.check_rail(from_rail)),
+            "-I", self.address(src, from_rail)]
         argv = ["ping", "-n", "-q", "-c", "1", "-i", "0.2", "-W", "1", "-w", str(int(timeout_s)),
-                self.address(dst, rail)]
+                *source, self.address(dst, rail)]
         return self.run(src, argv, timeout=timeout_s + 5).returncode == 0
 
     def sysfs(self, host: str, ifname: str, attr: str) -> str | None:

@@ -64,6 +64,12 @@ def link_names(ns: str) -> list[str]:
             if line.count(":") >= 2]
 
 
+def ipv4_addresses(ns: str, ifname: str) -> list[str]:
+    out = run(["ip", "-n", ns, "-4", "-o", "addr", "show", "dev", ifname], check=False).stdout
+    # "7: br-rail0    inet 198.18.0.254/24 scope global br-rail0 ..." -> "198.18.0.254/24"
+    return [line.split()[3] for line in out.splitlines() if len(line.split()) > 3]
+
+
 def sysctl(ns: str, settings: dict[str, str]) -> None:
     # -e: a kernel without IPv6 has no such keys; that is fine for the lab.
     if shutil.which("sysctl"):

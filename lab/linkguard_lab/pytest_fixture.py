@@ -2,8 +2,8 @@
 
     from linkguard_lab.pytest_fixture import lab, lab_factory  # noqa: F401
 
-`lab` is a fresh 2x2 lab; `lab_factory(hosts=, rails=)` makes more (other shapes, or two labs
-at once). Each lab gets a unique prefix (lgt + 4 hex digits), so tests may run in parallel,
+`lab` is a fresh 2x2 lab; `lab_factory(hosts=, rails=, routed=)` makes more (other shapes, a
+routed fabric, or two labs at once). Each lab gets a unique prefix (lgt + 4 hex digits), so tests may run in parallel,
 and is always torn down, also when the test fails. Without root the tests are skipped.
 """
 
@@ -25,8 +25,9 @@ def lab_factory() -> Iterator[Callable[..., Lab]]:
         pytest.skip("lab tests need root (network namespaces)")
     made: list[Lab] = []
 
-    def make(hosts: int = 2, rails: int = 2, prefix: str | None = None) -> Lab:
-        lab = Lab(prefix or unique_prefix(TEST_STEM), hosts, rails)
+    def make(hosts: int = 2, rails: int = 2, prefix: str | None = None,
+             routed: bool = False) -> Lab:
+        lab = Lab(prefix or unique_prefix(TEST_STEM), hosts, rails, routed=routed)
         made.append(lab)  # before up(): a failed up() is cleaned up here too
         return lab.up()
 

@@ -1,7 +1,9 @@
-"""Names and addresses of a lab: pure functions of (prefix, hosts, rails), no kernel calls.
+"""Names and addresses of a lab: pure functions of (prefix, hosts, rails, routed), no kernel
+calls.
 
 Layout for prefix P, hosts a, b, ... and rails 0..M-1:
-  namespace P-sw       bridges br-rail<r> and br-mgmt; switch ports <host>-r<r>, <host>-m
+  namespace P-sw       bridges br-rail<r> and br-mgmt; switch ports <host>-r<r>, <host>-m;
+                       routed labs only: br-rail<r> is the rail's router (198.18.<r>.254/24)
   namespace P-<host>   NICs rail<r> (198.18.<r>.<i+1>/24) and mgmt0 (198.19.0.<i+1>/24)
 All addresses are from 198.18.0.0/15 (RFC 2544 benchmarking space) and exist only inside the
 lab's namespaces, so two labs may reuse them.
@@ -20,6 +22,8 @@ MAX_HOSTS = 26  # hosts are single letters a..z
 MAX_RAILS = 16
 PREFIX_LEN = 24
 MGMT_IFNAME = "mgmt0"
+ROUTER_HOST_OCTET = 254  # above every host's (at most MAX_HOSTS)
+RAIL_TABLE_BASE = 100  # routed labs: rail r's source-routing table is RAIL_TABLE_BASE + r
 Rail = int | str  # the CLI hands rails over as text; check_rail() validates both
 # Lab prefixes always start with "lg" so a lab can never be confused with other namespaces.
 _PREFIX_RE = re.compile(r"^lg[a-z0-9]{0,10}$")
@@ -42,6 +46,7 @@ class Topology:
     prefix: str = DEFAULT_PREFIX
     hosts: int = 2
     rails: int = 2
+    routed: bool = False  # the switch routes between the rails (routing.py)
 
     def __post_init__(self) -> None:
         check_prefix(self.prefix)
@@ -88,6 +93,16 @@ class Topology:
 
     def mgmt_address(self, host: str) -> str:
         return f"198.19.0.{self._index(host) + 1}"
+
+    def rail_network(self, rail: Rail) -> str:
+        return f"198.18.{self.check_rail(rail)}.0/{PREFIX_LEN}"
+
+    def router_address(self, rail: Rail) -> str:
+        """The switch's address on a rail (routed labs): the hosts' gateway to other rails."""
+        return f"198.18.{self.check_rail(rail)}.{ROUTER_HOST_OCTET}"
+
+    def rail_table(self, rail: Rail) -> int:
+        return RAIL_TABLE_BASE + self.check_rail(rail)
 
     # --- validation ----------------------------------------------------------------------
     def check_host(self, host: str) -> str:

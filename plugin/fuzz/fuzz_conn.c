@@ -16,6 +16,8 @@
  * above its seq);
  * a receive of N bytes completes only after the peer wrote, whole, every chunk of those N bytes
  * as the sender cuts them (header and payload); a completed size never exceeds the posted one.
+ * Receives may be grouped (1..3 buffers, tags 0 or 1, chunks tagged 0 or 1): each message of a
+ * completed group filled exactly one buffer, one whose tag it carried (when it carried one).
  * Needs no daemon (LINKGUARD_SHM points nowhere) and opens sockets on 127.0.0.1 only.
  * FUZZ_CONN_TRACE=1 prints each operation and completion (to read a crash input). Threads and
  * timing make a crash input racy to replay: run it a few times (-runs=50 FILE). */
@@ -36,6 +38,7 @@
 #define MAX_MSGS 256 /* messages whose chunks are tracked */
 #define MAX_CHUNKS 16 /* chunks per message at most */
 #define MAX_TOTALS 4  /* message sizes tracked per message */
+#define MAX_GROUP 3   /* buffers of a grouped receive (tags 0 and 1) */
 
 /* The input, read field by field; exhausted input reads as zeros. */
 struct input {
@@ -61,8 +64,10 @@ static uint64_t in_bytes(struct input *in, int k)
 
 struct req {
     void *r;
-    char *buf;
-    size_t size;
+    int n;                   /* receive: buffers, one message each (seq .. seq + n - 1) */
+    char *bufs[MAX_GROUP];   /* each its own allocation: ASan sees a write past one */
+    size_t sizes[MAX_GROUP];
+    int tags[MAX_GROUP];
     uint64_t seq;
     int failed;
 };
@@ -92,6 +97,7 @@ static struct {
         uint32_t whole;
     } seen[MAX_MSGS][MAX_TOTALS];
     int nseen[MAX_MSGS];
+    uint8_t tags_written[MAX_MSGS]; /* bit t: the peer wrote a whole chunk of it with tag t */
 } st;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -161,28 +167,44 @@ static void drain(void)
     }
 }
 
-static void check_done(const struct req *q, int size)
+/* Every chunk of `size` bytes of message m came whole from the peer, with that total. */
+static void check_placed(uint64_t m, int size)
 {
-    FUZZ_ASSERT(size >= 0 && (size_t)size <= q->size);
+    if (st.chunks_unjudged)
+        return;
+    FUZZ_ASSERT(m < MAX_MSGS);
+    uint64_t need = lg_chunk_count((uint64_t)size, st.chunk);
+    FUZZ_ASSERT(need <= MAX_CHUNKS);
+    uint32_t whole = 0;
+    for (int i = 0; i < st.nseen[m]; i++)
+        if (st.seen[m][i].total == (uint64_t)size)
+            whole = st.seen[m][i].whole;
+    for (uint64_t k = 0; k < need; k++)
+        FUZZ_ASSERT(whole & (1u << k));
+}
+
+static void check_done(const struct req *q, const int *sizes)
+{
     if (st.send) {
-        FUZZ_ASSERT((size_t)size == q->size);
+        FUZZ_ASSERT(sizes[0] >= 0 && (size_t)sizes[0] == q->sizes[0]);
         if (st.acks_unjudged)
             return;
         FUZZ_ASSERT(q->seq < st.acked_by_peer); /* never completed without the peer's ack */
         return;
     }
-    /* Every chunk of the reported size came whole from the peer, with that total. */
-    if (st.chunks_unjudged)
-        return;
-    FUZZ_ASSERT(q->seq < MAX_MSGS);
-    uint64_t need = lg_chunk_count((uint64_t)size, st.chunk);
-    FUZZ_ASSERT(need <= MAX_CHUNKS);
-    uint32_t whole = 0;
-    for (int i = 0; i < st.nseen[q->seq]; i++)
-        if (st.seen[q->seq][i].total == (uint64_t)size)
-            whole = st.seen[q->seq][i].whole;
-    for (uint64_t k = 0; k < need; k++)
-        FUZZ_ASSERT(whole & (1u << k));
+    /* Which buffer each message filled: the plugin's binding, read once the group is done. */
+    int used = 0;
+    for (int j = 0; j < q->n; j++) {
+        uint64_t m = q->seq + (uint64_t)j;
+        int b = st.pe.c->reqs[m % LG_WINDOW].g_sub;
+        FUZZ_ASSERT(b >= 0 && b < q->n && !(used & (1 << b)));
+        used |= 1 << b;
+        FUZZ_ASSERT(sizes[b] >= 0 && (size_t)sizes[b] <= q->sizes[b]);
+        uint8_t t = m < MAX_MSGS ? st.tags_written[m] : 0;
+        if (q->n > 1 && !st.chunks_unjudged && (t == 1 || t == 2))
+            FUZZ_ASSERT(t == 1u << q->tags[b]);
+        check_placed(m, sizes[b]);
+    }
 }
 
 /* test() on every outstanding request, as NCCL polls; a done one's buffer is freed at once. */
@@ -190,8 +212,8 @@ static void test_all(void)
 {
     for (int i = 0; i < st.nreqs;) {
         struct req *q = &st.reqs[i];
-        int done = 0, size = -1;
-        if (!q->failed && lg_core_test(q->r, &done, &size) != ncclSuccess) {
+        int done = 0, sizes[MAX_GROUP + 1] = {-1, -1, -1, -1};
+        if (!q->failed && lg_core_test(q->r, &done, sizes) != ncclSuccess) {
             q->failed = 1; /* NCCL aborts; the buffer stays its own until close */
             TRACE("message %llu failed\n", (unsigned long long)q->seq);
         }
@@ -199,37 +221,41 @@ static void test_all(void)
             i++;
             continue;
         }
-        TRACE("message %llu done, %d bytes\n", (unsigned long long)q->seq, size);
-        check_done(q, size);
-        free(q->buf);
+        TRACE("message %llu done, %d bytes\n", (unsigned long long)q->seq, sizes[0]);
+        FUZZ_ASSERT(sizes[q->n] == -1); /* nothing written past the group */
+        check_done(q, sizes);
+        for (int b = 0; b < q->n; b++)
+            free(q->bufs[b]);
         st.reqs[i] = st.reqs[--st.nreqs];
     }
 }
 
 static void op_post(struct input *in)
 {
-    if (st.nreqs == MAX_REQS || st.posted >= MAX_MSGS)
+    uint8_t g = st.send ? 0 : in_u8(in);
+    struct req q = {.n = 1 + (g & 3) % MAX_GROUP, .seq = st.posted};
+    if (st.nreqs == MAX_REQS || st.posted + (uint64_t)q.n > MAX_MSGS)
         return;
-    size_t size = (size_t)(in_bytes(in, 2) % (MAX_CHUNKS * (uint64_t)st.chunk + 1));
-    char *buf = malloc(size ? size : 1);
-    memset(buf, (int)st.posted, size);
-    void *r = NULL;
+    for (int b = 0; b < q.n; b++) {
+        q.sizes[b] = (size_t)(in_bytes(in, 2) % (MAX_CHUNKS * (uint64_t)st.chunk + 1));
+        q.bufs[b] = malloc(q.sizes[b] ? q.sizes[b] : 1);
+        memset(q.bufs[b], (int)st.posted, q.sizes[b]);
+        q.tags[b] = (g >> (2 + b)) & 1;
+    }
     ncclResult_t rc;
-    if (st.send) {
-        rc = lg_core_isend(st.pe.c, buf, size, 0, NULL, &r);
-    } else {
-        void *data[1] = {buf};
-        size_t sizes[1] = {size};
-        int tags[1] = {0};
-        rc = lg_core_irecv(st.pe.c, 1, data, sizes, tags, NULL, &r);
-    }
-    if (rc != ncclSuccess || !r) {
-        free(buf); /* refused (a failed connection) or back-pressure: never ours */
+    if (st.send)
+        rc = lg_core_isend(st.pe.c, q.bufs[0], q.sizes[0], 0, NULL, &q.r);
+    else
+        rc = lg_core_irecv(st.pe.c, q.n, (void **)q.bufs, q.sizes, q.tags, NULL, &q.r);
+    if (rc != ncclSuccess || !q.r) {
+        for (int b = 0; b < q.n; b++) /* refused (a failed connection) or back-pressure */
+            free(q.bufs[b]);
         return;
     }
-    TRACE("post %s %zu bytes: message %llu\n", st.send ? "send" : "recv", size,
-          (unsigned long long)st.posted);
-    st.reqs[st.nreqs++] = (struct req){.r = r, .buf = buf, .size = size, .seq = st.posted++};
+    TRACE("post %s of %d (%zu bytes first): message %llu\n", st.send ? "send" : "recv", q.n,
+          q.sizes[0], (unsigned long long)st.posted);
+    st.posted += (uint64_t)q.n;
+    st.reqs[st.nreqs++] = q;
 }
 
 /* A count near the connection's: acked, posted, in between, beyond, or any. */
@@ -302,8 +328,8 @@ static void op_chunk(struct input *in)
     uint8_t t = in_u8(in);
     h.total = (a & 4) ? in_bytes(in, 2) % (MAX_CHUNKS * (uint64_t)st.chunk + 1) : 0;
     for (int i = 0; i < st.nreqs && !(a & 4); i++)
-        if (st.reqs[i].seq == h.seq)
-            h.total = st.reqs[i].size;
+        if (st.reqs[i].seq <= h.seq && h.seq < st.reqs[i].seq + (uint64_t)st.reqs[i].n)
+            h.total = st.reqs[i].sizes[h.seq - st.reqs[i].seq]; /* a guess for a group */
     if (t == 0xff)
         h.total = in_bytes(in, 8);
     /* The cut: chunk k as the sender cuts it, or any offset and length. */
@@ -316,7 +342,7 @@ static void op_chunk(struct input *in)
         h.len = (uint32_t)in_bytes(in, 2);
     }
     h.epoch = (uint16_t)((a & 16) ? in_bytes(in, 2) : __atomic_load_n(&st.pe.c->epoch, __ATOMIC_ACQUIRE));
-    h.tag = 0;
+    h.tag = (a & 64) ? 1 : 0;
     TRACE("chunk path %d stream %d seq %llu offset %llu len %u total %llu epoch %u\n", path,
           stream, (unsigned long long)h.seq, (unsigned long long)h.offset, h.len,
           (unsigned long long)h.total, h.epoch);
@@ -349,6 +375,7 @@ static void op_chunk(struct input *in)
     if (i == st.nseen[h.seq])
         st.seen[h.seq][st.nseen[h.seq]++].total = h.total;
     st.seen[h.seq][i].whole |= 1u << k;
+    st.tags_written[h.seq] |= (uint8_t)(1u << h.tag);
 }
 
 static void op_raw(struct input *in)
@@ -435,6 +462,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     close_all();
     /* NCCL frees what is left only after close; nothing may touch it from then on. */
     for (int i = 0; i < st.nreqs; i++)
-        free(st.reqs[i].buf);
+        for (int b = 0; b < st.reqs[i].n; b++)
+            free(st.reqs[i].bufs[b]);
     return 0;
 }

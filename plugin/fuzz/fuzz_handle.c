@@ -2,7 +2,8 @@
  * in the NCCL_NET_HANDLE_MAXSIZE bytes NCCL hands to connect().
  * Input: up to 128 bytes, the handle (shorter inputs are zero-padded, as NCCL's buffer is).
  * Checks: a handle that decodes has a listener id, a primary address and port, a backup
- * address and port when it says so, and no unknown flag; it encodes back to the same fields;
+ * address and port when it says so, no unknown flag, and NIC names of printable ASCII
+ * (they go into log lines); it encodes back to the same fields;
  * encoding writes nothing past LG_HANDLE_SIZE; the stage pointer reads back what was set. */
 #include <string.h>
 
@@ -30,6 +31,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(h.listen_id && h.ip[0] && h.port[0]);
     FUZZ_ASSERT(!(h.flags & ~LG_HANDLE_F_BACKUP));
     FUZZ_ASSERT(!(h.flags & LG_HANDLE_F_BACKUP) || (h.ip[1] && h.port[1]));
+    for (int p = 0; p < LG_NPATHS; p++) {
+        FUZZ_ASSERT(memchr(h.nic[p], 0, sizeof(h.nic[p])) != NULL);
+        for (const char *c = h.nic[p]; *c; c++)
+            FUZZ_ASSERT(*c > ' ' && *c <= '~');
+    }
 
     uint8_t out[NCCL_NET_HANDLE_MAXSIZE];
     memset(out, 0xa5, sizeof(out));
@@ -40,7 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(lg_handle_decode(out, &back) == LG_HANDLE_OK);
     FUZZ_ASSERT(back.listen_id == h.listen_id && back.flags == h.flags);
     for (int p = 0; p < LG_NPATHS; p++)
-        FUZZ_ASSERT(back.ip[p] == h.ip[p] && back.port[p] == h.port[p]);
+        FUZZ_ASSERT(back.ip[p] == h.ip[p] && back.port[p] == h.port[p] &&
+                    !strcmp(back.nic[p], h.nic[p]));
     FUZZ_ASSERT(lg_handle_stage_get(out) == NULL); /* fresh: never a pointer */
     lg_handle_stage_set(out, &back);
     FUZZ_ASSERT(lg_handle_stage_get(out) == &back);

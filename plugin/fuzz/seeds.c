@@ -42,6 +42,11 @@ static void seeds_handle(void)
                           .port = {40000, 40001}};
     lg_handle_encode(b, &h);
     put("fuzz_handle", "backup", b, LG_HANDLE_SIZE);
+    snprintf(h.nic[0], sizeof(h.nic[0]), "rail0");
+    snprintf(h.nic[1], sizeof(h.nic[1]), "rail1");
+    lg_handle_encode(b, &h);
+    put("fuzz_handle", "nic-names", b, LG_HANDLE_SIZE);
+    memset(h.nic, 0, sizeof(h.nic));
     h.flags = 0;
     h.ip[1] = 0, h.port[1] = 0;
     lg_handle_encode(b, &h);
@@ -273,7 +278,9 @@ static void conn_seed(const char *name, const uint8_t *b, size_t n)
 
 static void seeds_conn(void)
 {
-    CONN_SEED("recv-two-chunks", 0, OP_POST, 100, 0, OP_CHUNK, 0, 0, 0, OP_CHUNK, 0, 0, 1,
+    /* A receive's OP_POST: the group byte (buffers 1 + (g & 3) % 3, tag of buffer b at bit
+     * 2 + b), then each buffer's size; a send's: its size. */
+    CONN_SEED("recv-two-chunks", 0, OP_POST, 0, 100, 0, OP_CHUNK, 0, 0, 0, OP_CHUNK, 0, 0, 1,
               OP_WAIT, 10, OP_TEST);
     CONN_SEED("send-acked", CFG_SEND, OP_POST, 100, 0, OP_WAIT, 5,
               OP_FRAME, FRAME(0, F_ACK, 0), 0, E_COMMITTED, N_POSTED, OP_WAIT, 5);
@@ -282,11 +289,11 @@ static void seeds_conn(void)
               OP_FRAME, FRAME(1, F_HB, 0), 2, E_COMMITTED, N_ACKED, OP_WAIT, 19,
               OP_FRAME, FRAME(1, F_RESYNC, 1), 0, E_SWITCH, N_ACKED, OP_WAIT, 10,
               OP_FRAME, FRAME(1, F_ACK, 0), 0, E_COMMITTED, N_POSTED, OP_WAIT, 10);
-    CONN_SEED("recv-switch", CFG_BACKUP, OP_POST, 64, 0,
+    CONN_SEED("recv-switch", CFG_BACKUP, OP_POST, 0, 64, 0,
               OP_FRAME, FRAME(1, F_SWITCH, 1), 0, E_NEXT, OP_WAIT, 19,
               OP_CHUNK, 1, 0, 0, OP_WAIT, 10);
     /* Issue #16, finding 1: stream 1 stops inside chunk 0; stream 2 sends it whole twice. */
-    CONN_SEED("lie-overlapping-chunks", CFG_TWO_STREAMS, OP_POST, 128, 0,
+    CONN_SEED("lie-overlapping-chunks", CFG_TWO_STREAMS, OP_POST, 0, 128, 0,
               OP_CHUNK, 0x20, 0, 0, 10, OP_CHUNK, 2, 0, 0, OP_CHUNK, 2, 0, 0, OP_WAIT, 10,
               OP_RAW, 2, 54);
     /* Finding 2: an ACK for a message still being written. */
@@ -303,8 +310,16 @@ static void seeds_conn(void)
     /* Finding 5: epochs of 0xffffffff in a heartbeat and in a SWITCH. */
     CONN_SEED("lie-heartbeat-epoch-max", CFG_SEND | CFG_BACKUP, OP_POST, 64, 0,
               OP_FRAME, FRAME(1, F_HB, 0), 0, E_MAX, N_ACKED, OP_WAIT, 10);
-    CONN_SEED("lie-switch-epoch-max", CFG_BACKUP, OP_POST, 64, 0,
+    CONN_SEED("lie-switch-epoch-max", CFG_BACKUP, OP_POST, 0, 64, 0,
               OP_FRAME, FRAME(1, F_SWITCH, 1), 0, E_MAX, OP_WAIT, 10);
+    /* A grouped receive of 3 buffers, tags 0, 1, 0, of 100, 50 and 0 bytes: message 1 (tag 1)
+     * and 2 (tag 0, so it waits for message 0's tag) on stream 2, message 0 on stream 1. */
+    CONN_SEED("recv-group-tags", CFG_TWO_STREAMS, OP_POST, 2 | 1 << 3, 100, 0, 50, 0, 0, 0,
+              OP_CHUNK, 0x42, 1, 0, OP_CHUNK, 0x02, 2, 0, OP_CHUNK, 0, 0, 0, OP_CHUNK, 0, 0, 1,
+              OP_WAIT, 10, OP_TEST);
+    /* The chunks of one message of a group with two tags (a lie). */
+    CONN_SEED("lie-group-tags-disagree", CFG_TWO_STREAMS, OP_POST, 1 | 1 << 3, 100, 0, 50, 0,
+              OP_CHUNK, 0, 0, 0, OP_CHUNK, 0x40, 0, 1, OP_WAIT, 10, OP_TEST);
     CONN_SEED("send-path-lost", CFG_SEND | CFG_BACKUP | CFG_TWO_STREAMS, OP_POST, 0, 2,
               OP_SHUTDOWN, 0, OP_WAIT, 19, OP_TEST);
 }

@@ -11,6 +11,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "acceptor.h"
 #include "log.h"
 #include "monitor.h"
 #include "params.h"
@@ -232,8 +233,8 @@ void lg_conn_free(struct lg_conn *c)
         free(all[i]);
     }
     for (int i = 0; i < LG_NPATHS; i++)
-        if (c->lsock[i])
-            lg_lsock_unref(c->lsock[i]);
+        if (c->listener[i])
+            lg_listener_put(c->listener[i]);
     for (int i = 0; i < LG_WINDOW; i++)
         free(c->reqs[i].cover_heap);
     pthread_mutex_destroy(&c->mb_mu);

@@ -17,6 +17,16 @@
  * only after NCCL has seen its request complete, so `*request = NULL` is the back-pressure
  * answer when the slot for the next seq is still taken.
  *
+ * Grouped receives. An irecv of n buffers (n <= LG_MAX_RECVS) takes the next n seqs, one per
+ * sub-receive; its first slot is NCCL's request. A message is bound to a buffer of its group
+ * by tag when its first chunk is matched (the k-th message of the group with tag T fills the
+ * k-th buffer posted with tag T, as NCCL's IB transport matches them; n = 1 takes any tag),
+ * and stays bound across resyncs; placement, acks and replay are per message as before. The
+ * request completes when all n are placed; test() reports each buffer's size. A message that
+ * no free buffer of its group expects fails the connection (the sender cannot know the groups,
+ * so it cannot hold such a send back as the IB transport does); chunks of one message that
+ * disagree on the tag are a lie. Wrap mode hands the group to the inner plugin as one irecv.
+ *
  * Failover protocol (DESIGN.md "Lossless failover"; failover.c runs it, fo_policy.c decides,
  * resync.c does the accounting, reconnect.c rebuilds paths). Control frames (wire.h):
  *   ACK(n)              recv->send  n messages placed (cumulative; accepted from any path)
@@ -43,7 +53,9 @@
  *    nothing read on the active path for LINKGUARD_SILENT_TIMEOUT_MS while the standby is
  *    heard (both control channels are read first, and a monitor run that was itself starved
  *    judges nothing; a standby silent that long while the active path is heard is lost, and
- *    rebuilt). Either side detects; the sender decides (fo_policy.c); the receiver
+ *    rebuilt); a stalled stream (the progress watchdogs); a lossy path: the sender's data
+ *    sockets retransmit LINKGUARD_GRAY_RETRANS_PCT of what they send (goodput.h; graceful,
+ *    held off for a while). Either side detects; the sender decides (fo_policy.c); the receiver
  *    reports (heartbeat flags) and, for silence or errors on its side, fences the path, which
  *    the sender then sees fail too.
  *  - Switch. Sender: hold chunks back (urgent: at once; graceful: from the next message
@@ -64,8 +76,8 @@
  *    its hold on the message back. A backup left at reintegration stays as standby: a chunk it
  *    was writing is finished (TCP framing) and dropped by its old epoch.
  *  - Rebuild and reintegration. A failed path is rebuilt by the sender (connector): fresh
- *    sockets to the receiver's listening socket for that NIC, which outlives the listen comm
- *    (refcounted by the connections accepted on it; the monitor accepts on it), with REJOIN
+ *    sockets to the receiver's listening socket for that NIC (one per NIC address per process,
+ *    shared by its listen comms, held by the connections accepted on it: acceptor.h), with REJOIN
  *    hellos naming the connection nonce and a new generation; the receiver checks its daemon
  *    calls the NIC usable, builds the path and answers READY. Tried when our daemon calls the
  *    NIC UP (or has no opinion: then it is a probe) and the peer's heartbeats do not object,
@@ -120,6 +132,10 @@
 #include "wrap.h"
 
 #define LG_CONN_MAGIC 0x4c47434fu /* "LGCO" */
+/* Sub-receives one irecv may group (getProperties' maxRecvs): NCCL's own IB transport
+ * groups up to 8 (NCCL_NET_IB_MAX_RECVS); each takes one slot of the LG_WINDOW-slot window,
+ * so 8 full groups fit in flight, and a post that does not fit gets *request = NULL. */
+#define LG_MAX_RECVS 8
 #define LG_REQ_MAGIC 0x4c475251u  /* "LGRQ" */
 #define LG_MR_MAGIC 0x4c474d52u   /* "LGMR" */
 
@@ -131,7 +147,7 @@ enum lg_conn_kind { LG_CONN_SEND = 1, LG_CONN_RECV = 2 };
 
 struct lg_conn;
 struct lg_path;
-struct lg_lsock; /* reconnect.c */
+struct lg_listener; /* acceptor.h */
 
 struct lg_stream {
     struct lg_task task;
@@ -223,6 +239,22 @@ struct lg_req {
     uint64_t cover_heap_words;
     uint64_t cover_words; /* words in use for this post */
     uint64_t chunks;      /* chunks wholly placed (atomic) */
+    /* Grouped receive (conn_recv.c): one irecv of n buffers posts n sub-receives on seqs
+     * g_head .. g_head + n - 1, each taking one message; the head slot is NCCL's request,
+     * holds the buffers (sub[]) and completes once every message of the group is placed. */
+    uint64_t g_head; /* every slot: seq of its group's head */
+    int g_n;         /* head: sub-receives in the group (1..LG_MAX_RECVS); others 0 */
+    int g_sub;       /* the sub-receive this message fills, -1 until bound (under mu) */
+    int g_tag;       /* the message's tag, from its chunk headers (under mu) ... */
+    int g_tag_known; /* ... once one was read (under mu) */
+    struct lg_subrecv {
+        char *buf;
+        size_t cap;
+        int tag;
+        int bound;     /* a message was bound to it (under mu) */
+        uint64_t size; /* bytes received, for test()'s sizes[] (written before DONE) */
+        struct lg_inner_mr *imr;
+    } sub[LG_MAX_RECVS]; /* head only */
     /* wrap mode (under conn->wmu) */
     struct lg_inner_mr *imr; /* NCCL's registration of the buffer */
     void *ireq;              /* the inner request of its current post, NULL: none */
@@ -272,7 +304,7 @@ struct lg_conn {
     uint32_t local_ip[LG_NPATHS];  /* our address on each NIC (network order) */
     uint32_t peer_ip[LG_NPATHS];   /* sender: the receiver's listening sockets */
     uint16_t peer_port[LG_NPATHS];
-    struct lg_lsock *lsock[LG_NPATHS]; /* receiver: the listening sockets it came from */
+    struct lg_listener *listener[LG_NPATHS]; /* receiver: kept open for its rebuilt paths */
     /* failover */
     pthread_mutex_t mb_mu;
     struct lg_mailbox mb;  /* under mb_mu */
@@ -372,7 +404,12 @@ void lg_send_ctrl_handler(struct lg_task *t, uint32_t events);
 
 /* conn_recv.c */
 ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
-                           struct lg_inner_mr *imr, void **request);
+                           struct lg_inner_mr **imrs, void **request);
+/* The head slot of the group that message slot r belongs to. */
+static inline struct lg_req *lg_req_group(struct lg_conn *c, const struct lg_req *r)
+{
+    return &c->reqs[r->g_head % LG_WINDOW];
+}
 /* A receive is complete (`size` bytes placed): marks it, advances the placed count, acks when
  * due. -1 on a protocol error (the path failed). */
 int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size);

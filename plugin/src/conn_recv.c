@@ -2,6 +2,7 @@
  * into posted buffers, and the acks. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -21,6 +22,8 @@ static uint32_t waiter_bit(const struct lg_stream *s)
 {
     return 1u << (s->path->index * LG_MAX_STREAMS + s->index - 1);
 }
+
+static void kick_waiters(struct lg_conn *c);
 
 /* Under mu, slot free: a cleared coverage map for up to `nchunks` chunks (the heap array is
  * kept for the slot's next posts: no allocation in steady state). */
@@ -44,11 +47,28 @@ static int cover_prepare(struct lg_req *r, uint64_t nchunks)
     return 0;
 }
 
-ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
-                           struct lg_inner_mr *imr, void **request)
+/* Wakes the data streams waiting for a receive to be posted or for a tag to be known
+ * (from NCCL's thread: irecv). */
+static void kick_waiters(struct lg_conn *c)
 {
-    if (n != 1) {
-        LG_WARN("irecv with %d buffers, but maxRecvs is 1", n);
+    uint32_t waiting = __atomic_exchange_n(&c->rx_waiting, 0, __ATOMIC_SEQ_CST);
+    if (!waiting)
+        return;
+    uint32_t ph = lg_conn_enter(c);
+    for (int pi = 0; pi < LG_NPATHS; pi++) {
+        struct lg_path *p = __atomic_load_n(&c->paths[pi], __ATOMIC_ACQUIRE);
+        for (int i = 0; p && i < p->nstreams; i++)
+            if (waiting & waiter_bit(&p->data[i]))
+                lg_task_kick(&p->data[i].task);
+    }
+    lg_conn_exit(c, ph);
+}
+
+ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
+                           struct lg_inner_mr **imrs, void **request)
+{
+    if (n < 1 || n > LG_MAX_RECVS) {
+        LG_WARN("irecv with %d buffers: at most %d can be grouped", n, LG_MAX_RECVS);
         return ncclInternalError;
     }
     int err = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
@@ -58,50 +78,61 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
     /* NCCL presets *request to this marker for receives it can complete by itself (LL);
      * completing them normally is always allowed. */
     int optional = *request == (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION;
+    size_t maxcap = 0;
+    for (int i = 0; i < n; i++)
+        maxcap = LG_MAX(maxcap, sizes[i]);
     pthread_mutex_lock(&c->mu);
     uint64_t seq = c->next_seq;
-    struct lg_req *r = &c->reqs[seq % LG_WINDOW];
-    if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != 0) {
-        pthread_mutex_unlock(&c->mu);
-        *request = NULL;
-        return ncclSuccess;
+    for (int i = 0; i < n; i++)
+        if (__atomic_load_n(&c->reqs[(seq + (uint64_t)i) % LG_WINDOW].state, __ATOMIC_ACQUIRE)) {
+            pthread_mutex_unlock(&c->mu);
+            *request = NULL; /* the window has no room for the group: NCCL retries */
+            return ncclSuccess;
+        }
+    struct lg_req *head = &c->reqs[seq % LG_WINDOW];
+    for (int i = 0; i < n; i++) {
+        struct lg_req *r = &c->reqs[(seq + (uint64_t)i) % LG_WINDOW];
+        /* Any sub-receive's message may be bound to any buffer: track the largest. */
+        if (!c->wrap && cover_prepare(r, lg_chunk_count(maxcap, c->chunk_size)) != 0) {
+            pthread_mutex_unlock(&c->mu);
+            LG_WARN("recv conn %016llx: no memory to track a receive of %zu bytes",
+                    (unsigned long long)c->nonce, maxcap);
+            return ncclSystemError;
+        }
+        head->sub[i] = (struct lg_subrecv){.buf = data[i], .cap = sizes[i],
+                                           .tag = tags ? tags[i] : 0,
+                                           .imr = imrs ? imrs[i] : NULL};
+        r->seq = seq + (uint64_t)i;
+        r->g_head = seq;
+        r->g_n = i ? 0 : n;
+        r->g_tag_known = 0;
+        /* A single receive takes the next message whatever its tag (as NCCL's socket
+         * transport does); wrap mode leaves the matching to the inner plugin. */
+        int bound = n == 1 || c->wrap;
+        __atomic_store_n(&r->g_sub, bound ? i : -1, __ATOMIC_RELAXED);
+        r->buf = bound ? data[i] : NULL;
+        r->cap = bound ? sizes[i] : 0;
+        head->sub[i].bound = bound;
+        r->tag = head->sub[i].tag;
+        r->optional = optional;
+        r->imr = head->sub[i].imr;
+        __atomic_store_n(&r->placed, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&r->chunks, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&r->total, LG_TOTAL_UNKNOWN, __ATOMIC_RELAXED);
     }
-    if (!c->wrap && cover_prepare(r, lg_chunk_count(sizes[0], c->chunk_size)) != 0) {
-        pthread_mutex_unlock(&c->mu);
-        LG_WARN("recv conn %016llx: no memory to track a receive of %zu bytes",
-                (unsigned long long)c->nonce, sizes[0]);
-        return ncclSystemError;
-    }
-    r->seq = seq;
-    r->buf = data[0];
-    r->cap = sizes[0];
-    r->tag = tags ? tags[0] : 0;
-    r->optional = optional;
-    r->imr = imr;
-    __atomic_store_n(&r->placed, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&r->chunks, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&r->total, LG_TOTAL_UNKNOWN, __ATOMIC_RELAXED);
-    __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
-    c->next_seq = seq + 1;
-    __atomic_store_n(&c->posted, seq + 1, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < n; i++)
+        __atomic_store_n(&c->reqs[(seq + (uint64_t)i) % LG_WINDOW].state, LG_REQ_POSTED,
+                         __ATOMIC_RELEASE);
+    c->next_seq = seq + (uint64_t)n;
+    __atomic_store_n(&c->posted, seq + (uint64_t)n, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->mu);
-    *request = r;
+    *request = head;
     if (c->wrap) {
         lg_wrap_pump(c);
         return ncclSuccess;
     }
     /* Streams that hold a chunk header for a receive not posted yet sleep until now. */
-    uint32_t waiting = __atomic_exchange_n(&c->rx_waiting, 0, __ATOMIC_SEQ_CST);
-    if (waiting) {
-        uint32_t ph = lg_conn_enter(c);
-        for (int pi = 0; pi < LG_NPATHS; pi++) {
-            struct lg_path *p = __atomic_load_n(&c->paths[pi], __ATOMIC_ACQUIRE);
-            for (int i = 0; p && i < p->nstreams; i++)
-                if (waiting & waiter_bit(&p->data[i]))
-                    lg_task_kick(&p->data[i].task);
-        }
-        lg_conn_exit(c, ph);
-    }
+    kick_waiters(c);
     return ncclSuccess;
 }
 
@@ -143,6 +174,8 @@ int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
         lg_conn_path_failed(p, 0, "message completed twice");
         return -1;
     }
+    /* What test() reports for the buffer the message filled (bound before any placement). */
+    lg_req_group(c, r)->sub[__atomic_load_n(&r->g_sub, __ATOMIC_ACQUIRE)].size = size;
     __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
     if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
                     placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >= LG_ACK_NOW_MSGS))
@@ -168,6 +201,95 @@ static inline void gate_exit(struct lg_stream *s)
 }
 
 enum { MATCH_WAIT = 0, MATCH_PLACE = 1, MATCH_DROP = 2, MATCH_FAILED = -1 };
+
+/* Under mu: the sub-receive of group `g` that message slot r takes, -1 when the tags of the
+ * group's earlier messages are needed and not all known yet, -2 when none expects it. The
+ * k-th message of the group with tag T fills the k-th buffer posted with tag T (so the
+ * group's sends may come in any order, as with NCCL's IB transport); a tag posted once needs
+ * no look at the other messages. */
+static int pick_sub(struct lg_conn *c, const struct lg_req *g, const struct lg_req *r)
+{
+    int first = -1, count = 0;
+    for (int i = 0; i < g->g_n; i++)
+        if (g->sub[i].tag == r->g_tag && count++ == 0)
+            first = i;
+    if (count <= 1)
+        return count && !g->sub[first].bound ? first : -2;
+    int rank = 0;
+    for (uint64_t seq = g->seq; seq < r->seq; seq++) {
+        const struct lg_req *m = &c->reqs[seq % LG_WINDOW];
+        if (!m->g_tag_known)
+            return -1;
+        rank += m->g_tag == r->g_tag;
+    }
+    for (int i = 0; i < g->g_n; i++)
+        if (g->sub[i].tag == r->g_tag && rank-- == 0)
+            return g->sub[i].bound ? -2 : i;
+    return -2;
+}
+
+/* Inside a placement step: binds the message of the chunk in s->rx.h to a buffer of its
+ * grouped receive (once; the binding outlives a resync, a replay brings the same tags). */
+static int bind_message(struct lg_stream *s, struct lg_req *r, const struct lg_chunk_hdr *h)
+{
+    struct lg_conn *c = s->path->conn;
+    int tag = (int)h->tag;
+    struct lg_req *g = lg_req_group(c, r);
+    /* Bound already (at post for a single receive, else by an earlier chunk: its buffer and
+     * tag were written before g_sub): no lock on the hot path. */
+    if (__atomic_load_n(&r->g_sub, __ATOMIC_ACQUIRE) >= 0 &&
+        (g->g_n == 1 || r->g_tag == tag))
+        return MATCH_PLACE;
+    pthread_mutex_lock(&c->mu);
+    if (r->g_tag_known && r->g_tag != tag) {
+        int was = r->g_tag;
+        pthread_mutex_unlock(&c->mu);
+        lg_conn_peer_lied(c, "chunks of message #%llu carry tags %d and %d",
+                          (unsigned long long)h->seq, was, tag);
+        return MATCH_FAILED;
+    }
+    int learned = !r->g_tag_known;
+    if (learned) { /* written once per post: the lock-free path above reads it */
+        r->g_tag = tag;
+        r->g_tag_known = 1;
+    }
+    int sub = r->g_sub >= 0 ? r->g_sub : pick_sub(c, g, r);
+    if (sub >= 0 && r->g_sub < 0) {
+        g->sub[sub].bound = 1;
+        r->buf = g->sub[sub].buf;
+        r->cap = g->sub[sub].cap;
+        __atomic_store_n(&r->g_sub, sub, __ATOMIC_RELEASE);
+    }
+    if (sub == -1)
+        __atomic_fetch_or(&c->rx_waiting, waiter_bit(s), __ATOMIC_SEQ_CST);
+    char tags[LG_MAX_RECVS * 12 + 1] = "";
+    for (int i = 0, o = 0; sub == -2 && i < g->g_n; i++)
+        o += snprintf(tags + o, sizeof(tags) - (size_t)o, "%s%d", i ? "," : "", g->sub[i].tag);
+    uint64_t gseq = g->seq;
+    int gn = g->g_n;
+    pthread_mutex_unlock(&c->mu);
+    if (learned && __atomic_load_n(&c->rx_waiting, __ATOMIC_SEQ_CST))
+        kick_waiters(c); /* a stream may wait for this tag (pick_sub) */
+    if (sub == -1)
+        return MATCH_WAIT;
+    if (sub == -2) {
+        /* NCCL's IB transport would hold such a send back until the group is full; here the
+         * sender cannot know the groups, so the connection fails rather than misplace it. */
+        lg_conn_fail(c, ncclInternalError,
+                     "message #%llu has tag %d, which no free buffer of its grouped receive "
+                     "(messages #%llu..#%llu, tags %s) expects", (unsigned long long)h->seq,
+                     tag, (unsigned long long)gseq, (unsigned long long)(gseq + (uint64_t)gn - 1),
+                     tags);
+        LG_WARN("recv conn %016llx: message #%llu has tag %d, which no free buffer of its "
+                "grouped receive (messages #%llu..#%llu, tags %s) expects: the sender posted "
+                "sends out of the order of the receiver's groups",
+                (unsigned long long)c->nonce, (unsigned long long)h->seq, tag,
+                (unsigned long long)gseq, (unsigned long long)(gseq + (uint64_t)gn - 1), tags);
+        __atomic_store_n(&s->path->state, LG_PATH_FAILED, __ATOMIC_RELEASE);
+        return MATCH_FAILED;
+    }
+    return MATCH_PLACE;
+}
 
 /* Inside a placement step: what to do with the chunk in s->rx.h. */
 static int match_chunk(struct lg_stream *s, uint32_t epoch)
@@ -199,6 +321,9 @@ static int match_chunk(struct lg_stream *s, uint32_t epoch)
         lg_conn_path_failed(s->path, 0, "chunk for a message outside the window");
         return MATCH_FAILED;
     }
+    int b = bind_message(s, r, h);
+    if (b != MATCH_PLACE)
+        return b;
     if (h->total > r->cap) {
         lg_conn_fail(c, ncclInternalError,
                      "message %llu is %llu bytes, larger than its posted receive (%zu bytes)",
@@ -410,7 +535,13 @@ static int req_complete(struct lg_req *r)
                (__atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0 ||
                 (r->conn->wrap && __atomic_load_n(&r->conn->peer_closed, __ATOMIC_ACQUIRE)));
     }
-    return (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_DONE) != 0;
+    /* A grouped receive: every message of the group is placed. */
+    struct lg_conn *c = r->conn;
+    for (int i = 0; i < r->g_n; i++)
+        if (!(__atomic_load_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state,
+                              __ATOMIC_ACQUIRE) & LG_REQ_DONE))
+            return 0;
+    return 1;
 }
 
 /* NCCL's thread polls test() while requests are outstanding: let it do the socket work of
@@ -451,12 +582,20 @@ ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
         complete = req_complete(r);
     }
     if (complete) {
-        size_t size = c->kind == LG_CONN_SEND ? r->size
-                                              : __atomic_load_n(&r->total, __ATOMIC_RELAXED);
         *done = 1;
-        if (sizes)
-            sizes[0] = (int)size;
-        __atomic_store_n(&r->state, 0, __ATOMIC_RELEASE);
+        if (c->kind == LG_CONN_SEND) {
+            if (sizes)
+                sizes[0] = (int)r->size;
+            __atomic_store_n(&r->state, 0, __ATOMIC_RELEASE);
+            return ncclSuccess;
+        }
+        /* sizes[i]: what the sender sent into buffer i (never more than posted). */
+        for (int i = r->g_n - 1; i >= 0; i--) {
+            if (sizes)
+                sizes[i] = (int)r->sub[i].size;
+            __atomic_store_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state, 0,
+                             __ATOMIC_RELEASE);
+        }
         return ncclSuccess;
     }
     *done = 0;

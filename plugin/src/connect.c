@@ -1,5 +1,6 @@
 /* Non-blocking connect: every connection opens both paths at once. Progress state lives in
  * a heap object whose address is kept in NCCL's handle memory between calls (handle.h). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@ struct lg_connecting {
     int path_live[LG_NPATHS];
     int connected[LG_NPATHS][LG_MAX_STREAMS + 1];
     size_t hello_sent[LG_NPATHS][LG_MAX_STREAMS + 1];
+    char peer_nic[LG_NPATHS][LG_HANDLE_NIC_LEN]; /* from the handle, for the WARNs */
 };
 
 /* Only pointers found here are ever dereferenced: a handle with a stale or forged stage
@@ -59,15 +61,38 @@ static int *sock_fd(struct lg_conn *c, int p, int k)
     return k == 0 ? &c->paths[p]->ctrl.task.fd : &c->paths[p]->data[k - 1].task.fd;
 }
 
-/* What an unreachable peer address most likely means: NCCL pairs NICs of different rails
- * (cross-NIC rings), and rails are usually not routed to each other. */
-static const char *reach_hint(int err)
+/* Why a path's peer address is unreachable: on another subnet, NCCL paired NICs of different
+ * rails (cross-NIC rings) and nothing routes between them; on the NIC's own, a NIC or link
+ * is down. An unknown mask (an address from the daemon's table) is taken as another subnet. */
+static const char *reach_hint(const struct lg_conn *c, int p, int err)
 {
-    return err == ENETUNREACH || err == EHOSTUNREACH
-               ? " (no route from this NIC to that address: the two NICs are on rails that are "
-                 "not routed to each other; NCCL's cross-NIC rings need routed rails, or "
-                 "NCCL_CROSS_NIC=0 keeps every ring on one rail)"
-               : "";
+    if (err != ENETUNREACH && err != EHOSTUNREACH)
+        return "";
+    const struct lg_nic *nic = &lg_core_device(c->dev)->nic[p];
+    if (nic->mask && !((nic->ip ^ c->peer_ip[p]) & nic->mask))
+        return " (no answer from that address on this NIC's own subnet: a NIC or link between "
+               "the two is down)";
+    return " (no route from this NIC to that address: the two NICs are on rails that are not "
+           "routed to each other; NCCL's cross-NIC rings need routed rails, or "
+           "NCCL_CROSS_NIC=0 keeps every ring on one rail)";
+}
+
+/* Both ends of a path that could not connect, e.g. "NIC rail0 (198.18.0.1) to the peer's
+ * primary NIC rail1 at 198.18.1.2:40001" (no peer NIC name from a peer too old to send it). */
+struct lg_ends_str {
+    char s[IFNAMSIZ + LG_HANDLE_NIC_LEN + 96];
+};
+static struct lg_ends_str path_ends(const struct lg_connecting *cg, int p)
+{
+    const struct lg_conn *c = cg->conn;
+    struct lg_ends_str e;
+    char local[INET_ADDRSTRLEN];
+    struct in_addr in = {.s_addr = c->local_ip[p]};
+    inet_ntop(AF_INET, &in, local, sizeof(local));
+    snprintf(e.s, sizeof(e.s), "NIC %s (%s) to the peer's %s NIC%s%s at %s", c->paths[p]->nic,
+             local, p ? "backup" : "primary", cg->peer_nic[p][0] ? " " : "", cg->peer_nic[p],
+             c->paths[p]->peer);
+    return e;
 }
 
 static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
@@ -76,7 +101,7 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
     LG_WARN("send conn %016llx: backup path via NIC %s to %s unavailable (%s%s%s)%s; the "
             "connection runs unprotected until that path can be built",
             (unsigned long long)cg->conn->nonce, p->nic, p->peer, why, err ? ": " : "",
-            err ? strerror(err) : "", reach_hint(err));
+            err ? strerror(err) : "", reach_hint(cg->conn, 1, err));
     for (int k = 0; k <= p->nstreams; k++) {
         int *fd = sock_fd(cg->conn, 1, k);
         if (*fd >= 0)
@@ -109,6 +134,7 @@ static struct lg_connecting *connect_start(int dev, const struct lg_handle *h)
     cg->conn = c;
     c->nonce = lg_random_u64();
     c->listen_id = h->listen_id;
+    memcpy(cg->peer_nic, h->nic, sizeof(cg->peer_nic));
     cg->deadline = lg_now_ns() + (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
     int npaths = d->has_backup && (h->flags & LG_HANDLE_F_BACKUP) ? 2 : 1;
     if (d->has_backup && npaths == 1)
@@ -134,8 +160,8 @@ static struct lg_connecting *connect_start(int dev, const struct lg_handle *h)
             if (fd < 0) {
                 if (p == 0) {
                     int e = errno;
-                    LG_WARN("connect from NIC %s to the peer's primary NIC at %s: %s%s",
-                            d->nic[0].name, path->peer, strerror(e), reach_hint(e));
+                    LG_WARN("connect from %s: %s%s", path_ends(cg, 0).s, strerror(e),
+                            reach_hint(c, 0, e));
                     lg_conn_free(c);
                     free(cg);
                     return NULL;
@@ -194,8 +220,8 @@ static int connect_progress(struct lg_connecting *cg)
             if (rc == 0 && (p || k) && send_hello(cg, p, k) < 0)
                 rc = -1, err = errno;
             if (rc < 0 && p == 0) {
-                LG_WARN("connect from NIC %s to the peer's primary NIC at %s failed: %s%s",
-                        c->paths[0]->nic, c->paths[0]->peer, strerror(err), reach_hint(err));
+                LG_WARN("connect from %s failed: %s%s", path_ends(cg, 0).s, strerror(err),
+                        reach_hint(c, 0, err));
                 return -1;
             }
             if (rc < 0) {
@@ -222,8 +248,7 @@ static int connect_progress(struct lg_connecting *cg)
         return 0;
     int rc = send_hello(cg, 0, 0);
     if (rc < 0) {
-        LG_WARN("connect from NIC %s to %s failed: %s", c->paths[0]->nic, c->paths[0]->peer,
-                strerror(errno));
+        LG_WARN("connect from %s failed: %s", path_ends(cg, 0).s, strerror(errno));
         return -1;
     }
     return rc;

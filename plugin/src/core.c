@@ -199,7 +199,7 @@ ncclResult_t lg_core_get_properties(int dev, ncclNetProperties_v12_t *props)
         return lg_wrap_get_properties(dev, props);
     memset(props, 0, sizeof(*props));
     /* DESIGN.md: describe the primary; advertise what both members support (both are this
-     * TCP transport: host memory, single receives). */
+     * TCP transport: host memory, grouped receives up to LINKGUARD_MAX_RECVS). */
     props->name = (char *)d->nic[0].name;
     props->pciPath = d->pci_path[0] ? (char *)d->pci_path : NULL;
     props->guid = d->guid;
@@ -210,7 +210,7 @@ ncclResult_t lg_core_get_properties(int dev, ncclNetProperties_v12_t *props)
     props->port = 0;
     props->latency = 0;
     props->maxComms = LG_MAX_COMMS;
-    props->maxRecvs = 1;
+    props->maxRecvs = (int)lg_params.max_recvs; /* grouped receives: conn.h, LG_MAX_RECVS */
     props->netDeviceType = NCCL_NET_DEVICE_HOST;
     props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
     props->vProps.ndevs = 1;
@@ -345,11 +345,14 @@ ncclResult_t lg_core_isend(void *send_comm, void *data, size_t size, int tag, vo
 ncclResult_t lg_core_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                            void **mhandles, void **request)
 {
-    struct lg_inner_mr *imr = NULL;
+    struct lg_inner_mr *imrs[LG_MAX_RECVS] = {0};
     struct lg_conn *c = as_conn(recv_comm, LG_CONN_RECV, "irecv");
-    if (!c || (mhandles && inner_mr(mhandles[0], "irecv", &imr) != 0))
+    if (!c)
         return ncclInternalError;
-    return lg_conn_irecv(c, n, data, sizes, tags, imr, request);
+    for (int i = 0; mhandles && i < n && i < LG_MAX_RECVS; i++)
+        if (inner_mr(mhandles[i], "irecv", &imrs[i]) != 0)
+            return ncclInternalError;
+    return lg_conn_irecv(c, n, data, sizes, tags, imrs, request);
 }
 
 ncclResult_t lg_core_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,

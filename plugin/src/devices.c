@@ -33,8 +33,11 @@ int lg_ifaces_scan(struct lg_ifinfo *out, int max)
         }
         out[i].up = !!(ifa->ifa_flags & IFF_UP);
         out[i].loopback = !!(ifa->ifa_flags & IFF_LOOPBACK);
-        if (!out[i].ip && ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET)
+        if (!out[i].ip && ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET) {
             out[i].ip = ((struct sockaddr_in *)ifa->ifa_addr)->sin_addr.s_addr;
+            if (ifa->ifa_netmask)
+                out[i].mask = ((struct sockaddr_in *)ifa->ifa_netmask)->sin_addr.s_addr;
+        }
     }
     freeifaddrs(ifa0);
     return n;
@@ -77,6 +80,7 @@ static int resolve(const char *name, const struct lg_ifinfo *ifs, int nifs, stru
     memset(nic, 0, sizeof(*nic));
     strcpy(nic->name, fi->name);
     nic->ip = fi->ip;
+    nic->mask = fi->mask;
     return 0;
 }
 
@@ -185,16 +189,14 @@ static int shm_nic(const struct lg_shm_nic *e, const struct lg_ifinfo *ifs, int 
         return -1;
     memcpy(name, e->name, n);
     name[n] = 0;
-    uint32_t ip = e->n_ipv4 > 0 ? e->ipv4[0] : 0;
-    if (!ip) {
-        const struct lg_ifinfo *fi = find_if(ifs, nifs, name);
-        ip = fi ? fi->ip : 0;
-    }
+    const struct lg_ifinfo *fi = find_if(ifs, nifs, name);
+    uint32_t ip = e->n_ipv4 > 0 ? e->ipv4[0] : fi ? fi->ip : 0;
     if (!ip)
         return -1;
     memset(out, 0, sizeof(*out));
     memcpy(out->name, name, n + 1);
     out->ip = ip;
+    out->mask = fi && fi->ip == ip ? fi->mask : 0; /* the table has no prefix lengths */
     return 0;
 }
 
@@ -244,11 +246,26 @@ int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifin
 static int source_shm(const struct lg_dev_source_ctx *x, struct lg_device_table *t, char *err,
                       size_t errlen)
 {
-    (void)err, (void)errlen;
     static struct lg_shm_snapshot snap; /* init runs under NCCL's global mutex */
     if (x->single || lg_health_snapshot(&snap) != LG_SHM_OK)
         return 0; /* no live daemon: the next source */
-    return lg_devices_from_shm(&snap, x->ifs, x->nifs, x->backup, lg_params.ifname, t);
+    int n = lg_devices_from_shm(&snap, x->ifs, x->nifs, x->backup, lg_params.ifname, t);
+    /* A daemon that watches NICs decides which exist: never offer others (a management
+     * network, a NIC it was told to leave alone) because none of its NICs is usable yet. A
+     * daemon watching none is no daemon. */
+    if (n == 0 && snap.nic_count > 0) {
+        char names[128] = "";
+        for (uint32_t i = 0; i < snap.nic_count; i++) {
+            size_t len = strlen(names);
+            snprintf(names + len, sizeof(names) - len, "%s%.*s", i ? "," : "",
+                     (int)sizeof(snap.nics[i].name), snap.nics[i].name);
+        }
+        snprintf(err, errlen, "the daemon's table lists NIC(s) %s, but none has an IPv4 "
+                 "address and passes LINKGUARD_IFNAME=\"%s\"; no other NIC is used while the "
+                 "daemon runs", names, lg_params.ifname);
+        return -1;
+    }
+    return n;
 }
 
 /* Device sources, tried in order; the first that yields devices wins. Contract: return the
@@ -267,7 +284,7 @@ static const struct lg_dev_source {
 int lg_devices_discover(struct lg_device_table *t, int single)
 {
     static struct lg_ifinfo ifs[LG_MAX_IFS]; /* init runs under NCCL's global mutex */
-    char err[256] = "";
+    char err[512] = "";
     int nifs = lg_ifaces_scan(ifs, LG_MAX_IFS);
     if (nifs < 0) {
         LG_WARN("cannot list network interfaces (getifaddrs failed)");
@@ -290,6 +307,9 @@ int lg_devices_discover(struct lg_device_table *t, int single)
         }
         if (n > 0) {
             t->source = src->fn == source_env ? env_name : src->name;
+            if (src->fn == source_shm && env && *env)
+                LG_INFO(NCCL_INIT | NCCL_NET, "%s=\"%s\" not used: the daemon's table lists the "
+                        "devices while a daemon runs", env_name, env);
             lg_devices_fill_props(t, lg_params.sysfs_root);
             return n;
         }

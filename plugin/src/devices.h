@@ -16,11 +16,13 @@ struct lg_ifinfo {
     uint32_t ip; /* first IPv4 address, network order; 0 = none */
     int up;
     int loopback;
+    uint32_t mask; /* netmask of `ip`, network order; 0 = unknown */
 };
 
 struct lg_nic {
     char name[IFNAMSIZ];
-    uint32_t ip; /* network order */
+    uint32_t ip;   /* network order */
+    uint32_t mask; /* of ip's subnet, network order; 0 = unknown (for log lines only) */
 };
 
 struct lg_device {
@@ -64,7 +66,9 @@ int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifin
 
 /* Builds the process's table from the first source that yields devices:
  *   the daemon's shared-memory table when a live daemon is there (lg_devices_from_shm),
- *   LINKGUARD_PAIRS, then every interface. `single` (the standalone lgtcp plugin): one
+ *   LINKGUARD_PAIRS, then every interface. A live daemon whose table lists NICs decides
+ * alone: when none of them is usable, discovery fails rather than offering other NICs (a
+ * daemon with an empty table counts as none). `single` (the standalone lgtcp plugin): one
  * device per interface of LGTCP_IFS (or every interface), no backups.
  * Returns the count, or -1 after a WARN naming the problem. */
 int lg_devices_discover(struct lg_device_table *t, int single);

@@ -21,6 +21,14 @@
 #include "util.h"
 
 #define MS(x) ((uint64_t)(x) * 1000000ull)
+
+/* When a rebuild `delay` from now may start: later by up to LINKGUARD_REJOIN_JITTER_MS, so
+ * that connections released together (one daemon UP, one peer heartbeat) spread out. */
+static uint64_t rebuild_at(uint64_t now, uint64_t delay)
+{
+    uint64_t j = MS(lg_params.rejoin_jitter_ms);
+    return now + delay + (j ? lg_random_u64() % j : 0);
+}
 #define LG_FLAP_WINDOW_NS MS(10000) /* a rebuilt path failing within this doubles the backoff */
 
 static const char *kind_str(const struct lg_conn *c)
@@ -154,7 +162,7 @@ static void eval_health(struct lg_conn *c, uint64_t now)
                  (unsigned long long)c->nonce, nic_of(c, i), state_str(sl->local_state),
                  state_str(st));
         if (st == LG_NIC_UP && !lg_health_usable(sl->local_state))
-            sl->next_try_ns = now; /* the daemon's word (after its hold-down): rebuild now */
+            sl->next_try_ns = rebuild_at(now, 0); /* the daemon's word (after its hold-down) */
         sl->local_state = st;
         fo->hb_force = 1;
         if (i == c->active && !lg_health_usable(st) && !fo->trigger_ns)
@@ -189,7 +197,7 @@ static void read_peer(struct lg_conn *c, uint64_t now)
         fo->trigger_ns = now;
     for (int i = 0; i < LG_NPATHS; i++)
         if (LG_HB_NIC(flags, i) == LG_HB_NIC_OK && LG_HB_NIC(fo->peer_flags, i) != LG_HB_NIC_OK)
-            fo->slot[i].next_try_ns = now; /* the peer's daemon let its NIC back in */
+            fo->slot[i].next_try_ns = rebuild_at(now, 0); /* the peer's daemon let it back in */
     fo->peer_flags = flags;
     fo->peer_epoch = epoch;
     fo->peer_gen[0] = (uint32_t)gens;
@@ -280,7 +288,7 @@ static int note_failures(struct lg_conn *c, uint64_t now)
             sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
         else
             sl->delay_ns = MS(lg_params.rejoin_ms);
-        sl->next_try_ns = now + sl->delay_ns;
+        sl->next_try_ns = rebuild_at(now, sl->delay_ns);
         lg_path_retire(p, 1);
     }
     struct lg_path *p0 = c->paths[0], *p1 = c->paths[1];
@@ -422,6 +430,87 @@ static void tx_watchdog(struct lg_conn *c, uint64_t now)
     }
 }
 
+/* Sender: goodput health (goodput.h). The active path's data sockets are read once a window;
+ * two lossy windows in a row hold the path off for LINKGUARD_GRAY_HOLD_MS (doubling on a repeat
+ * within 10 minutes), and the switch decision leaves a held-off path like a DEGRADED NIC. A
+ * held-off path that is standby still carries heartbeats: every segment its control channel
+ * retransmits meanwhile restarts the hold, so a link that still drops frames keeps itself out
+ * and one that is clean again is taken back (reintegration) once the hold ends. */
+#define LG_GRAY_REPEAT_NS (600ull * 1000000000ull)
+#define LG_GRAY_HOLD_MAX 32
+
+static void gray_hold(struct lg_conn *c, struct lg_fo_slot *sl, struct lg_path *p, uint64_t now,
+                      const struct lg_gp_counters *d, unsigned permille)
+{
+    uint64_t base = MS(lg_params.gray_hold_ms);
+    int repeat = sl->gray_last_ns && now - sl->gray_last_ns < LG_GRAY_REPEAT_NS;
+    sl->gray_hold_ns = repeat && sl->gray_hold_ns ? LG_MIN(2 * sl->gray_hold_ns,
+                                                           LG_GRAY_HOLD_MAX * base) : base;
+    sl->gray_last_ns = now;
+    sl->gray_until = now + sl->gray_hold_ns;
+    sl->gray_permille = permille;
+    sl->gray_sent = d->sent;
+    sl->probe_retrans = UINT64_MAX; /* read afresh once it is standby */
+    LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s is lossy: %u.%u %% of %.1f MB "
+            "sent were retransmitted in each of the last 2 windows of %lld ms; held off for "
+            "%.0f s", (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer,
+            permille / 10, permille % 10, d->sent / 1e6, (long long)lg_params.gray_window_ms,
+            sl->gray_hold_ns / 1e9);
+}
+
+static void gray_watch(struct lg_conn *c, uint64_t now)
+{
+    if (c->wrap || !lg_params.gray_retrans_pct)
+        return;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_path *p = c->paths[i];
+        struct lg_fo_slot *sl = &c->fo.slot[i];
+        if (!lg_path_up(p))
+            continue;
+        if (p != c->active_path) { /* standby: held off while its heartbeats are lost */
+            struct lg_gp_counters cc;
+            if (now >= sl->gray_until || lg_gp_read(&p->ctrl.task.fd, 1, &cc) != 0)
+                continue;
+            if (sl->probe_retrans != UINT64_MAX && cc.segs_retrans > sl->probe_retrans &&
+                sl->gp_path == p && sl->gp_gen == p->gen)
+                sl->gray_until = now + sl->gray_hold_ns;
+            sl->probe_retrans = cc.segs_retrans;
+            sl->gp_path = p;
+            sl->gp_gen = p->gen;
+            continue;
+        }
+        int fds[LG_MAX_STREAMS];
+        for (int k = 0; k < p->nstreams; k++)
+            fds[k] = p->data[k].task.fd;
+        if (sl->gp_path != p || sl->gp_gen != p->gen || !sl->gp_t0) {
+            if (lg_gp_read(fds, p->nstreams, &sl->gp) == 0) { /* a new window for this path */
+                sl->gp_path = p;
+                sl->gp_gen = p->gen;
+                sl->gp_t0 = now;
+                sl->gp_strikes = 0;
+            }
+            continue;
+        }
+        if (now - sl->gp_t0 < MS(lg_params.gray_window_ms))
+            continue;
+        struct lg_gp_counters cur;
+        if (lg_gp_read(fds, p->nstreams, &cur) != 0)
+            continue;
+        struct lg_gp_counters d = lg_gp_delta(&cur, &sl->gp);
+        unsigned permille;
+        enum lg_gp_verdict v = lg_gp_judge(&d, (uint64_t)lg_params.gray_min_bytes,
+                                           (int)lg_params.gray_retrans_pct, &permille);
+        sl->gp = cur;
+        sl->gp_t0 = now;
+        if (v == LG_GP_HEALTHY)
+            sl->gp_strikes = 0;
+        else if (v == LG_GP_LOSSY && ++sl->gp_strikes >= 2) {
+            sl->gp_strikes = 0;
+            gray_hold(c, sl, p, now, &d, permille);
+        }
+    }
+}
+
 /* ---- heartbeats ----------------------------------------------------------------------------- */
 
 static void heartbeats(struct lg_conn *c, uint64_t now)
@@ -526,6 +615,11 @@ static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t n
         else
             snprintf(out, len, "the peer's NIC for %s is %s (its daemon)", nic_of(c, i),
                      LG_HB_NIC(fo->peer_flags, i) == LG_HB_NIC_DOWN ? "DOWN" : "out of service");
+        break;
+    case LG_WHY_GRAY:
+        snprintf(out, len, "%s path on NIC %s is lossy (%u.%u %% of %.1f MB retransmitted)",
+                 slot_name(a), nic_of(c, a), fo->slot[a].gray_permille / 10,
+                 fo->slot[a].gray_permille % 10, fo->slot[a].gray_sent / 1e6);
         break;
     case LG_WHY_RESYNC:
         snprintf(out, len, "the peer is at epoch %u, we are at %u", fo->seen,
@@ -656,7 +750,7 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         struct lg_fo_slot *sl = &fo->slot[0];
         sl->noted = 1;
         sl->delay_ns = MS(lg_params.rejoin_ms);
-        sl->next_try_ns = now + sl->delay_ns;
+        sl->next_try_ns = rebuild_at(now, sl->delay_ns);
         lg_path_retire(old, 1);
     } else if (old && old != p && c->wrap && !old->retired) {
         lg_wrap_rearm(old); /* the backup left at reintegration: a fresh inner comm (wrap.h) */
@@ -682,7 +776,7 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
                     c->paths[i]->nic, c->paths[i]->gen, ms_since(t0, now), ports);
         } else if (rc < 0) {
             sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
-            sl->next_try_ns = now + sl->delay_ns;
+            sl->next_try_ns = rebuild_at(now, sl->delay_ns);
             LG_INFO(NCCL_NET, "send conn %016llx: rebuilding the %s path on NIC %s failed (%s); "
                     "next try in %.0f ms", (unsigned long long)c->nonce, slot_name(i),
                     nic_of(c, i), why, sl->delay_ns / 1e6);
@@ -697,9 +791,12 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
     if (!lg_health_usable(sl->local_state) ||
         (heard && LG_HB_NIC(fo->peer_flags, i) != LG_HB_NIC_OK))
         return;
-    if (lg_rejoin_tx_start(c, i, now) != 0) {
+    int rc = lg_rejoin_tx_start(c, i, now);
+    if (rc > 0) {
+        sl->next_try_ns = now + MS(2); /* the process's rebuild budget is spent: its turn comes */
+    } else if (rc < 0) {
         sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
-        sl->next_try_ns = now + sl->delay_ns;
+        sl->next_try_ns = rebuild_at(now, sl->delay_ns);
     }
 }
 
@@ -753,6 +850,7 @@ static void tx_step(struct lg_conn *c, uint64_t now)
             s->peer_failed = peer_failed(c, i);
             s->down = local == LG_HB_NIC_DOWN || peer == LG_HB_NIC_DOWN;
             s->leave = local == LG_HB_NIC_LEAVE || peer == LG_HB_NIC_LEAVE;
+            s->gray = now < fo->slot[i].gray_until;
             s->committed = p && p == c->active_path && i == c->active;
         }
         struct lg_fo_decision d = lg_fo_decide(&v);
@@ -959,8 +1057,10 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
         check_silence(c, now);
         if (c->kind == LG_CONN_RECV)
             rx_watchdog(c, now);
-        else
+        else {
             tx_watchdog(c, now);
+            gray_watch(c, now);
+        }
     }
     if (note_failures(c, now))
         return now + 20 * hb;

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "goodput.h"
 #include "wire.h"
 
 struct lg_conn;
@@ -85,6 +86,7 @@ struct lg_fo_slot_view {
     int peer_failed; /* the peer declared this path (this generation) failed */
     int down;      /* a daemon (ours or the peer's) says a NIC of this slot is DOWN */
     int leave;     /* a daemon says DEGRADED/DRAINED/RECOVERING: carries, but move off */
+    int gray;      /* lossy (goodput.h), or held off since it was: carries, but move off */
     int committed; /* this path object is the one the committed epoch uses */
 };
 struct lg_fo_view {
@@ -109,6 +111,7 @@ enum lg_fo_why {
     LG_WHY_RESYNC,      /* the peer is at a newer epoch */
     LG_WHY_NEW_PATH,    /* the active slot's path was rebuilt: enter it with a new epoch */
     LG_WHY_REINTEGRATE, /* the primary is healthy again */
+    LG_WHY_GRAY,        /* the path loses data (its TCP retransmits; goodput.h) */
 };
 struct lg_fo_decision {
     enum lg_fo_action action;
@@ -139,6 +142,18 @@ struct lg_fo_slot {
     int noted;             /* its failure was handled (logged, fenced) */
     uint32_t local_state;  /* our daemon's state of our NIC (enum lg_nic_state) */
     int nic_idx;           /* index in the daemon's table, -1 if absent */
+    /* sender: goodput health of the path in this slot (gray_watch) */
+    const struct lg_path *gp_path; /* the path (and generation) the window belongs to */
+    uint32_t gp_gen;
+    uint64_t gp_t0;
+    struct lg_gp_counters gp; /* its data sockets' counters at the window's start */
+    int gp_strikes;           /* lossy windows in a row */
+    uint64_t gray_until;      /* held off (not taken back) until then */
+    uint64_t gray_hold_ns;    /* the current hold; doubles on a repeat */
+    uint64_t gray_last_ns;    /* when it was last found lossy */
+    uint64_t probe_retrans;   /* its control channel's retransmitted segments, while held */
+    unsigned gray_permille;   /* the verdict's numbers, for the switch's log line */
+    uint64_t gray_sent;
 };
 
 struct lg_fo {

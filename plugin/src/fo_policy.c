@@ -2,15 +2,15 @@
  * (tests/test_failover.c drives it from tables). */
 #include "failover.h"
 
-/* 3: healthy; 2: carries, but a daemon wants traffic off it; 1: a daemon says DOWN while the
- * transport still looks alive; 0: does not carry. */
+/* 3: healthy; 2: carries, but a daemon wants traffic off it or it loses data; 1: a daemon says
+ * DOWN while the transport still looks alive; 0: does not carry. */
 static int score(const struct lg_fo_slot_view *s)
 {
     if (!s->up || s->silent || s->peer_failed)
         return 0;
     if (s->down)
         return 1;
-    return s->leave ? 2 : 3;
+    return s->leave || s->gray ? 2 : 3;
 }
 
 static enum lg_fo_why why_not(const struct lg_fo_slot_view *s)
@@ -25,6 +25,8 @@ static enum lg_fo_why why_not(const struct lg_fo_slot_view *s)
         return LG_WHY_DOWN;
     if (s->leave)
         return LG_WHY_LEAVE;
+    if (s->gray)
+        return LG_WHY_GRAY;
     return LG_WHY_NEW_PATH;
 }
 
@@ -67,7 +69,7 @@ struct lg_fo_decision lg_fo_decide(const struct lg_fo_view *v)
         if (score(O) == 3) {
             d.action = LG_FO_GRACEFUL;
             d.target = o;
-            d.why = LG_WHY_LEAVE;
+            d.why = A->leave ? LG_WHY_LEAVE : LG_WHY_GRAY;
         }
         return d;
     default: /* 1: a daemon says the NIC is down; only the transport has not noticed yet */
@@ -91,6 +93,7 @@ const char *lg_fo_why_str(enum lg_fo_why why)
     case LG_WHY_RESYNC: return "peer at a newer epoch";
     case LG_WHY_NEW_PATH: return "path rebuilt";
     case LG_WHY_REINTEGRATE: return "primary healthy again";
+    case LG_WHY_GRAY: return "path lossy";
     default: return "none";
     }
 }

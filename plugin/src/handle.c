@@ -13,7 +13,8 @@ _Static_assert(LG_HANDLE_SIZE <= NCCL_NET_HANDLE_MAXSIZE, "handle fits NCCL's bu
 
 
 /* Layout: 0 magic u32 | 4 version u16 | 6 flags u16 | 8 listen_id u64 |
- *         16 + 8p: ip[p] (4 bytes, network order), port[p] u16, reserved u16 | 32..63 zero |
+ *         16 + 8p: ip[p] (4 bytes, network order), port[p] u16, reserved u16 |
+ *         32 + 16p: nic[p], NUL-padded (zero from peers older than the names) |
  *         64 stage cookie u64 | 72 stage pointer u64 */
 void lg_handle_encode(void *buf, const struct lg_handle *h)
 {
@@ -26,7 +27,22 @@ void lg_handle_encode(void *buf, const struct lg_handle *h)
     for (int i = 0; i < LG_NPATHS; i++) {
         memcpy(p + 16 + 8 * i, &h->ip[i], 4);
         lg_put16(p + 20 + 8 * i, h->port[i]);
+        size_t n = strnlen(h->nic[i], LG_HANDLE_NIC_LEN - 1);
+        memcpy(p + 32 + LG_HANDLE_NIC_LEN * i, h->nic[i], n);
     }
+}
+
+/* A peer's NIC name goes into our log: printable ASCII and NUL-terminated, else "". */
+static void nic_decode(const uint8_t *p, char out[LG_HANDLE_NIC_LEN])
+{
+    size_t n = strnlen((const char *)p, LG_HANDLE_NIC_LEN);
+    memset(out, 0, LG_HANDLE_NIC_LEN);
+    if (n == LG_HANDLE_NIC_LEN)
+        return; /* no NUL */
+    for (size_t k = 0; k < n; k++)
+        if (p[k] <= ' ' || p[k] > '~')
+            return;
+    memcpy(out, p, n);
 }
 
 int lg_handle_decode(const void *buf, struct lg_handle *h)
@@ -42,6 +58,7 @@ int lg_handle_decode(const void *buf, struct lg_handle *h)
     for (int i = 0; i < LG_NPATHS; i++) {
         memcpy(&h->ip[i], p + 16 + 8 * i, 4);
         h->port[i] = lg_get16(p + 20 + 8 * i);
+        nic_decode(p + 32 + LG_HANDLE_NIC_LEN * i, h->nic[i]);
     }
     if (!h->ip[0] || !h->port[0] || !h->listen_id)
         return LG_HANDLE_EADDR;

@@ -1,7 +1,7 @@
 /* The plugin's own NCCL connection handle (<= NCCL_NET_HANDLE_MAXSIZE bytes): self-describing
- * (magic, version, random listener id, the listener's IPv4 address and port on both NICs) plus
- * the connector's progress state, which lives in NCCL's handle memory between calls to connect
- * (NCCL calls connect again with the same memory until it returns a comm). */
+ * (magic, version, random listener id, the listener's IPv4 address, port and NIC name on both
+ * NICs) plus the connector's progress state, which lives in NCCL's handle memory between calls
+ * to connect (NCCL calls connect again with the same memory until it returns a comm). */
 #ifndef LG_HANDLE_H
 #define LG_HANDLE_H
 
@@ -16,12 +16,16 @@
 #define LG_HANDLE_SIZE 80
 
 #define LG_HANDLE_F_BACKUP 0x1 /* ip[1]/port[1] are valid */
+#define LG_HANDLE_NIC_LEN 16  /* IFNAMSIZ: a name and its NUL */
 
 struct lg_handle {
     uint64_t listen_id;
     uint16_t flags;
     uint32_t ip[LG_NPATHS];   /* network order */
     uint16_t port[LG_NPATHS]; /* host order */
+    /* The listener's NIC names, for log lines only; "" from a peer that sent none (they were
+     * zero before) or a name that is not printable ASCII. */
+    char nic[LG_NPATHS][LG_HANDLE_NIC_LEN];
 };
 
 enum lg_handle_status {

@@ -1,36 +1,30 @@
-/* Listen and non-blocking accept: one listening socket per NIC of the device; accepted
- * sockets introduce themselves with a hello and are grouped by the connector's nonce until
- * every socket of every announced path is there. The listening sockets outlive the listen
- * comm (NCCL closes it right after accept) while a protected connection accepted on them
- * lives: rebuilt paths come to them (monitor.c, reconnect.c). */
+/* Listen and accept: a listen comm gets the process's shared listener of each NIC of its device
+ * (acceptor.h) and a handle naming their ports and a fresh listen id. Accepted sockets
+ * introduce themselves with a hello; the acceptor hands those naming this listen id to
+ * file_socket, which groups them by the connector's nonce until every socket of every
+ * announced path is there. The listeners outlive the listen comm (NCCL closes it right after
+ * accept) while a protected connection accepted on them lives: rebuilt paths come to them
+ * (monitor.c, reconnect.c). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "acceptor.h"
 #include "conn.h"
 #include "core.h"
 #include "handle.h"
 #include "log.h"
-#include "monitor.h"
 #include "params.h"
 #include "sock.h"
 #include "util.h"
 
 #define LG_LISTEN_MAGIC 0x4c474c49u /* "LGLI" */
-#define LG_ACC_MAX 512               /* sockets waiting for their hello */
-#define LG_GROUP_MAX 64              /* connections being assembled */
-
-struct lg_acc_sock {
-    int fd;
-    int path;
-    size_t got;
-    uint8_t buf[LG_HELLO_SIZE];
-    uint64_t t0;
-};
+#define LG_GROUP_MAX 64              /* connections being assembled on one listen comm */
 
 struct lg_group {
     int used;
@@ -46,12 +40,14 @@ struct lg_listen {
     int dev;
     uint64_t listen_id;
     int npaths;
-    struct lg_lsock *ls[LG_NPATHS]; /* shared with the connections accepted here */
-    struct lg_acc_sock socks[LG_ACC_MAX];
-    int nsocks;
+    struct lg_listener *lis[LG_NPATHS]; /* shared with the connections accepted here */
+    pthread_mutex_t mu;                 /* groups: filled by the acceptor, taken by accept */
     struct lg_group groups[LG_GROUP_MAX];
     int warned;
 };
+
+static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t local_ip,
+                       uint64_t now);
 
 ncclResult_t lg_core_listen(int dev, void *handle, void **listen_comm)
 {
@@ -70,29 +66,36 @@ ncclResult_t lg_core_listen(int dev, void *handle, void **listen_comm)
     l->npaths = d->has_backup ? 2 : 1;
     struct lg_handle h = {.listen_id = l->listen_id,
                           .flags = l->npaths > 1 ? LG_HANDLE_F_BACKUP : 0};
-    for (int p = 0; p < l->npaths; p++) {
-        int fd = lg_sock_listen(d->nic[p].ip, &h.port[p]);
-        l->ls[p] = fd >= 0 ? lg_lsock_new(fd, p, l->listen_id) : NULL;
-        if (!l->ls[p]) {
-            LG_WARN("listen on NIC %s (%s): %s", d->nic[p].name,
-                    lg_addr_format(d->nic[p].ip, 0).s, strerror(errno));
-            if (fd >= 0)
-                close(fd);
-            for (int q = 0; q < p; q++)
-                lg_lsock_unref(l->ls[q]);
-            free(l);
-            return ncclSystemError;
-        }
-        h.ip[p] = d->nic[p].ip;
-    }
     for (int g = 0; g < LG_GROUP_MAX; g++)
         for (int p = 0; p < LG_NPATHS; p++)
             for (int k = 0; k <= LG_MAX_STREAMS; k++)
                 l->groups[g].fds[p][k] = -1;
+    pthread_mutex_init(&l->mu, NULL);
+    for (int p = 0; p < l->npaths; p++) {
+        l->lis[p] = lg_listener_get(d->nic[p].ip, &h.port[p]);
+        if (!l->lis[p]) {
+            LG_WARN("listen on NIC %s (%s): %s", d->nic[p].name,
+                    lg_addr_format(d->nic[p].ip, 0).s, strerror(errno));
+            goto fail;
+        }
+        h.ip[p] = d->nic[p].ip;
+        snprintf(h.nic[p], sizeof(h.nic[p]), "%s", d->nic[p].name);
+    }
+    if (lg_acceptor_register(l->listen_id, file_socket, l) != 0) {
+        LG_WARN("listen on device %d: out of memory", dev);
+        goto fail;
+    }
     lg_handle_encode(handle, &h);
     lg_core_ref(1);
     *listen_comm = l;
     return ncclSuccess;
+fail:
+    for (int p = 0; p < l->npaths; p++)
+        if (l->lis[p])
+            lg_listener_put(l->lis[p]);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    return ncclSystemError;
 }
 
 static void group_drop(struct lg_group *g)
@@ -107,40 +110,49 @@ static void group_drop(struct lg_group *g)
     g->mask = 0;
 }
 
-/* Files a socket whose hello is complete. Returns 0, or -1 to close it (stranger). */
-static int file_socket(struct lg_listen *l, struct lg_acc_sock *a, uint64_t now)
+/* The acceptor's sink (under its lock): files a socket whose hello names this listen comm.
+ * 0, or -1 to close it (not a peer of this listener, or a socket it already has). */
+static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t local_ip,
+                       uint64_t now)
 {
-    struct lg_hello h;
-    if (lg_hello_decode(a->buf, &h) != 0 || h.listen_id != l->listen_id || h.path != a->path ||
-        (h.flags & LG_HELLO_F_REJOIN) || /* for a live connection: the monitor takes those */
-        !(h.flags & LG_HELLO_F_WRAP) != !lg_wrap || /* both wrap an inner plugin, or neither */
-        h.chunk_size > (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20))
-        return -1;
+    struct lg_listen *l = arg;
+    const struct lg_device *d = lg_core_device(l->dev);
+    if (!d || h->path >= l->npaths || d->nic[h->path].ip != local_ip ||
+        !(h->flags & LG_HELLO_F_WRAP) != !lg_wrap || /* both wrap an inner plugin, or neither */
+        h->chunk_size > (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20))
+        goto stranger;
+    pthread_mutex_lock(&l->mu);
     struct lg_group *g = NULL, *free_g = NULL;
     for (int i = 0; i < LG_GROUP_MAX; i++) {
-        if (l->groups[i].used && l->groups[i].nonce == h.conn_nonce)
+        if (l->groups[i].used && l->groups[i].nonce == h->conn_nonce)
             g = &l->groups[i];
         else if (!l->groups[i].used && !free_g)
             free_g = &l->groups[i];
     }
-    if (!g) {
-        if (!free_g)
-            return -1;
+    if (!g && free_g) {
         g = free_g;
         g->used = 1;
-        g->nonce = h.conn_nonce;
-        g->t0 = now; /* the caller's clock: a later reading would make now - t0 wrap */
-        g->nstreams = h.nstreams;
-        g->chunk_size = h.chunk_size;
+        g->nonce = h->conn_nonce;
+        g->t0 = now; /* the acceptor's clock, read under its lock (see lg_core_accept) */
+        g->nstreams = h->nstreams;
+        g->chunk_size = h->chunk_size;
         g->mask = 0;
     }
-    if (g->nstreams != h.nstreams || g->chunk_size != h.chunk_size ||
-        g->fds[h.path][h.stream] >= 0)
-        return -1;
-    g->fds[h.path][h.stream] = a->fd;
-    if (h.path == 0 && h.stream == 0)
-        g->mask = h.paths_mask;
-    return 0;
+    int ok = g && g->nstreams == h->nstreams && g->chunk_size == h->chunk_size &&
+             g->fds[h->path][h->stream] < 0;
+    if (ok) {
+        g->fds[h->path][h->stream] = fd;
+        if (h->path == 0 && h->stream == 0)
+            g->mask = h->paths_mask;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (ok)
+        return 0;
+stranger:
+    if (!__atomic_fetch_add(&l->warned, 1, __ATOMIC_RELAXED))
+        LG_WARN("accept on device %d: dropped a connection that is not a linkguard peer of this "
+                "listener", l->dev);
+    return -1;
 }
 
 static int group_complete(const struct lg_group *g)
@@ -192,8 +204,8 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
     c->upgradable = l->npaths > 1 && !c->paths[1];
     if ((c->paths[0] && c->paths[1]) || c->upgradable) /* rebuilt paths come to these */
         for (int p = 0; p < l->npaths; p++) {
-            lg_lsock_ref(l->ls[p]);
-            c->lsock[p] = l->ls[p];
+            lg_listener_ref(l->lis[p]);
+            c->listener[p] = l->lis[p];
         }
     return c;
 }
@@ -206,39 +218,13 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
         LG_WARN("accept: not a linkguard listen comm");
         return ncclInternalError;
     }
-    uint64_t now = lg_now_ns();
     uint64_t timeout = (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
-    for (int p = 0; p < l->npaths; p++) {
-        for (;;) {
-            int fd = accept4(l->ls[p]->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0)
-                break;
-            if (l->nsocks == LG_ACC_MAX) {
-                close(fd);
-                continue;
-            }
-            l->socks[l->nsocks++] = (struct lg_acc_sock){.fd = fd, .path = p, .t0 = now};
-        }
-    }
-    for (int i = 0; i < l->nsocks; i++) {
-        struct lg_acc_sock *a = &l->socks[i];
-        int drop = lg_sock_read_exact(a->fd, a->buf, LG_HELLO_SIZE, &a->got) != 0;
-        if (a->got == LG_HELLO_SIZE && !drop) {
-            if (file_socket(l, a, now) != 0) {
-                if (!l->warned++)
-                    LG_WARN("accept on device %d: dropped a connection that is not a linkguard "
-                            "peer of this listener", l->dev);
-                drop = 1;
-            } else {
-                l->socks[i--] = l->socks[--l->nsocks];
-                continue;
-            }
-        }
-        if (drop || now - a->t0 > timeout) {
-            close(a->fd);
-            l->socks[i--] = l->socks[--l->nsocks];
-        }
-    }
+    lg_acceptor_progress();
+    ncclResult_t rc = ncclSuccess;
+    pthread_mutex_lock(&l->mu);
+    /* Read under the lock: groups are stamped by whichever thread ran the acceptor, so an
+     * earlier reading could lie before their t0 and make now - t0 wrap. */
+    uint64_t now = lg_now_ns();
     for (int i = 0; i < LG_GROUP_MAX; i++) {
         struct lg_group *g = &l->groups[i];
         if (group_complete(g)) {
@@ -247,10 +233,10 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
                 if (c)
                     lg_conn_free(c);
                 LG_WARN("accept on device %d: cannot set up the connection", l->dev);
-                return ncclSystemError;
+                rc = ncclSystemError;
             }
-            *recv_comm = c;
-            return ncclSuccess;
+            *recv_comm = rc == ncclSuccess ? c : NULL;
+            break;
         }
         if (g->used && now - g->t0 > timeout) {
             char have[2 * (LG_MAX_STREAMS + 2) + 1];
@@ -267,7 +253,8 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
             group_drop(g);
         }
     }
-    return ncclSuccess;
+    pthread_mutex_unlock(&l->mu);
+    return rc;
 }
 
 ncclResult_t lg_core_close_listen(void *listen_comm)
@@ -275,13 +262,13 @@ ncclResult_t lg_core_close_listen(void *listen_comm)
     struct lg_listen *l = listen_comm;
     if (!l || l->magic != LG_LISTEN_MAGIC)
         return ncclInternalError;
+    lg_acceptor_unregister(l->listen_id); /* no more sockets filed here */
     for (int p = 0; p < l->npaths; p++)
-        lg_lsock_listen_closed(l->ls[p]); /* stays open while its connections live */
-    for (int i = 0; i < l->nsocks; i++)
-        close(l->socks[i].fd);
+        lg_listener_put(l->lis[p]); /* stays open while its connections hold it */
     for (int i = 0; i < LG_GROUP_MAX; i++)
         if (l->groups[i].used)
             group_drop(&l->groups[i]);
+    pthread_mutex_destroy(&l->mu);
     l->magic = 0;
     free(l);
     lg_core_ref(-1);

@@ -1,5 +1,5 @@
-/* The monitor thread (see monitor.h): registry of connections, wake-ups, listening sockets
- * for rebuilt paths and the sockets waiting for their hello. */
+/* The monitor thread (see monitor.h): registry of connections, wake-ups, and the hand-over of
+ * rebuilt paths the acceptor received to the connections they belong to. */
 #include "monitor.h"
 
 #include <errno.h>
@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "acceptor.h"
 #include "conn.h"
 #include "health.h"
 #include "log.h"
@@ -20,19 +21,8 @@
 #include "sock.h"
 #include "util.h"
 
-#define LG_PEND_MAX 256
-
-/* An accepted socket that has not sent its whole hello yet. */
-struct lg_pend {
-    int fd;
-    int path;
-    uint64_t listen_id, t0;
-    size_t got;
-    uint8_t buf[LG_HELLO_SIZE];
-};
-
 static struct {
-    pthread_mutex_t mu; /* registry, lsock refs, pending sockets; held while a conn is run */
+    pthread_mutex_t mu; /* the registry; held while a conn is run */
     pthread_t tid;
     int running, stop; /* under mu */
     int epfd, evfd;
@@ -41,16 +31,10 @@ static struct {
     int wake_all;      /* run every connection at the next pass (atomic) */
     uint64_t gen_told; /* daemon table generation last announced (atomic) */
     struct lg_conn *conns;
-    struct lg_pend pend[LG_PEND_MAX];
-    int npend;
 } M = {.mu = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .evfd = -1};
 
-void lg_monitor_wake(struct lg_conn *c)
+static void wake_thread(void)
 {
-    if (c)
-        __atomic_store_n(&c->dirty, 1, __ATOMIC_SEQ_CST);
-    else
-        __atomic_store_n(&M.wake_all, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&M.pending, 1, __ATOMIC_SEQ_CST);
     int fd = __atomic_load_n(&M.evfd, __ATOMIC_ACQUIRE);
     if (fd >= 0 && __atomic_load_n(&M.asleep, __ATOMIC_SEQ_CST)) {
@@ -58,6 +42,15 @@ void lg_monitor_wake(struct lg_conn *c)
         ssize_t rc = write(fd, &one, sizeof(one));
         (void)rc; /* EAGAIN: already signalled */
     }
+}
+
+void lg_monitor_wake(struct lg_conn *c)
+{
+    if (c)
+        __atomic_store_n(&c->dirty, 1, __ATOMIC_SEQ_CST);
+    else
+        __atomic_store_n(&M.wake_all, 1, __ATOMIC_SEQ_CST);
+    wake_thread();
 }
 
 void lg_monitor_health_poll(void)
@@ -91,102 +84,19 @@ void lg_monitor_remove(struct lg_conn *c)
     pthread_mutex_unlock(&M.mu);
 }
 
-struct lg_conn *lg_monitor_find_locked(uint64_t nonce, uint64_t listen_id)
+/* Under mu: REJOIN sockets the acceptor queued go to the connection they name. */
+static void take_rejoins(uint64_t now)
 {
-    for (struct lg_conn *c = M.conns; c; c = c->mon_next)
-        if (c->nonce == nonce && c->listen_id == listen_id && c->kind == LG_CONN_RECV)
-            return c;
-    return NULL;
-}
-
-/* ---- listening sockets ----------------------------------------------------------------- */
-
-struct lg_lsock *lg_lsock_new(int fd, int path, uint64_t listen_id)
-{
-    struct lg_lsock *ls = calloc(1, sizeof(*ls));
-    if (!ls)
-        return NULL;
-    ls->fd = fd;
-    ls->path = path;
-    ls->listen_id = listen_id;
-    ls->refs = 1;
-    ls->listen_open = 1;
-    return ls;
-}
-
-void lg_lsock_ref(struct lg_lsock *ls)
-{
-    pthread_mutex_lock(&M.mu);
-    ls->refs++;
-    pthread_mutex_unlock(&M.mu);
-}
-
-static void lsock_unref_locked(struct lg_lsock *ls)
-{
-    if (--ls->refs > 0)
-        return;
-    if (ls->registered && M.epfd >= 0)
-        epoll_ctl(M.epfd, EPOLL_CTL_DEL, ls->fd, NULL);
-    close(ls->fd);
-    free(ls);
-}
-
-void lg_lsock_unref(struct lg_lsock *ls)
-{
-    pthread_mutex_lock(&M.mu);
-    lsock_unref_locked(ls);
-    pthread_mutex_unlock(&M.mu);
-}
-
-void lg_lsock_listen_closed(struct lg_lsock *ls)
-{
-    pthread_mutex_lock(&M.mu);
-    ls->listen_open = 0;
-    if (ls->refs > 1 && M.epfd >= 0 && !ls->registered) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = ls};
-        ls->registered = epoll_ctl(M.epfd, EPOLL_CTL_ADD, ls->fd, &ev) == 0;
-    }
-    lsock_unref_locked(ls);
-    pthread_mutex_unlock(&M.mu);
-}
-
-/* Under mu. */
-static void lsock_accept(struct lg_lsock *ls, uint64_t now)
-{
-    for (int i = 0; i < 64; i++) {
-        int fd = accept4(ls->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        if (M.npend == LG_PEND_MAX) {
+    struct lg_hello h;
+    int fd;
+    uint32_t ip;
+    while (lg_acceptor_take_rejoin(&h, &fd, &ip)) {
+        struct lg_conn *c = M.conns;
+        while (c && !(c->nonce == h.conn_nonce && c->listen_id == h.listen_id &&
+                      c->kind == LG_CONN_RECV))
+            c = c->mon_next;
+        if (!c || lg_rejoin_file(c, &h, fd, ip, now) != 0)
             close(fd);
-            continue;
-        }
-        M.pend[M.npend++] = (struct lg_pend){.fd = fd, .path = ls->path,
-                                             .listen_id = ls->listen_id, .t0 = now};
-    }
-}
-
-/* Under mu: read hellos; hand complete ones to reconnect.c. */
-static void pend_progress(uint64_t now)
-{
-    uint64_t timeout = (uint64_t)lg_params.rejoin_timeout_ms * 1000000ull;
-    for (int i = 0; i < M.npend; i++) {
-        struct lg_pend *a = &M.pend[i];
-        int drop = lg_sock_read_exact(a->fd, a->buf, LG_HELLO_SIZE, &a->got) != 0;
-        if (!drop && a->got == LG_HELLO_SIZE) {
-            struct lg_hello h;
-            if (lg_hello_decode(a->buf, &h) == 0 && (h.flags & LG_HELLO_F_REJOIN) &&
-                h.path == a->path && h.listen_id == a->listen_id &&
-                lg_rejoin_file(&h, a->fd, now) == 0) {
-                M.pend[i--] = M.pend[--M.npend];
-                continue;
-            }
-            drop = 1;
-        }
-        if (drop || now - a->t0 > timeout) {
-            close(a->fd);
-            M.pend[i--] = M.pend[--M.npend];
-        }
     }
 }
 
@@ -213,6 +123,7 @@ static void *monitor_main(void *arg)
         now = lg_now_ns();
         lg_health_tick(now);
         lg_monitor_health_poll();
+        lg_acceptor_progress(); /* outside mu: NCCL's accept() progresses it too */
         pthread_mutex_lock(&M.mu);
         if (M.stop) {
             pthread_mutex_unlock(&M.mu);
@@ -223,12 +134,9 @@ static void *monitor_main(void *arg)
                 uint64_t v;
                 ssize_t rc = read(M.evfd, &v, sizeof(v));
                 (void)rc;
-            } else {
-                lsock_accept(evs[i].data.ptr, now);
             }
         }
-        if (M.npend)
-            pend_progress(now);
+        take_rejoins(now);
         int all = __atomic_exchange_n(&M.wake_all, 0, __ATOMIC_SEQ_CST);
         next = now + hb;
         for (struct lg_conn *c = M.conns; c; c = c->mon_next) {
@@ -238,8 +146,6 @@ static void *monitor_main(void *arg)
             if (c->fo.next_run_ns < next)
                 next = c->fo.next_run_ns;
         }
-        if (M.npend && next > now + 2000000ull)
-            next = now + 2000000ull; /* hellos are polled */
         pthread_mutex_unlock(&M.mu);
     }
     return NULL;
@@ -256,7 +162,10 @@ int lg_monitor_start(void)
     M.epfd = epoll_create1(EPOLL_CLOEXEC);
     int evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    if (M.epfd < 0 || evfd < 0 || epoll_ctl(M.epfd, EPOLL_CTL_ADD, evfd, &ev) != 0 ||
+    struct epoll_event acc = {.events = EPOLLIN, .data.ptr = &M};
+    int accfd = lg_acceptor_fd();
+    if (M.epfd < 0 || evfd < 0 || accfd < 0 || epoll_ctl(M.epfd, EPOLL_CTL_ADD, evfd, &ev) != 0 ||
+        epoll_ctl(M.epfd, EPOLL_CTL_ADD, accfd, &acc) != 0 ||
         pthread_create(&M.tid, NULL, monitor_main, NULL) != 0) {
         LG_WARN("cannot start the monitor thread: %s", strerror(errno));
         if (M.epfd >= 0)
@@ -268,6 +177,7 @@ int lg_monitor_start(void)
         return -1;
     }
     __atomic_store_n(&M.evfd, evfd, __ATOMIC_RELEASE);
+    lg_acceptor_on_rejoin(wake_thread); /* REJOIN sockets wait for take_rejoins */
     pthread_setname_np(M.tid, "lg-monitor");
     M.running = 1;
     pthread_mutex_unlock(&M.mu);
@@ -288,10 +198,9 @@ void lg_monitor_stop(void)
     ssize_t rc = write(M.evfd, &one, sizeof(one));
     (void)rc;
     pthread_join(M.tid, NULL);
+    lg_acceptor_on_rejoin(NULL);
+    lg_acceptor_shutdown();
     pthread_mutex_lock(&M.mu);
-    for (int i = 0; i < M.npend; i++)
-        close(M.pend[i].fd);
-    M.npend = 0;
     int evfd = M.evfd;
     __atomic_store_n(&M.evfd, -1, __ATOMIC_RELEASE);
     close(evfd);

@@ -16,10 +16,13 @@
 #include "core.h"
 #include "health.h"
 #include "log.h"
-#include "monitor.h"
 #include "params.h"
 #include "sock.h"
 #include "util.h"
+
+/* Sender rebuilds connecting in this process (monitor thread only): admitted
+ * LINKGUARD_REJOIN_BUDGET at a time. */
+static int tx_inflight;
 
 static int *sock_fd(struct lg_path *p, int k)
 {
@@ -57,6 +60,8 @@ void lg_rejoin_abort(struct lg_conn *c, int slot)
     struct lg_rejoin *rj = &c->fo.slot[slot].rj;
     if (!rj->path)
         return;
+    if (c->kind == LG_CONN_SEND)
+        tx_inflight--;
     lg_path_retire(rj->path, 0);
     lg_path_free(rj->path);
     memset(rj, 0, sizeof(*rj));
@@ -70,12 +75,15 @@ int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
     struct lg_rejoin *rj = &c->fo.slot[slot].rj;
     if (!d || rj->path || !c->peer_ip[slot])
         return -1;
+    if (tx_inflight >= lg_params.rejoin_budget)
+        return 1;
     struct lg_path *p = lg_path_alloc(c, slot, d->nic[slot].name,
                                       lg_addr_format(c->peer_ip[slot], c->peer_port[slot]).s);
     if (!p)
         return -1;
     memset(rj, 0, sizeof(*rj));
     rj->path = p;
+    tx_inflight++;
     rj->gen = p->gen = ++c->fo.slot[slot].next_gen;
     rj->t0 = now;
     for (int k = 0; k <= c->nstreams; k++) {
@@ -163,6 +171,7 @@ int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, 
     if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) || (c->wrap && !lg_wrap_carries(&p->w)))
         return 0;
     rj->path = NULL;
+    tx_inflight--;
     lg_rejoin_publish(c, slot, p);
     return 1;
 }
@@ -207,12 +216,15 @@ static void rx_build(struct lg_conn *c, int slot, uint64_t now)
             (unsigned long long)c->nonce, slot ? "backup" : "primary", p->nic, p->gen, p->peer);
 }
 
-int lg_rejoin_file(const struct lg_hello *h, int fd, uint64_t now)
+int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t local_ip,
+                   uint64_t now)
 {
-    struct lg_conn *c = lg_monitor_find_locked(h->conn_nonce, h->listen_id);
-    if (!c || (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !c->upgradable) ||
-        __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) ||
-        !(h->flags & LG_HELLO_F_WRAP) != !c->wrap || h->nstreams != c->nstreams || h->chunk_size != c->chunk_size || h->stream > c->nstreams)
+    /* It must come through our listener for that slot's NIC, for a connection that may be
+     * rebuilt, and match what the connection was built with. */
+    if ((!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !c->upgradable) ||
+        __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) || local_ip != c->local_ip[h->path] ||
+        !(h->flags & LG_HELLO_F_WRAP) != !c->wrap || h->nstreams != c->nstreams ||
+        h->chunk_size != c->chunk_size || h->stream > c->nstreams)
         return -1;
     int slot = h->path;
     struct lg_rejoin *rj = &c->fo.slot[slot].rj;

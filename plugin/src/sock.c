@@ -46,6 +46,11 @@ int lg_sock_connect_start(const char *ifname, uint32_t ip, uint32_t peer_ip, uin
                     "SO_BINDTODEVICE(%s) failed (%s): paths are pinned by source address only",
                     ifname, strerror(errno));
     }
+    /* The source address picks the NIC, but the port is left to connect() (ip(7)): a bind
+     * would reserve an ephemeral port per socket for the 4-tuple it will never share, and
+     * hundreds of connections times (streams + 1) sockets per path run a NIC address out. */
+    int one = 1;
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
     struct sockaddr_in local = {.sin_family = AF_INET, .sin_addr.s_addr = ip};
     struct sockaddr_in peer = {.sin_family = AF_INET, .sin_addr.s_addr = peer_ip,
                                .sin_port = htons(peer_port)};
@@ -73,11 +78,13 @@ int lg_sock_listen(uint32_t ip, uint16_t *port)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    /* Buffer sizes must be set before listen() to be inherited with window scaling. */
+    /* Buffer sizes must be set before listen() to be inherited with window scaling. One
+     * listener serves every connection of the process on this NIC (acceptor.h): the backlog
+     * is the kernel's largest (somaxconn caps it), for hundreds connecting at once. */
     lg_sock_set_role(fd, LG_SOCK_DATA);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = ip};
     socklen_t len = sizeof(a);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 512) != 0 ||
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, SOMAXCONN) != 0 ||
         getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
         int e = errno;
         close(fd);

@@ -8,8 +8,9 @@
 
 enum lg_sock_role { LG_SOCK_CTRL, LG_SOCK_DATA };
 
-/* Non-blocking socket bound to (ip, port 0) and, if enabled and permitted, to the device;
- * connect started towards (peer_ip, peer_port). Returns the fd or -1 (errno set). */
+/* Non-blocking socket bound to ip (its port chosen at connect: IP_BIND_ADDRESS_NO_PORT) and, if
+ * enabled and permitted, to the device; connect started towards (peer_ip, peer_port). Returns
+ * the fd or -1 (errno set). */
 int lg_sock_connect_start(const char *ifname, uint32_t ip, uint32_t peer_ip, uint16_t peer_port,
                           enum lg_sock_role role);
 /* The socket's local TCP port (host order); 0 if it has none. */

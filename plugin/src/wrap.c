@@ -227,6 +227,8 @@ ncclResult_t lg_wrap_start(struct lg_device_table *t)
 ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props)
 {
     *props = lg_wrap->props[dev];
+    /* A grouped receive goes to the inner plugin whole, within our request window. */
+    props->maxRecvs = LG_MIN(props->maxRecvs, (int)lg_params.max_recvs);
     return ncclSuccess;
 }
 
@@ -365,37 +367,53 @@ static void tx_pump(struct lg_conn *c, struct lg_path *p)
     }
 }
 
+/* A grouped receive is one inner irecv of all its buffers, held by its head slot: the inner
+ * plugin matches the sends to them by tag; it completes whole, so w_test and w_post stay on
+ * group boundaries and a switch re-posts whole groups. */
 static void rx_pump(struct lg_conn *c, struct lg_path *p)
 {
     struct lg_inner *in = lg_wrap->in;
-    for (; c->w_test < c->w_post; c->w_test++) {
+    while (c->w_test < c->w_post) {
         struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
-        int size = 0, done = inner_test(p, r->ireq, &size);
+        int n = r->g_n, sizes[LG_MAX_RECVS] = {0};
+        int done = inner_test(p, r->ireq, sizes);
         if (done < 0)
             return;
         if (!done)
             break;
         r->ireq = NULL;
-        if (size < 0 || (size_t)size > r->cap) {
-            lg_conn_path_failed(p, 0, "inner receive completed with a bad size");
-            return;
+        for (int i = 0; i < n; i++)
+            if (sizes[i] < 0 || (size_t)sizes[i] > r->sub[i].cap) {
+                lg_conn_path_failed(p, 0, "inner receive completed with a bad size");
+                return;
+            }
+        for (int i = 0; i < n; i++) {
+            struct lg_req *m = &c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW];
+            __atomic_store_n(&m->total, (uint64_t)sizes[i], __ATOMIC_RELAXED);
+            __atomic_store_n(&m->placed, (uint64_t)sizes[i], __ATOMIC_RELAXED);
+            if (lg_recv_complete(p, m, (uint64_t)sizes[i]) != 0)
+                return;
         }
-        __atomic_store_n(&r->total, (uint64_t)size, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->placed, (uint64_t)size, __ATOMIC_RELAXED);
-        if (lg_recv_complete(p, r, (uint64_t)size) != 0)
-            return;
+        c->w_test += (uint64_t)n;
     }
     uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
     while (c->w_post < posted) {
         struct lg_req *r = &c->reqs[c->w_post % LG_WINDOW];
         uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-        if (r->seq != c->w_post || !(st & LG_REQ_POSTED) || (st & LG_REQ_DONE))
+        if (r->seq != c->w_post || !(st & LG_REQ_POSTED) || (st & LG_REQ_DONE) || r->g_n < 1)
             break;
-        void *buf = r->buf, *mh = lg_inner_mr_handle(r->imr, p->index), *ireq = NULL;
-        size_t size = r->cap;
-        int tag = r->tag;
+        void *bufs[LG_MAX_RECVS], *mhs[LG_MAX_RECVS], *ireq = NULL;
+        size_t caps[LG_MAX_RECVS];
+        int tags[LG_MAX_RECVS];
+        for (int i = 0; i < r->g_n; i++) {
+            bufs[i] = r->sub[i].buf;
+            caps[i] = r->sub[i].cap;
+            tags[i] = r->sub[i].tag;
+            mhs[i] = lg_inner_mr_handle(r->sub[i].imr, p->index);
+        }
         /* Never the optional-completion marker: a receive completes only once placed. */
-        ncclResult_t rc = in->ops->irecv(in, p->w.comm, 1, &buf, &size, &tag, &mh, NULL, &ireq);
+        ncclResult_t rc = in->ops->irecv(in, p->w.comm, r->g_n, bufs, caps, tags, mhs, NULL,
+                                         &ireq);
         if (rc != ncclSuccess) {
             inner_failed(p, "irecv", rc);
             return;
@@ -403,7 +421,7 @@ static void rx_pump(struct lg_conn *c, struct lg_path *p)
         if (!ireq)
             break;
         r->ireq = ireq;
-        c->w_post++;
+        c->w_post += (uint64_t)r->g_n;
     }
     lg_recv_flush_ack(p);
 }

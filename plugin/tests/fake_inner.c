@@ -112,9 +112,15 @@ static ncclResult_t f_isend(void *s, void *d, size_t size, void **r)
     return ncclSuccess;
 }
 
-static ncclResult_t f_irecv(void **r)
+static ncclResult_t f_irecv(int n, const size_t *sz, const int *tags, void **r)
 {
     fake_inner_stats.irecv_req_in = *r;
+    fake_inner_stats.irecvs++;
+    fake_inner_stats.recv_n = n;
+    for (int i = 0; i < n && i < 8; i++) {
+        fake_inner_stats.recv_sizes[i] = sz ? sz[i] : 0;
+        fake_inner_stats.recv_tags[i] = tags ? tags[i] : -1;
+    }
     if (!is("keepmarker"))
         *r = &req;
     return ncclSuccess;
@@ -127,6 +133,8 @@ static ncclResult_t f_test(void *r, int *done, int *sizes)
     *done = 1;
     if (sizes)
         sizes[0] = (int)fake_inner_stats.last_send_size;
+    for (int i = 1; sizes && i < fake_inner_stats.recv_n && i < 8; i++)
+        sizes[i] = (int)fake_inner_stats.recv_sizes[i] - i;
     return ncclSuccess;
 }
 
@@ -149,8 +157,11 @@ static ncclResult_t f_isend_v8(void *s, void *d, int size, int tag, void *mh, vo
 }
 static ncclResult_t f_irecv_v8(void *c, int n, void **d, int *sz, int *tags, void **mh, void **r)
 {
-    (void)c, (void)n, (void)d, (void)sz, (void)tags, (void)mh;
-    return f_irecv(r);
+    (void)c, (void)d, (void)mh;
+    size_t s[8] = {0};
+    for (int i = 0; i < n && i < 8; i++)
+        s[i] = sz && sz[i] > 0 ? (size_t)sz[i] : 0;
+    return f_irecv(n, s, tags, r);
 }
 
 FAKE_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {
@@ -181,8 +192,8 @@ static ncclResult_t f_isend_ph(void *s, void *d, size_t size, int tag, void *mh,
 static ncclResult_t f_irecv_ph(void *c, int n, void **d, size_t *sz, int *tags, void **mh,
                                void **ph, void **r)
 {
-    (void)c, (void)n, (void)d, (void)sz, (void)tags, (void)mh, (void)ph;
-    return f_irecv(r);
+    (void)c, (void)d, (void)mh, (void)ph;
+    return f_irecv(n, sz, tags, r);
 }
 
 FAKE_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {

@@ -11,6 +11,10 @@ struct fake_inner_stats {
     void *irecv_req_in;    /* *request as irecv received it */
     size_t last_send_size;
     int flushes, tests;    /* iflush and test calls */
+    int irecvs, recv_n;    /* irecv calls; buffers of the last one, with their tags and sizes
+                            * (test() reports buffer i >= 1 of a grouped one as size - i) */
+    int recv_tags[8];
+    size_t recv_sizes[8];
 };
 
 #endif

@@ -1,6 +1,7 @@
 /* Device discovery: LINKGUARD_PAIRS parsing against a fake interface list (order, backups,
- * errors naming the culprit), the automatic pairing, devices from the daemon's table, and
- * properties from a fake sysfs. */
+ * errors naming the culprit), the automatic pairing, devices from the daemon's table (pure,
+ * and through discovery with a live control file: the daemon decides), and properties from a
+ * fake sysfs. */
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,16 +10,22 @@
 #include <unistd.h>
 
 #include "devices.h"
+#include "health.h"
 #include "linkguard_shm.h"
 #include "lg_test.h"
+#include "lg_test_warn.h"
+#include "log.h"
+#include "params.h"
+#include "util.h"
 
+#define MASK24 0x00ffffffu /* 255.255.255.0 in network order (little-endian hosts) */
 static struct lg_ifinfo ifs[] = {
-    {"lo", 0x0100007f, 1, 1},
-    {"mgmt", 0, 1, 0}, /* no IPv4 */
-    {"rail0", 0x01001283, 1, 0},
-    {"rail1", 0x01011283, 1, 0},
-    {"rail2", 0x01021283, 0, 0}, /* down */
-    {"rail3", 0x01031283, 1, 0},
+    {"lo", 0x0100007f, 1, 1, 0x000000ff},
+    {"mgmt", 0, 1, 0, 0}, /* no IPv4 */
+    {"rail0", 0x01001283, 1, 0, MASK24},
+    {"rail1", 0x01011283, 1, 0, MASK24},
+    {"rail2", 0x01021283, 0, 0, MASK24}, /* down */
+    {"rail3", 0x01031283, 1, 0, MASK24},
 };
 static const int nifs = sizeof(ifs) / sizeof(ifs[0]);
 static struct lg_device_table t;
@@ -37,6 +44,7 @@ static void test_pairs(void)
     CHECK(!strcmp(t.dev[1].nic[0].name, "rail1") && !strcmp(t.dev[1].nic[1].name, "rail0"));
     CHECK(t.dev[0].has_backup && t.dev[1].has_backup);
     CHECK(t.dev[0].nic[0].ip == ifs[2].ip && t.dev[0].nic[1].ip == ifs[3].ip);
+    CHECK(t.dev[0].nic[0].mask == MASK24); /* for the WARN of a cross-rail connect */
     CHECK_EQ(pairs(" rail1 : rail3 , rail0 ", 1), 2); /* spaces; no backup for rail0 */
     CHECK(!strcmp(t.dev[0].nic[1].name, "rail3") && !t.dev[1].has_backup);
     CHECK_EQ(pairs("rail0:rail1", 0), 1); /* LINKGUARD_BACKUP=0 */
@@ -92,8 +100,8 @@ static void test_auto(void)
     CHECK_EQ(lg_devices_from_ifaces(ifs, nifs, 0, NULL, &t, err, sizeof(err)), 3);
     CHECK(!t.dev[0].has_backup);
     /* docker0 and virbr0 are up with addresses, and still no device by default. */
-    struct lg_ifinfo more[] = {{"docker0", 0x010011ac, 1, 0}, {"rail0", 0x01001283, 1, 0},
-                               {"virbr0", 0x01007ac0, 1, 0}, {"rail1", 0x01011283, 1, 0}};
+    struct lg_ifinfo more[] = {{"docker0", 0x010011ac, 1, 0, 0}, {"rail0", 0x01001283, 1, 0, 0},
+                               {"virbr0", 0x01007ac0, 1, 0, 0}, {"rail1", 0x01011283, 1, 0, 0}};
     CHECK_EQ(lg_devices_from_ifaces(more, 4, 1, "^docker,lo,virbr", &t, err, sizeof(err)), 2);
     CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && !strcmp(t.dev[0].nic[1].name, "rail1"));
     CHECK_EQ(lg_devices_from_ifaces(more, 4, 1, "=rail1", &t, err, sizeof(err)), 1);
@@ -169,6 +177,8 @@ static void test_from_shm(void)
     CHECK(!strcmp(t.dev[0].nic[0].name, "rail0") && t.dev[0].nic[0].ip == 0x09001283);
     CHECK(t.dev[0].has_backup && !strcmp(t.dev[0].nic[1].name, "rail1"));
     CHECK(t.dev[0].nic[1].ip == ifs[3].ip);
+    /* The table has no prefix lengths: the interface's mask when its address is the one used. */
+    CHECK(t.dev[0].nic[0].mask == 0 && t.dev[0].nic[1].mask == MASK24);
     CHECK(!strcmp(t.dev[1].nic[0].name, "rail1") && t.dev[1].has_backup);
     CHECK(t.dev[1].nic[1].ip == 0x09001283);
     /* mgmt has no address: not a device; rail3's backup index is out of the table;
@@ -185,11 +195,80 @@ static void test_from_shm(void)
     CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, NULL, &t), 0); /* empty: the next source */
 }
 
+static const char *getenv_wrap(const char *name) { return getenv(name); }
+
+static void daemon_nics(struct lg_shm_writer *w, int count, int with_ipv4)
+{
+    struct lg_shm_nic nics[3];
+    const char *names[] = {"lgx0", "lgx1", "lgxmgmt"}; /* not on this system */
+    uint32_t ips[] = {inet_addr("198.18.0.1"), inet_addr("198.18.1.1"), inet_addr("198.19.0.1")};
+    int backups[] = {1, 0, LG_NO_BACKUP};
+    memset(nics, 0, sizeof(nics));
+    for (int i = 0; i < count; i++) {
+        snprintf(nics[i].name, sizeof(nics[i].name), "%s", names[i]);
+        nics[i].state = LG_NIC_UP;
+        nics[i].backup_index = backups[i];
+        nics[i].n_ipv4 = (uint32_t)with_ipv4;
+        nics[i].ipv4[0] = ips[i];
+    }
+    lg_shm_writer_update(w, nics, (uint32_t)count);
+    lg_health_fini();
+    lg_health_init(); /* reads the table as at NCCL's init */
+}
+
+/* What a job sees, with LINKGUARD_PAIRS naming "lo" (up with an address on every system): the
+ * pairs without a daemon; the daemon's NICs, filtered by LINKGUARD_IFNAME, once it runs; an
+ * error, not "lo", when none of the daemon's NICs is usable; the pairs again when the daemon
+ * watches no NIC. */
+static void test_discover_with_daemon(void)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/dev/shm/lgtest-devices-%d", (int)getpid());
+    unlink(path);
+    setenv(LG_SHM_PATH_ENV, path, 1);
+    setenv("LINKGUARD_PAIRS", "lo", 1);
+    setenv("LINKGUARD_IFNAME", "^lgxmgmt", 1);
+    setenv("LINKGUARD_SYSFS_ROOT", "/nonexistent", 1);
+    lg_params_load(&lg_params, getenv_wrap);
+    lg_log_set(test_logger);
+    lg_health_init();
+    CHECK_EQ(lg_devices_discover(&t, 0), 1); /* no daemon */
+    CHECK(!strcmp(t.dev[0].nic[0].name, "lo") && !strcmp(t.source, "LINKGUARD_PAIRS"));
+
+    int e = 0;
+    struct lg_shm_writer *w = lg_shm_writer_create(path, 8, 16, 1, &e);
+    CHECK(w != NULL);
+    if (!w)
+        return;
+    lg_shm_writer_heartbeat(w, lg_now_ns());
+    daemon_nics(w, 3, 1);
+    CHECK(lg_health_alive());
+    CHECK_EQ(lg_devices_discover(&t, 0), 2);
+    CHECK(!strcmp(t.source, "daemon"));
+    CHECK(!strcmp(t.dev[0].nic[0].name, "lgx0") && !strcmp(t.dev[0].nic[1].name, "lgx1"));
+    CHECK(t.dev[0].has_backup && t.dev[0].nic[0].ip == inet_addr("198.18.0.1"));
+    CHECK(!strcmp(t.dev[1].nic[0].name, "lgx1") && !strcmp(t.dev[1].nic[1].name, "lgx0"));
+
+    daemon_nics(w, 2, 0); /* listed, but no address yet */
+    last_warn[0] = 0;
+    CHECK_EQ(lg_devices_discover(&t, 0), -1);
+    CHECK(strstr(last_warn, "lists NIC(s) lgx0,lgx1") && strstr(last_warn, "no other NIC"));
+
+    daemon_nics(w, 0, 0);
+    CHECK_EQ(lg_devices_discover(&t, 0), 1);
+    CHECK(!strcmp(t.dev[0].nic[0].name, "lo"));
+
+    lg_health_fini();
+    lg_shm_writer_close(w, 1);
+    lg_log_set(NULL);
+}
+
 int main(void)
 {
     test_pairs();
     test_ifname();
     test_from_shm();
+    test_discover_with_daemon();
     test_auto();
     test_sysfs();
     LG_TEST_DONE();

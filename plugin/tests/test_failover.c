@@ -139,6 +139,8 @@ static void test_tx_rewind(void)
 /* ---- the decision, from tables ---------------------------------------------------------- */
 
 #define S(up_, sil, pf, dn, lv, cm) {.up = up_, .silent = sil, .peer_failed = pf, .down = dn, .leave = lv, .committed = cm}
+/* A path that carries but loses data (goodput.h), or is held off since it did. */
+#define G(lv, cm) {.up = 1, .leave = lv, .gray = 1, .committed = cm}
 
 static void test_decide(void)
 {
@@ -189,6 +191,18 @@ static void test_decide(void)
          LG_FO_URGENT, 0, LG_WHY_RESYNC},
         {"active slot rebuilt while both were dead", {0, 0, 1, {S(1, 0, 0, 0, 0, 0), S(0, 0, 0, 0, 0, 0)}},
          LG_FO_URGENT, 0, LG_WHY_NEW_PATH},
+        {"primary lossy, backup healthy: leave at a message boundary", {0, 0, 1, {G(0, 1), S(1, 0, 0, 0, 0, 0)}},
+         LG_FO_GRACEFUL, 1, LG_WHY_GRAY},
+        {"primary lossy, backup lossy too: stay", {0, 0, 1, {G(0, 1), G(0, 0)}},
+         LG_FO_NONE, 0, LG_WHY_NONE},
+        {"primary lossy, backup DEGRADED: stay", {0, 0, 1, {G(0, 1), S(1, 0, 0, 0, 1, 0)}},
+         LG_FO_NONE, 0, LG_WHY_NONE},
+        {"primary lossy and DRAINED: the daemon's word is the reason", {0, 0, 1, {G(1, 1), S(1, 0, 0, 0, 0, 0)}},
+         LG_FO_GRACEFUL, 1, LG_WHY_LEAVE},
+        {"on backup, primary rebuilt but held off for loss: stays out", {1, 0, 1, {G(0, 0), S(1, 0, 0, 0, 0, 1)}},
+         LG_FO_NONE, 1, LG_WHY_NONE},
+        {"on backup, which fails: a lossy primary is better than none", {1, 0, 1, {G(0, 0), S(0, 0, 0, 0, 0, 1)}},
+         LG_FO_URGENT, 0, LG_WHY_FAILED},
         {"active slot rebuilt, backup healthy too: stay on the slot", {0, 0, 1, {S(1, 0, 0, 0, 0, 0), S(1, 0, 0, 0, 0, 0)}},
          LG_FO_URGENT, 0, LG_WHY_NEW_PATH},
     };
@@ -426,8 +440,43 @@ static void test_model(void)
           st_dups > 100);
 }
 
+/* ---- goodput verdicts (goodput.h) -------------------------------------------------------- */
+
+static void test_goodput_judge(void)
+{
+    unsigned pm = 0;
+    const uint64_t M = 1 << 20;
+    struct lg_gp_counters d = {.sent = 100 * M, .retrans = 2 * M};
+    CHECK_EQ(lg_gp_judge(&d, 4 * M, 1, &pm), LG_GP_LOSSY); /* 2 % >= 1 % */
+    CHECK_EQ(pm, 20);
+    CHECK_EQ(lg_gp_judge(&d, 4 * M, 3, &pm), LG_GP_HEALTHY); /* 2 % < 3 % */
+    d.retrans = M - 1; /* just under 1 % */
+    CHECK_EQ(lg_gp_judge(&d, 4 * M, 1, &pm), LG_GP_HEALTHY);
+    d.retrans = M; /* exactly 1 %: lossy */
+    CHECK_EQ(lg_gp_judge(&d, 4 * M, 1, &pm), LG_GP_LOSSY);
+    struct lg_gp_counters idle = {.sent = 3 * M, .retrans = 3 * M}; /* all retransmitted ... */
+    CHECK_EQ(lg_gp_judge(&idle, 4 * M, 1, &pm), LG_GP_UNKNOWN);    /* ... but too little */
+    CHECK_EQ(pm, 1000);
+    CHECK_EQ(lg_gp_judge(&d, 4 * M, 0, &pm), LG_GP_UNKNOWN); /* disabled */
+    struct lg_gp_counters none = {0};
+    CHECK_EQ(lg_gp_judge(&none, 0, 1, &pm), LG_GP_UNKNOWN);
+    CHECK_EQ(pm, 0);
+    struct lg_gp_counters odd = {.sent = 10 * M, .retrans = 20 * M}; /* retrans > sent */
+    CHECK_EQ(lg_gp_judge(&odd, 0, 1, &pm), LG_GP_LOSSY);
+    CHECK_EQ(pm, 1000);
+    /* A counter that went backwards (the socket was replaced) moves by nothing. */
+    struct lg_gp_counters a = {.sent = 50, .retrans = 5, .acked = 40, .segs_retrans = 3};
+    struct lg_gp_counters b = {.sent = 20, .retrans = 9, .acked = 60, .segs_retrans = 1};
+    struct lg_gp_counters x = lg_gp_delta(&b, &a);
+    CHECK_EQ(x.sent, 0);
+    CHECK_EQ(x.retrans, 4);
+    CHECK_EQ(x.acked, 20);
+    CHECK_EQ(x.segs_retrans, 0);
+}
+
 int main(void)
 {
+    test_goodput_judge();
     test_epochs();
     test_chunk_verdict();
     test_rx_reset();

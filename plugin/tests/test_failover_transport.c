@@ -2,7 +2,8 @@
  * (127.0.0.1) / lgt1 (127.0.0.2), a fake daemon (the C shm writer) speaks for both NICs, and
  * two flows (one comm pair each way) keep messages of many sizes in flight while paths are
  * killed (shutdown() of their sockets, on the sender's or the receiver's side), marked DOWN,
- * DRAINED or RECOVERING, flapped, and brought back. Every message must arrive exactly once,
+ * DRAINED or RECOVERING, flapped, and brought back; grouped receives across a kill and the
+ * reintegration (groups partly placed at the switch). Every message must arrive exactly once,
  * in order, every byte verified, and no call may return an error while a path works; with
  * both paths gone the error must come within the dead timeout. */
 #include <arpa/inet.h>
@@ -20,6 +21,7 @@
 #include "core.h"
 #include "health.h"
 #include "lg_test.h"
+#include "lg_test_grouped.h"
 #include "lg_test_pair.h"
 #include "params.h"
 #include "util.h"
@@ -358,6 +360,51 @@ static void test_kill(int sender_side, int one_stream, const char *what)
     flow_close(&b);
 }
 
+/* Grouped receives (lg_test_grouped.h) across a kill, the failover, the rebuild and the
+ * reintegration: a group partly placed when its path dies is completed on the other one. */
+static int grouped_run(struct gflow *g, int (*pred)(struct gflow *), double max_s)
+{
+    uint64_t t0 = lg_now_ns();
+    while (!pred(g) && !g->errors && lg_now_ns() - t0 < (uint64_t)(max_s * 1e9)) {
+        daemon_beat();
+        gflow_step(g);
+    }
+    return pred(g);
+}
+static uint32_t g_epoch0;
+static int g_some_done(struct gflow *g) { return g->done_r >= 6; }
+static int g_moved(struct gflow *g)
+{
+    return epoch_of(g->s) > g_epoch0 && epoch_of(g->r) == epoch_of(g->s);
+}
+static int g_back(struct gflow *g)
+{
+    struct lg_path *p = __atomic_load_n(&C(g->s)->paths[0], __ATOMIC_ACQUIRE);
+    return active_of(g->s) == 0 && active_of(g->r) == 0 && p && p->gen > 0 &&
+           epoch_of(g->s) == epoch_of(g->r);
+}
+static int g_done(struct gflow *g) { return gflow_done(g); }
+
+static void test_grouped_kill(int sender_side)
+{
+    void *s, *r;
+    CHECK_EQ(pair_connect(&s, &r), 0);
+    struct gflow g;
+    gflow_init(&g, s, r, 100000);
+    CHECK(grouped_run(&g, g_some_done, 20));
+    g_epoch0 = epoch_of(s);
+    kill_path(sender_side ? s : r, 0, 0);
+    CHECK(grouped_run(&g, g_moved, 10));
+    CHECK(grouped_run(&g, g_back, 10));
+    g.count = g.posted_r + 12;
+    CHECK(grouped_run(&g, g_done, 30));
+    CHECK_EQ(g.errors, 0);
+    CHECK_EQ(g.bad, 0);
+    gflow_free(&g);
+    lg_core_close_send(s);
+    lg_core_close_recv(r);
+}
+
 /* The daemon's verdicts: DOWN (urgent), RECOVERING (stays out), UP (back), DRAINED (graceful),
  * then the backup NIC DOWN while on the primary (no switch, no error). */
 static void test_daemon_states(void)
@@ -500,6 +547,8 @@ int main(void)
     test_kill(0, 0, "kill on the receiver's side");
     test_kill(1, 2, "one data stream killed");
     test_flaps(6);
+    test_grouped_kill(1);
+    test_grouped_kill(0);
 
     /* A daemon. */
     daemon_start(shm);

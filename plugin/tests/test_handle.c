@@ -1,4 +1,4 @@
-/* The NCCL handle: round trip, size, garbage (wrong magic/version, missing address, random
+/* The NCCL handle: round trip (NIC names too), size, garbage (wrong magic/version, missing address, random
  * bytes) rejected, and the connector's stage pointer never taken from garbage. */
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -13,7 +13,7 @@ int main(void)
     char buf[NCCL_NET_HANDLE_MAXSIZE];
     struct lg_handle h = {.listen_id = 0xdeadbeefcafef00dull, .flags = LG_HANDLE_F_BACKUP,
                           .ip = {inet_addr("198.18.0.1"), inet_addr("198.18.1.1")},
-                          .port = {40000, 50001}}, d;
+                          .port = {40000, 50001}, .nic = {"rail0", "rail1"}}, d;
     CHECK(LG_HANDLE_SIZE <= NCCL_NET_HANDLE_MAXSIZE);
     memset(buf, 0x77, sizeof(buf));
     lg_handle_encode(buf, &h);
@@ -22,7 +22,26 @@ int main(void)
     CHECK(d.listen_id == h.listen_id && d.flags == h.flags);
     CHECK(d.ip[0] == h.ip[0] && d.ip[1] == h.ip[1]);
     CHECK(d.port[0] == 40000 && d.port[1] == 50001);
+    CHECK(!strcmp(d.nic[0], "rail0") && !strcmp(d.nic[1], "rail1"));
     CHECK(lg_handle_stage_get(buf) == NULL); /* fresh from the listener */
+
+    /* NIC names are for log lines: a peer that sends none (zeros, as before the names), 16
+     * bytes without a NUL, or bytes that are not printable yield "", and the handle still
+     * decodes. */
+    char named[sizeof(buf)];
+    memcpy(named, buf, sizeof(buf));
+    memset(named + 32, 0, 32);
+    CHECK_EQ(lg_handle_decode(named, &d), LG_HANDLE_OK);
+    CHECK(d.nic[0][0] == 0 && d.nic[1][0] == 0);
+    memset(named + 32, 'x', 16);
+    memcpy(named + 48, "rail\n1", 7);
+    CHECK_EQ(lg_handle_decode(named, &d), LG_HANDLE_OK);
+    CHECK(d.nic[0][0] == 0 && d.nic[1][0] == 0);
+    struct lg_handle longname = h;
+    memset(longname.nic[0], 'y', sizeof(longname.nic[0])); /* no NUL: 15 bytes are sent */
+    lg_handle_encode(named, &longname);
+    CHECK_EQ(lg_handle_decode(named, &d), LG_HANDLE_OK);
+    CHECK_EQ(strlen(d.nic[0]), LG_HANDLE_NIC_LEN - 1);
 
     char bad[sizeof(buf)];
     memcpy(bad, buf, sizeof(buf));

@@ -6,7 +6,8 @@
  *    every byte of pipelined isend/irecv/test on both;
  *  - build/tests/libfake-inner.so (tests/fake_inner.c): a lazy table filled in by init,
  *    per-comm init (v11) against one shared init (v8, v10), property defaults, traffic class,
- *    the optional-receive marker forwarded (v9+) and stripped (v8);
+ *    the optional-receive marker forwarded (v9+) and stripped (v8); wrap mode's grouped
+ *    receive (one inner irecv of the whole group, posted again whole after a switch);
  *  - error paths, each a WARN naming the library and a clean failure: a missing library, no
  *    ncclNet symbol (libc), a version it lacks, init failing, no devices, a NULL member after
  *    init, a call returning an error, a bogus request, wrapping linkguard itself.
@@ -14,7 +15,6 @@
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,6 +24,7 @@
 #include "inner_mr.h"
 #include "inner_props.h"
 #include "lg_test.h"
+#include "lg_test_warn.h"
 #include "log.h"
 #include "params.h"
 #include "util.h"
@@ -33,21 +34,6 @@
 #define MARKER ((void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION)
 #define NMSG 4
 #define SLOT (2u << 20)
-
-static char last_warn[2048];
-
-static void test_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                        const char *fmt, ...)
-{
-    (void)flags, (void)file, (void)line;
-    if (level != NCCL_LOG_WARN)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "  [expected warn] %s\n", last_warn);
-}
 
 /* The last WARN contains every given fragment. */
 static int warned(const char *a, const char *b)
@@ -181,7 +167,7 @@ static void check_lgtcp(int version)
     const ncclNetProperties_v12_t *p = &in->dev[0].props;
     CHECK(!strcmp(p->name, "lo"));
     CHECK_EQ(p->ptrSupport, NCCL_PTR_HOST);
-    CHECK_EQ(p->maxRecvs, 1);
+    CHECK_EQ(p->maxRecvs, 1); /* lgtcp is the native transport: LINKGUARD_MAX_RECVS, 1 */
     CHECK_EQ(p->maxP2pBytes, 1ull << 30);
     CHECK_EQ(p->vProps.ndevs, 1);
 
@@ -412,6 +398,59 @@ static void check_call_errors(void)
     lg_inner_close(in);
 }
 
+/* Wrap mode's grouped receive: one inner irecv of all its buffers, tags and sizes; test()
+ * reports the inner's sizes and counts every message of the group placed; after a switch
+ * (the receives on the old comm forgotten) the group is posted again, whole. */
+static void check_wrap_grouped(void)
+{
+    struct lg_inner *in = fake_open(11, "ok");
+    struct lg_inner_ctx *ctx = NULL;
+    if (!in || lg_inner_start(in, 5, -1, &ctx) != ncclSuccess)
+        return;
+    static struct lg_wrap w;
+    w.in = in;
+    w.ctx = ctx;
+    lg_wrap = &w;
+    char handle[NCCL_NET_HANDLE_MAXSIZE], b[3][64];
+    void *l = NULL, *s = NULL, *r = NULL, *req = NULL, *sreq = NULL;
+    void *data[3] = {b[0], b[1], b[2]};
+    size_t caps[3] = {64, 40, 30};
+    int tags[3] = {4, 9, 4}, sizes[4] = {-1, -1, -1, -1}, done = 0;
+    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
+    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
+    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
+    CHECK_EQ(in->ops->isend(in, s, b[0], 50, 0, NULL, NULL, &sreq), ncclSuccess); /* sizes[0] */
+    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, 1, 4096);
+    struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
+    CHECK(c->wrap == 1 && p != NULL);
+    p->w.comm = r;
+    p->w.ready = 1;
+    c->active_path = p;
+    int irecvs = fst->irecvs;
+    CHECK_EQ(lg_conn_irecv(c, 3, data, caps, tags, NULL, &req), ncclSuccess);
+    CHECK(req != NULL && fst->irecvs == irecvs + 1 && fst->recv_n == 3);
+    CHECK(fst->recv_tags[0] == 4 && fst->recv_tags[1] == 9 && fst->recv_tags[2] == 4);
+    CHECK(fst->recv_sizes[0] == 64 && fst->recv_sizes[1] == 40 && fst->recv_sizes[2] == 30);
+    CHECK_EQ(lg_req_test(req, &done, sizes), ncclSuccess);
+    CHECK(done == 1 && sizes[0] == 50 && sizes[1] == 39 && sizes[2] == 28 && sizes[3] == -1);
+    CHECK_EQ(__atomic_load_n(&c->placed, __ATOMIC_ACQUIRE), 3);
+    /* A switch before the next group completes: posted again, whole, on the new comm. */
+    CHECK_EQ(lg_conn_irecv(c, 2, data, caps, tags, NULL, &req), ncclSuccess);
+    CHECK(fst->irecvs == irecvs + 2 && fst->recv_n == 2);
+    lg_wrap_rx_forget(c);
+    done = 0;
+    for (int i = 0; i < 10 && !done; i++) /* a poll posts it again, a later one completes it */
+        CHECK_EQ(lg_req_test(req, &done, sizes), ncclSuccess);
+    CHECK(done == 1 && fst->irecvs == irecvs + 3 && fst->recv_n == 2);
+    CHECK_EQ(__atomic_load_n(&c->placed, __ATOMIC_ACQUIRE), 5);
+    lg_conn_free(c);
+    in->ops->closeSend(in, s);
+    in->ops->closeListen(in, l);
+    lg_wrap = NULL;
+    in->ops->finalize(in, ctx);
+    lg_inner_close(in);
+}
+
 /* Wrap mode's iflush: forwarded to the committed path's inner comm as a linkguard request
  * that test() completes through the inner's test; once that comm is fenced (closed), the
  * flush has nothing left to wait for and completes without calling the inner. */
@@ -496,5 +535,6 @@ int main(void)
     check_start_error(0, "nullfn", "test is NULL after init", NULL);
     check_call_errors();
     check_wrap_flush();
+    check_wrap_grouped();
     LG_TEST_DONE();
 }

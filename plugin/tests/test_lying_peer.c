@@ -4,7 +4,8 @@
  * ncclRemoteError and a WARN; it never completes a request early (NCCL would reuse the buffer
  * while we still read or write it) and never leaves the connection stuck. Buffers are given
  * back to the allocator as soon as a request reports done, so an ASan build also catches any
- * late access. */
+ * late access. Grouped receives: a repeated tag whose second message comes first, chunks of
+ * one message with two tags, a message larger than the buffer its tag selects. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -330,6 +331,83 @@ static void test_one_stream_stalls(void)
     }
 }
 
+/* Grouped receives from a scripted peer. (a) Honest, with a repeated tag: the second message
+ * of the group comes first, on another stream; it must wait for the first one's tag and then
+ * fill the second buffer posted with that tag. */
+static void test_grouped_repeated_tag_waits(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 1, 2, CHUNK), 0);
+    char *b0 = malloc(100), *b1 = malloc(100), pa[20], pb[10];
+    memset(pa, 'A', sizeof(pa));
+    memset(pb, 'B', sizeof(pb));
+    void *data[2] = {b0, b1}, *r = NULL;
+    size_t size[2] = {100, 100};
+    int tag[2] = {7, 7};
+    CHECK_EQ(lg_core_irecv(pe.c, 2, data, size, tag, NULL, &r), ncclSuccess);
+    struct lg_chunk_hdr h1 = {.len = 10, .seq = 1, .total = 10, .tag = 7};
+    CHECK_EQ(peer_chunk(&pe, 0, 1, h1, pb, sizeof(pb)), 0);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 100, &rc), 0);
+    struct lg_chunk_hdr h0 = {.len = 20, .seq = 0, .total = 20, .tag = 7};
+    CHECK_EQ(peer_chunk(&pe, 0, 0, h0, pa, sizeof(pa)), 0);
+    int done = 0, sizes[3] = {-1, -1, -1};
+    uint64_t t0 = lg_now_ns();
+    while (!done && lg_now_ns() - t0 < 2000000000ull &&
+           (rc = lg_core_test(r, &done, sizes)) == ncclSuccess)
+        usleep(200);
+    CHECK_EQ(done, 1);
+    CHECK(sizes[0] == 20 && sizes[1] == 10 && sizes[2] == -1);
+    CHECK(!memcmp(b0, pa, sizeof(pa)) && !memcmp(b1, pb, sizeof(pb)));
+    peer_close(&pe);
+    free(b0);
+    free(b1);
+}
+
+/* (b) The chunks of one message carry two tags: a lie, the connection fails. */
+static void test_grouped_tags_disagree(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 1, 1, CHUNK), 0);
+    char *b0 = malloc(2 * CHUNK), *b1 = malloc(2 * CHUNK);
+    void *data[2] = {b0, b1}, *r = NULL;
+    size_t size[2] = {2 * CHUNK, 2 * CHUNK};
+    int tag[2] = {5, 6};
+    CHECK_EQ(lg_core_irecv(pe.c, 2, data, size, tag, NULL, &r), ncclSuccess);
+    struct lg_chunk_hdr h = {.len = CHUNK, .seq = 0, .total = 2 * CHUNK, .tag = 5};
+    CHECK_EQ(peer_chunk(&pe, 0, 0, h, NULL, CHUNK), 0);
+    h.offset = CHUNK, h.tag = 6;
+    CHECK_EQ(peer_chunk(&pe, 0, 0, h, NULL, CHUNK), 0);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    peer_close(&pe);
+    free(b0);
+    free(b1);
+}
+
+/* (c) A message larger than the buffer its tag selects (the group's other buffer would hold
+ * it): the connection fails and nothing is written past the small buffer (ASan: it is
+ * allocated to the byte). */
+static void test_grouped_chunk_beyond_its_buffer(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 1, 1, CHUNK), 0);
+    char *big = malloc(CHUNK), *small = malloc(100);
+    void *data[2] = {big, small}, *r = NULL;
+    size_t size[2] = {CHUNK, 100};
+    int tag[2] = {5, 6};
+    CHECK_EQ(lg_core_irecv(pe.c, 2, data, size, tag, NULL, &r), ncclSuccess);
+    struct lg_chunk_hdr h = {.len = CHUNK, .seq = 0, .total = CHUNK, .tag = 6};
+    CHECK_EQ(peer_chunk(&pe, 0, 0, h, NULL, CHUNK), 0);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclInternalError);
+    peer_close(&pe);
+    free(big);
+    free(small);
+}
+
 int main(void)
 {
     setenv(LG_SHM_PATH_ENV, "/nonexistent/linkguard-test", 1); /* no daemon */
@@ -348,6 +426,9 @@ int main(void)
     test_goodbye_carries_the_final_count();
     test_unprotected_silent_peer();
     test_one_stream_stalls();
+    test_grouped_repeated_tag_waits();
+    test_grouped_tags_disagree();
+    test_grouped_chunk_beyond_its_buffer();
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }

@@ -1,7 +1,8 @@
 /* The TCP transport end to end inside one process, over loopback: a device whose primary is
  * 127.0.0.1 and whose backup is 127.0.0.2 (both on lo), so both paths are built. Covers
  * connect/accept progress, every byte of messages of many sizes, receive larger than send,
- * zero-byte messages, back-pressure, the 32-request window, garbage handles, many comms,
+ * zero-byte messages, back-pressure, the 32-request window, grouped receives (n = 1..8,
+ * mixed sizes and tags; a send no buffer of its group expects), garbage handles, many comms,
  * and close with requests in flight or after the peer vanished. */
 #include <arpa/inet.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include "core.h"
 #include "handle.h"
 #include "lg_test.h"
+#include "lg_test_grouped.h"
 #include "lg_test_pair.h"
 #include "util.h"
 
@@ -204,6 +206,47 @@ static void test_peer_vanishes(void)
     CHECK_EQ(lg_core_close_send(s), ncclSuccess);
 }
 
+/* Grouped receives of every size n = 1..8, every byte and every reported size checked. */
+static void test_grouped(void *s, void *r)
+{
+    struct gflow f;
+    gflow_init(&f, s, r, 48);
+    uint64_t t0 = lg_now_ns();
+    while (!gflow_done(&f) && !f.errors && lg_now_ns() - t0 < 30000000000ull)
+        gflow_step(&f);
+    CHECK(gflow_done(&f));
+    CHECK_EQ(f.errors, 0);
+    CHECK_EQ(f.bad, 0);
+    gflow_free(&f);
+}
+
+/* A grouped receive whose sends do not fit it: more than maxRecvs buffers is refused; a
+ * send with a tag that no buffer of its group expects fails the connection (NCCL's IB
+ * transport would hold it back; misplacing it would corrupt data). */
+static void test_grouped_mismatch(void)
+{
+    void *s, *r;
+    CHECK_EQ(pair_connect(&s, &r), 0);
+    char rb[2][64], sb[64] = {0};
+    void *d[9] = {rb[0], rb[1], rb[0], rb[1], rb[0], rb[1], rb[0], rb[1], rb[0]};
+    size_t sz[9] = {64, 64, 64, 64, 64, 64, 64, 64, 64};
+    int tags[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    void *rreq = NULL, *s1 = NULL, *s2 = NULL;
+    CHECK_EQ(lg_core_irecv(r, 9, d, sz, tags, NULL, &rreq), ncclInternalError);
+    CHECK_EQ(lg_core_irecv(r, 2, d, sz, tags, NULL, &rreq), ncclSuccess);
+    CHECK_EQ(lg_core_isend(s, sb, 10, 1, NULL, &s1), ncclSuccess);
+    CHECK_EQ(lg_core_isend(s, sb, 10, 3, NULL, &s2), ncclSuccess);
+    int done = 0, sizes[2] = {-1, -1};
+    ncclResult_t rc = ncclSuccess;
+    uint64_t t0 = lg_now_ns();
+    while (rc == ncclSuccess && !done && lg_now_ns() - t0 < 5000000000ull)
+        rc = lg_core_test(rreq, &done, sizes);
+    CHECK_EQ(rc, ncclInternalError);
+    CHECK_EQ(done, 0);
+    CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+    CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+}
+
 static void test_many_comms(int n)
 {
     void **s = calloc((size_t)n, sizeof(void *)), **r = calloc((size_t)n, sizeof(void *));
@@ -245,6 +288,7 @@ int main(void)
     CHECK(!strcmp(props.name, "lo"));
     CHECK(props.pciPath == NULL);
     CHECK(props.maxP2pBytes > 0 && props.maxP2pBytes <= NCCL_MAX_NET_SIZE_BYTES);
+    CHECK_EQ(props.maxRecvs, 1); /* LINKGUARD_MAX_RECVS: groups (below) are taken, not advertised */
     CHECK(lg_core_get_properties(1, &props) != ncclSuccess);
 
     test_garbage_handle();
@@ -259,11 +303,14 @@ int main(void)
         transfer(s, r, 8, 4096);
         test_window(s, r);
         test_optional_marker(s, r);
+        test_grouped(s, r);
+        transfer(s, r, 8, 0); /* single receives again after the groups */
         CHECK_EQ(lg_core_dereg_mr(s, mh), ncclSuccess);
         CHECK_EQ(lg_core_close_send(s), ncclSuccess);
         CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
     }
     test_close_inflight();
+    test_grouped_mismatch();
     test_peer_vanishes();
     test_many_comms(100);
     CHECK_EQ(lg_core_finalize(), ncclSuccess);

@@ -1,49 +1,82 @@
-/* lg_nccl_driver: small-message round trips, through the plugin (--pingpong) and over a plain
- * TCP socket on the same rail (--tcp-pingpong ADDR:PORT) for the baseline. The client times
- * each round trip; the server echoes. Needs the main file's D, drv_* and completed(). */
+/* lg_nccl_driver --pingpong: one message at a time each way through the plugin. The client
+ * sends message i and waits for the server's reply i (same size); the server replies as soon
+ * as message i is complete. comms[0] sends, comms[1] receives (setup() with --bidir, one
+ * connection, two slots per comm so that the server's next receive is posted before its reply
+ * completes, as NCCL posts receives ahead).
+ *
+ * Timed on the client, per round trip, from just before isend (its irecv already posted):
+ *   rtt_us   until both its send and the reply are reported done by test() (a round is over
+ *            when both buffers may be reused: the send's completion counts);
+ *   reply_us until the reply is done, whatever the send's state.
+ * The first --warmup round trips are not recorded. Every message carries the driver's pattern
+ * for its index and direction and is checked on arrival (unless --no-verify; --corrupt flips a
+ * byte of the sender's message count/2): on the client outside the timed window, on the server
+ * after its reply completed, while the client checks that reply. The lg_tcp_pingpong tool does
+ * the same over a plain socket for the baseline.
+ * Needs the main file's D, drv_* and completed(). */
 #ifndef LG_DRIVER_PINGPONG_H
 #define LG_DRIVER_PINGPONG_H
 
-#include <netinet/tcp.h>
+#include "driver_rtt.h"
 
-static double drv_rtt[1 << 20];
-static uint64_t drv_nrtt;
+static struct rtt_series pp_rtt, pp_reply;
 
-static int cmp_double(const void *a, const void *b)
+/* Posts one request, retrying while the plugin applies back-pressure (a NULL request). */
+static int pp_post(struct drv_comm *m, int slot, void **req, double deadline)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Percentiles of the client's round trips, in microseconds, as a JSON object. */
-static void rtt_json(char *out, size_t len)
-{
-    if (!drv_nrtt) {
-        snprintf(out, len, "null");
-        return;
-    }
-    qsort(drv_rtt, drv_nrtt, sizeof(double), cmp_double);
-    double sum = 0;
-    for (uint64_t i = 0; i < drv_nrtt; i++)
-        sum += drv_rtt[i];
-    snprintf(out, len, "{\"n\": %llu, \"min\": %.2f, \"p50\": %.2f, \"p99\": %.2f, "
-             "\"mean\": %.2f}",
-             (unsigned long long)drv_nrtt, drv_rtt[0] * 1e6, drv_rtt[drv_nrtt / 2] * 1e6,
-             drv_rtt[(drv_nrtt * 99) / 100] * 1e6, sum / (double)drv_nrtt * 1e6);
-}
-
-/* Polls a request to completion like NCCL's proxy (yielding when idle). */
-static int pp_wait(void *req, const char *call, int conn, double deadline)
-{
-    int done = 0, size = 0;
-    unsigned spins = 0;
-    while (!done) {
-        ncclResult_t rc = drv_test(&D.net, req, &done, &size);
+    char *buf = m->buf + (size_t)slot * m->slot_bytes;
+    *req = NULL;
+    while (!*req) {
+        ncclResult_t rc = m->send ? drv_isend(&D.net, m->comm, buf, D.o.size, 0, m->mh, req)
+                                  : drv_irecv(&D.net, m->comm, buf, m->slot_bytes, 0, m->mh,
+                                              0, req);
         if (rc != ncclSuccess) {
-            record_error(call, rc, conn);
+            record_error(m->send ? "isend" : "irecv", rc, 0);
             return -1;
         }
-        if (!done && (++spins & 255) == 0) {
+        if (!*req && drv_now() > deadline) {
+            D.failure = "timed out posting a round trip";
+            return -1;
+        }
+    }
+    m->posted++;
+    return 0;
+}
+
+/* One test() of a request not yet done; a completion is counted and its size checked. */
+static int pp_test(struct drv_comm *m, void *req, int *done)
+{
+    int size = -1;
+    ncclResult_t rc = drv_test(&D.net, req, done, &size);
+    if (rc != ncclSuccess) {
+        record_error("test", rc, 0);
+        return -1;
+    }
+    if (*done) {
+        if (size != (int)D.o.size)
+            D.mismatched++;
+        completed(m, drv_now());
+    }
+    return 0;
+}
+
+/* Polls a send and a receive (either may be NULL) until both are done, like NCCL's proxy:
+ * spinning on test(), yielding the CPU now and then. `reply_at` gets the receive's time. */
+static int pp_wait(void *sreq, void *rreq, double deadline, double *reply_at)
+{
+    struct drv_comm *s = &D.comms[0], *r = &D.comms[1];
+    int sdone = !sreq, rdone = !rreq;
+    unsigned spins = 0;
+    while (!(sdone && rdone)) {
+        if (!sdone && pp_test(s, sreq, &sdone))
+            return -1;
+        if (!rdone) {
+            if (pp_test(r, rreq, &rdone))
+                return -1;
+            if (rdone && reply_at)
+                *reply_at = r->t_last_c;
+        }
+        if ((++spins & 255) == 0) {
             sched_yield();
             if (drv_now() > deadline) {
                 D.failure = "timed out in a round trip";
@@ -51,85 +84,84 @@ static int pp_wait(void *req, const char *call, int conn, double deadline)
             }
         }
     }
-    return size;
+    return 0;
 }
 
-/* Through the plugin: comms[0] sends, comms[1] receives (setup() with --bidir, 1 conn). */
+static void pp_fill(struct drv_comm *s, int slot, uint64_t msg)
+{
+    if (D.o.no_verify)
+        return;
+    char *b = s->buf + (size_t)slot * s->slot_bytes;
+    drv_fill(&D.pat, b, D.o.size, drv_key(0, s->dir, msg));
+    if (D.o.corrupt && msg == D.o.corrupt_at && D.o.size)
+        b[D.o.size / 2] ^= 0x5a;
+}
+
+static void pp_check(struct drv_comm *r, int slot, uint64_t msg)
+{
+    if (D.o.no_verify)
+        return;
+    long long bad = drv_verify(&D.pat, r->buf + (size_t)slot * r->slot_bytes, D.o.size,
+                               drv_key(0, r->dir, msg));
+    if (bad >= 0) {
+        if (D.corrupt < 5)
+            fprintf(stderr, "lg_nccl_driver: round trip %llu: wrong byte at %lld\n",
+                    (unsigned long long)msg, bad);
+        D.corrupt++;
+    }
+}
+
 static void run_pingpong(double deadline)
 {
     struct drv_comm *s = &D.comms[0], *r = &D.comms[1];
-    size_t size = D.o.size;
+    uint64_t total = D.o.warmup + D.o.count;
+    void *sreq, *rreq, *next = NULL;
+    pp_rtt.warmup = pp_reply.warmup = D.o.warmup;
     D.t_start = drv_now();
-    for (uint64_t i = 0; i < D.o.count; i++) {
-        void *rreq = NULL, *sreq = NULL;
-        double t0 = drv_now();
-        ncclResult_t rc;
-        while (!rreq)
-            if ((rc = drv_irecv(&D.net, r->comm, r->buf, r->slot_bytes, 0, r->mh, 0, &rreq))) {
-                record_error("irecv", rc, 0);
-                return;
-            }
-        if (!D.o.server) {
-            while (!sreq)
-                if ((rc = drv_isend(&D.net, s->comm, s->buf, size, 0, s->mh, &sreq))) {
-                    record_error("isend", rc, 0);
-                    return;
-                }
-            if (pp_wait(sreq, "test", 0, deadline) < 0)
-                return;
-            completed(s, drv_now());
-        }
-        if (pp_wait(rreq, "test", 0, deadline) < 0)
+    if (D.o.server) {
+        pp_fill(s, 0, 0);
+        if (pp_post(r, 0, &next, deadline))
             return;
-        completed(r, drv_now());
-        D.bytes_recv += size;
+    }
+    for (uint64_t i = 0; i < total; i++) {
+        int slot = (int)(i & 1);
         if (D.o.server) {
-            while (!sreq)
-                if ((rc = drv_isend(&D.net, s->comm, r->buf, size, 0, s->mh, &sreq))) {
-                    record_error("isend", rc, 0);
-                    return;
-                }
-            if (pp_wait(sreq, "test", 0, deadline) < 0)
+            rreq = next;
+            if (pp_wait(NULL, rreq, deadline, NULL) || pp_post(s, slot, &sreq, deadline))
                 return;
-            completed(s, drv_now());
-        } else if (drv_nrtt < sizeof(drv_rtt) / sizeof(drv_rtt[0])) {
-            drv_rtt[drv_nrtt++] = drv_now() - t0;
+            if (i + 1 < total && pp_post(r, !slot, &next, deadline))
+                return;
+            if (pp_wait(sreq, NULL, deadline, NULL))
+                return;
+            pp_check(r, slot, i);
+            pp_fill(s, !slot, i + 1);
+        } else {
+            pp_fill(s, slot, i);
+            if (pp_post(r, slot, &rreq, deadline))
+                return;
+            double t0 = drv_now(), reply_at = 0;
+            if (pp_post(s, slot, &sreq, deadline) || pp_wait(sreq, rreq, deadline, &reply_at))
+                return;
+            double t1 = drv_now();
+            if (i >= D.o.warmup) {
+                rtt_add(&pp_rtt, t1 - t0);
+                rtt_add(&pp_reply, reply_at - t0);
+            }
+            pp_check(r, slot, i);
         }
-        D.bytes_sent += size;
+        D.bytes_sent += D.o.size;
+        D.bytes_recv += D.o.size;
     }
 }
 
-/* Plain TCP baseline between the same addresses: blocking, TCP_NODELAY. */
-static void run_tcp_pingpong(const char *addr, double deadline)
+/* The report's round-trip fields (client: samples; server: null). */
+static void pingpong_report_json(void)
 {
-    int fd = drv_mgmt_open(addr, D.o.server, deadline);
-    if (fd < 0) {
-        D.failure = "tcp ping-pong connection failed";
-        return;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    char *buf = calloc(1, D.o.size ? D.o.size : 1);
-    D.t_start = drv_now();
-    for (uint64_t i = 0; i < D.o.count && buf; i++) {
-        double t0 = drv_now();
-        if (!D.o.server && drv_io(fd, buf, D.o.size, 1, deadline) != 0)
-            break;
-        if (drv_io(fd, buf, D.o.size, 0, deadline) != 0)
-            break;
-        if (D.o.server && drv_io(fd, buf, D.o.size, 1, deadline) != 0)
-            break;
-        if (!D.o.server && drv_nrtt < sizeof(drv_rtt) / sizeof(drv_rtt[0]))
-            drv_rtt[drv_nrtt++] = drv_now() - t0;
-        D.bytes_sent += D.o.size;
-        D.bytes_recv += D.o.size;
-        D.completions += 2;
-        D.t_last = drv_now();
-    }
-    if (D.completions != 2 * D.o.count)
-        D.failure = "tcp ping-pong broke off";
-    free(buf);
-    close(fd);
+    char rtt[256], reply[256];
+    rtt_json(&pp_rtt, rtt, sizeof(rtt));
+    rtt_json(&pp_reply, reply, sizeof(reply));
+    printf("\"warmup\": %llu, \"rtt_us\": %s, \"reply_us\": %s, ",
+           (unsigned long long)D.o.warmup, rtt, reply);
 }
 
 #endif

@@ -83,6 +83,20 @@ static long long drv_verify(const struct drv_pattern *p, const void *buf, size_t
     return -1;
 }
 
+/* "4096", "64K", "1M", "2G" (binary units). */
+static uint64_t parse_size(const char *s)
+{
+    char *e;
+    double v = strtod(s, &e);
+    switch (*e) {
+    case 'k': case 'K': v *= 1024; break;
+    case 'm': case 'M': v *= 1024 * 1024; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+    }
+    return (uint64_t)v;
+}
+
 /* ---- management socket: a plain TCP connection for handle exchange and the barrier ---- */
 
 static int drv_parse_addr(const char *s, struct sockaddr_in *a)
@@ -131,7 +145,7 @@ static int drv_mgmt_open(const char *addr, int server, double deadline)
     return -1;
 }
 
-static int drv_io(int fd, void *buf, size_t len, int wr, double deadline)
+static inline int drv_io(int fd, void *buf, size_t len, int wr, double deadline)
 {
     char *p = buf;
     while (len) {

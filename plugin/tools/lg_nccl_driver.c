@@ -24,6 +24,7 @@
 #include <strings.h>
 
 #include "driver_net.h"
+#include "grouped_shape.h"
 #include "params.h" /* --list-params: the plugin's tunables (linked from liblinkguard.a) */
 #include "driver_util.h"
 
@@ -31,6 +32,8 @@
 #define DRV_MAX_DEPTH 32
 #define DRV_MAGIC 0x4c474456u
 #define DRV_MAX_ERRORS 16
+#define DRV_GROUPS 2 /* --grouped: groups in flight per connection (x 8 buffer slots) */
+#define OPT_WARMUP 0x100 /* long options without a short letter */
 
 struct drv_opts {
     const char *plugin, *mgmt;
@@ -38,8 +41,9 @@ struct drv_opts {
     int no_verify; /* benchmark mode: no per-message fill/check (reported) */
     int eager_close; /* no barrier: close as soon as this side's own requests are done */
     int rounds;      /* connect, move, close this many times in one process (plugin kept) */
-    int pingpong;  /* round trips through the plugin */
-    const char *tcp_pingpong; /* ADDR:PORT: round trips over plain TCP, no plugin */
+    int pingpong;  /* round trips through the plugin (driver_pingpong.h) */
+    uint64_t warmup; /* --pingpong: round trips before the recorded ones */
+    int grouped;   /* grouped receives (driver_grouped.h) */
     size_t size, recv_extra;
     uint64_t count, bytes;
     double timeout;
@@ -62,6 +66,7 @@ struct drv_config {
     uint32_t magic;
     int32_t conns, depth, bidir, close_inflight, reserved;
     uint64_t size, recv_extra, count;
+    uint64_t warmup, pingpong;
 };
 
 struct drv_error {
@@ -118,7 +123,10 @@ static void usage(void)
             "                   this side's requests are done (a receiver that closes right\n"
             "                   after its last receive; the peer may still be completing)\n"
             "  [--no-verify]   (benchmarks only: skip the per-message fill and check)\n"
-            "  [--pingpong | --tcp-pingpong ADDR:PORT]  round trips (plugin / plain TCP)\n"
+            "  [--pingpong [--warmup N]]  --count round trips of --size bytes each way, one\n"
+            "                   at a time, after N unrecorded ones (default 100); the client\n"
+            "                   reports rtt_us and reply_us (min/p50/p99 µs); payload checked\n"
+            "                   unless --no-verify (plain TCP baseline: lg_tcp_pingpong)\n"
             "  [--list-params]  the plugin's environment variables (Markdown)\n"
             "  [--duration-s S]  continuous traffic for S seconds (--count: hard cap,\n"
             "                    default 100000000 per comm; SIGUSR1 ends it early);\n"
@@ -136,7 +144,10 @@ static void usage(void)
             "                    line each: comm start_ns end_ns open (no cap)\n"
             "  [--timestamps]    stamp the plugin's log lines with CLOCK_MONOTONIC seconds\n"
             "  [--corrupt-kind byte|dup|swap|drop]  what the sender breaks (implies\n"
-            "                    --corrupt): a byte, a duplicate, a reorder, a lost message\n");
+            "                    --corrupt): a byte, a duplicate, a reorder, a lost message\n"
+            "  [--grouped]       --count grouped receives of 1..8 buffers (sizes up to\n"
+            "                    --size, mixed tags), sends out of buffer order; --pace-us:\n"
+            "                    at most one group every N us\n");
     exit(2);
 }
 
@@ -155,19 +166,6 @@ static void list_params(void)
     }
 }
 
-static uint64_t parse_size(const char *s)
-{
-    char *e;
-    double v = strtod(s, &e);
-    switch (*e) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-    }
-    return (uint64_t)v;
-}
-
 static void parse_args(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -177,16 +175,16 @@ static void parse_args(int argc, char **argv)
         {"bytes", 1, 0, 'b'}, {"bidir", 0, 0, 'B'}, {"recv-extra", 1, 0, 'x'},
         {"timeout", 1, 0, 't'}, {"corrupt", 0, 0, 'C'}, {"close-inflight", 0, 0, 'I'},
         {"optional", 0, 0, 'O'}, {"props", 0, 0, 'P'}, {"verbose", 0, 0, 'v'},
-        {"no-verify", 0, 0, 'N'}, {"list-params", 0, 0, 'L'}, {"pingpong", 0, 0, 'R'}, {"tcp-pingpong", 1, 0, 'T'},
+        {"no-verify", 0, 0, 'N'}, {"list-params", 0, 0, 'L'}, {"pingpong", 0, 0, 'R'}, {"warmup", 1, 0, OPT_WARMUP},
         {"duration-s", 1, 0, 'S'}, {"pace-us", 1, 0, 'A'}, {"progress-ms", 1, 0, 'G'},
         {"top-gaps", 1, 0, 'K'}, {"gap-list-ms", 1, 0, 'M'}, {"timestamps", 0, 0, 'Z'},
         {"corrupt-kind", 1, 0, 'Y'}, {"eager-close", 0, 0, 'E'}, {"rounds", 1, 0, 'W'}, {"idle-us", 1, 0, 'U'}, {"gap-file", 1, 0, 'F'},
-        {"idle-s", 1, 0, 'J'},
+        {"grouped", 0, 0, 'g'}, {"idle-s", 1, 0, 'J'},
         {0, 0, 0, 0}};
     struct drv_opts *o = &D.o;
     *o = (struct drv_opts){.plugin = "libnccl-net-linkguard.so", .conns = 1, .depth = 8,
                            .size = 1 << 20, .count = 0, .timeout = 120, .server = -1,
-                           .top_gaps = 10, .gap_list_ms = 5, .idle_s = -1};
+                           .top_gaps = 10, .gap_list_ms = 5, .warmup = 100, .idle_s = -1};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -218,8 +216,8 @@ static void parse_args(int argc, char **argv)
         case 'v': drv_log_level = NCCL_LOG_INFO; break;
         case 'N': o->no_verify = 1; break;
         case 'L': list_params(); exit(0);
-        case 'R': o->pingpong = o->bidir = o->no_verify = 1, o->conns = o->depth = 1; break;
-        case 'T': o->tcp_pingpong = optarg, o->no_verify = 1; break;
+        case 'R': o->pingpong = o->bidir = 1, o->conns = 1, o->depth = 2; break;
+        case OPT_WARMUP: o->warmup = strtoull(optarg, NULL, 10); break;
         case 'S': o->duration = atof(optarg); break;
         case 'A': o->pace_us = atof(optarg); break;
         case 'G': o->progress_ms = atoi(optarg); break;
@@ -228,6 +226,7 @@ static void parse_args(int argc, char **argv)
         case 'Z': drv_log_times = 1; break;
         case 'U': o->idle_us = atoi(optarg); break;
         case 'F': o->gap_file = optarg; break;
+        case 'g': o->grouped = 1; break;
         case 'J': o->idle_s = atof(optarg); break;
         default: usage();
         }
@@ -236,17 +235,21 @@ static void parse_args(int argc, char **argv)
         usage();
     if (o->props)
         return;
-    if (o->server < 0 || (!o->mgmt && !o->tcp_pingpong) || o->conns < 1 || o->conns > DRV_MAX_CONNS || o->depth < 1 ||
+    if (o->server < 0 || !o->mgmt || o->conns < 1 || o->conns > DRV_MAX_CONNS || o->depth < 1 ||
         o->depth > DRV_MAX_DEPTH)
         usage();
     if (o->duration < 0 || o->pace_us < 0 || o->progress_ms < 0 || o->top_gaps < 0 ||
         o->idle_us < 0 || o->idle_us > 100000 ||
-        o->top_gaps > 64 || (o->duration > 0 && (o->pingpong || o->tcp_pingpong ||
-                                                 o->close_inflight)) ||
+        o->top_gaps > 64 || (o->duration > 0 && (o->pingpong || o->close_inflight)) ||
         o->rounds < 0 || o->rounds > 1000 ||
         (o->idle_s >= 0 && (o->duration <= 0 || o->idle_s > 3600)) ||
-        (o->rounds > 1 && (o->duration > 0 || o->pingpong || o->eager_close)))
+        (o->rounds > 1 && (o->duration > 0 || o->pingpong || o->eager_close)) ||
+        (o->grouped && (o->duration > 0 || o->pingpong || o->close_inflight || o->rounds > 1)))
         usage();
+    if (o->grouped)
+        o->depth = DRV_GROUPS * LG_GROUP_MAXN; /* buffer slots: whole groups in flight */
+    if (o->pingpong && (o->conns != 1 || o->depth != 2 || o->warmup > 1000000))
+        usage(); /* --conns / --depth after --pingpong */
     if (o->duration > 0 && !o->count && !o->bytes)
         o->count = 100000000; /* the hard cap of a timed run */
     if (!o->rounds)
@@ -437,6 +440,7 @@ static int progress_comm(struct drv_comm *m)
     return moved;
 }
 
+#include "driver_grouped.h"
 #include "driver_pingpong.h"
 #include "driver_stream.h"
 #include "driver_idle.h"
@@ -529,7 +533,8 @@ static int barrier(int mfd, double seconds)
 static int report(int closes_ok)
 {
     struct drv_opts *o = &D.o;
-    uint64_t expected = o->duration > 0 ? stream_expected() : (uint64_t)D.ncomms * o->count;
+    uint64_t expected = o->duration > 0 ? stream_expected()
+                        : (uint64_t)D.ncomms * (o->count + (o->pingpong ? o->warmup : 0));
     uint64_t missing = o->close_inflight || D.completions >= expected ? 0 : expected - D.completions;
     double secs = D.t_last > D.t_start ? D.t_last - D.t_start : 0;
     uint64_t moved = D.bytes_recv > D.bytes_sent ? D.bytes_recv : D.bytes_sent;
@@ -557,11 +562,10 @@ static int report(int closes_ok)
     for (int i = 0; i < D.nerrors && i < DRV_MAX_ERRORS; i++)
         printf("%s{\"call\": \"%s\", \"code\": %d, \"conn\": %d}", i ? ", " : "",
                D.errors[i].call, D.errors[i].code, D.errors[i].conn);
-    char rtt[256];
-    rtt_json(rtt, sizeof(rtt));
     printf("], ");
     stream_report_json();
-    printf("\"rtt_us\": %s, \"ok\": %s}\n", rtt, ok ? "true" : "false");
+    pingpong_report_json();
+    printf("\"ok\": %s}\n", ok ? "true" : "false");
     fflush(stdout);
     return ok ? 0 : 1;
 }
@@ -572,10 +576,6 @@ int main(int argc, char **argv)
     if (getenv("NCCL_DEBUG") && !strcasecmp(getenv("NCCL_DEBUG"), "INFO"))
         drv_log_level = NCCL_LOG_INFO;
     char err[512];
-    if (D.o.tcp_pingpong) {
-        run_tcp_pingpong(D.o.tcp_pingpong, drv_now() + D.o.timeout);
-        return report(1);
-    }
     if (drv_net_open(&D.net, D.o.plugin, D.o.version, err, sizeof(err)) != 0) {
         fprintf(stderr, "lg_nccl_driver: %s\n", err);
         printf("{\"ok\": false, \"failure\": \"plugin not loaded\", \"errors\": []}\n");
@@ -610,7 +610,8 @@ int main(int argc, char **argv)
     struct drv_config mine, theirs;
     memset(&mine, 0, sizeof(mine)); /* padding is compared too */
     mine = (struct drv_config){DRV_MAGIC, D.o.conns, D.o.depth, D.o.bidir, D.o.close_inflight,
-                               D.o.duration > 0, D.o.size, D.o.recv_extra, D.o.count};
+                               (D.o.duration > 0) | D.o.grouped << 1, D.o.size, D.o.recv_extra,
+                               D.o.count, D.o.pingpong ? D.o.warmup : 0, (uint64_t)D.o.pingpong};
     if (D.o.server ? drv_io(mfd, &theirs, sizeof(theirs), 0, deadline)
                    : drv_io(mfd, &mine, sizeof(mine), 1, deadline)) {
         D.failure = "configuration exchange failed";
@@ -633,6 +634,7 @@ int main(int argc, char **argv)
         drv_idle_phase(D.o.idle_s);
     if (set == 0)
         D.o.pingpong ? run_pingpong(deadline)
+        : D.o.grouped ? run_grouped(deadline)
         : D.o.duration > 0 ? stream_run(mfd, deadline) : run(deadline);
     D.rounds_ok += round_ok(set, errors_before);
     /* Barrier: neither side closes while the other may still be completing (unless asked to

@@ -113,6 +113,44 @@ def test_blackhole_drops_silently_with_carrier_up(lab: Lab) -> None:
     assert lab.ping("a", "b", 0, timeout_s=3)
 
 
+def test_routed_lab_routes_between_rails_and_its_faults_still_apply(lab: Lab) -> None:
+    """The default lab is rail-only: a rail's NIC reaches no other rail. `up --routed` makes the
+    switch route between them, through the sender's own rail, and a blackhole or cut of a port
+    stops the routed traffic through it too (the bridge's input and output hooks)."""
+    assert not lab.routed and not lab.ping("a", "b", 1, from_rail=0)
+    prefix = unique_prefix("lgt")
+    try:
+        up = lab_cli("up", "--routed", "--prefix", prefix)
+        assert up.returncode == 0 and "2 hosts x 2 rails (routed)" in up.stdout, up.stderr
+        assert "routers in" in up.stdout and "rail1=198.18.1.254" in up.stdout, up.stdout
+        routed = Lab.attach(prefix)
+        assert routed.routed and not Lab.attach(lab.prefix).routed
+        assert routed.ping("a", "b", 1, from_rail=0, timeout_s=3)
+        assert routed.ping("b", "a", 0, from_rail=1, timeout_s=3)
+        assert routed.ping("a", "b", 0) and routed.ping("a", "b", 1)  # same rail as before
+        route = routed.run("a", ["ip", "route", "get", routed.address("b", 1), "from",
+                                 routed.address("a", 0)], check=True).stdout
+        assert f"via {routed.topo.router_address(0)} dev rail0" in route, route
+        switch = routed.run("sw", ["ip", "-4", "-o", "addr", "show"], check=True).stdout
+        assert sorted(ln.split()[3] for ln in switch.splitlines() if "127." not in ln) == [
+            f"{routed.topo.router_address(r)}/24" for r in routed.rails]
+
+        routed.blackhole("a", 0)
+        assert not routed.ping("a", "b", 1, from_rail=0)  # into the router through a-r0
+        assert not routed.ping("b", "a", 0, from_rail=1)  # out of the router through a-r0
+        assert routed.ping("a", "b", 0, from_rail=1, timeout_s=3)  # a's other rail is fine
+        routed.unblackhole("a", 0)
+        assert routed.ping("a", "b", 1, from_rail=0, timeout_s=3)
+        routed.cut("a", 0)
+        assert not routed.ping("a", "b", 1, from_rail=0)
+        routed.restore("a", 0)
+        assert routed.ping("a", "b", 1, from_rail=0, timeout_s=3)
+        routed.close()
+    finally:
+        Lab(prefix).down()
+    assert not Lab(prefix).existing_namespaces()
+
+
 def test_flap_ends_up_with_carrier_and_counts_changes(lab: Lab) -> None:
     before = carrier_changes(lab, "a", "rail0")
     before_b = carrier_changes(lab, "b", "rail0")

@@ -4,7 +4,8 @@ netdevs through the real monitors, policy, engine and exporters, scraped over HT
 A namespace of our own holds veth netdevs named like the fixture tree's (tests/fixtures/sys:
 ib0 on mlx5_0, ens2np0 on mlx5_1, eth4 and eth5 on mlx4_0), each with its peer ("switch port")
 beside it; the netlink monitor watches them,
-the RDMA monitor and the inventory read the fixture tree, the DOM monitor reads spec-built
+the RDMA monitors and the inventory read the fixture tree, the PHY monitor asks the veths (no
+FEC or PHY statistics: no data), the DOM monitor reads spec-built
 EEPROM images (the only fake: no optical module here). One real fault, carrier lost on ib0
 (its peer set down)
 gives a transition and a detection latency. The scrape, with the values that depend on time
@@ -33,7 +34,9 @@ from linkguardd.exporters.metrics import MetricsExporter
 from linkguardd.main import resolve_nics
 from linkguardd.monitors import MONITORS
 from linkguardd.monitors.dom import DomMonitor
+from linkguardd.monitors.phy import PhyMonitor
 from linkguardd.monitors.rdma import RdmaMonitor
+from linkguardd.monitors.rdma_counters import RdmaCountersMonitor
 from linkguardd.monitors.verbs_events import FakeVerbsSource
 from linkguardd.settings import Settings
 from linkguardd.states import NicState
@@ -99,6 +102,8 @@ def scrape_daemon(ns: str, tmp_path: Path) -> str:
     monitors = [netlink,
                 RdmaMonitor(settings.sysfs_root, ifnames, FakeVerbsSource(),
                             settings.stats_interval_s),
+                RdmaCountersMonitor(settings.sysfs_root, ifnames, settings.stats_interval_s),
+                PhyMonitor(ifnames, ns, settings.stats_interval_s),
                 DomMonitor(ifnames, ns, settings.dom_interval_s,
                            page_reader=FakePageReader(MODULES))]
 
@@ -108,7 +113,7 @@ def scrape_daemon(ns: str, tmp_path: Path) -> str:
         try:
             def sampled() -> bool:  # netlink statistics and RDMA counters of every NIC
                 return all("rx_errors" in engine.counters[n] for n in NICS) and \
-                    "symbol_error" in engine.counters["ib0"]
+                    "packet_seq_err" in engine.counters["ib0"]
             await wait_until(sampled, "the first counter samples")
             ip(ns, "link", "set", "pib0", "down")  # the fault: ib0 loses its carrier
             await wait_until(lambda: engine.nic("ib0").state == NicState.DOWN, "ib0 DOWN")

@@ -104,8 +104,8 @@ def test_dead_primary_nic_at_connect_is_a_clear_bounded_error(lab) -> None:
                     env={"LINKGUARD_CONNECT_TIMEOUT_MS": "2000"})
     assert time.monotonic() - t0 < 30
     assert cli.report["errors"][0]["call"] == "connect" and not cli.ok
-    assert re.search(r"connect from NIC rail0 to the peer.s primary NIC at 198\.18\.0\.2:\d+ failed",
-                     cli.stderr)
+    assert re.search(r"connect from NIC rail0 \(198\.18\.0\.1\) to the peer.s primary NIC rail0 at "
+                     r"198\.18\.0\.2:\d+ failed", cli.stderr)
     assert not srv.ok
 
 

@@ -64,6 +64,9 @@ ROWS = [  # argv, exit status, fragment of the output (stdout and stderr)
     (["status", "rail0", "rail2"], 1, "1 of 2 NICs not UP: rail2"),
     (["status", "eth9"], 2, "no NIC named 'eth9'; monitored NICs: rail0, rail1, rail2"),
     (["status", "-o", "json", "rail1"], 1, '"name": "rail1"'),
+    (["status", "rail1"], 1, "symbol_error                3402        25.0/s  ! over its limit"),
+    (["status", "-o", "json", "rail1"], 1, '"counters_over": [\n        "symbol_error"'),
+    (["status", "rail2"], 1, "  rx_crc_errors     0\n"),  # not judged: no rate shown
     (["dom"], 0, "rail1: QSFP28 (SFF-8636), FS QSFP28-SR4-100G, serial FS2231A0043"),
     (["dom", "rail1"], 0, "0.0800 mW / -10.97 dBm ! low warning"),
     (["dom", "rail2"], 0, "rail2: no module"),
@@ -342,6 +345,10 @@ def test_golden_status_table(served: ServedFake, golden: Golden) -> None:
 
 def test_golden_status_wide(served: ServedFake, golden: Golden) -> None:
     golden("status-wide.txt", run(served, "status", "-o", "wide").output)
+
+
+def test_golden_status_of_one_nic(served: ServedFake, golden: Golden) -> None:
+    golden("status-nic.txt", run(served, "status", "rail1").output)
 
 
 def test_golden_status_json(served: ServedFake, golden: Golden) -> None:

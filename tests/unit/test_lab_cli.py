@@ -96,6 +96,7 @@ def fake_lab(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
     monkeypatch.setattr(netns, "list_netns", lambda: ["lgu-sw", "lgu-a", "lgu-b", "lguz-a"])
     monkeypatch.setattr(netns, "link_names", lambda ns: ["lo", "rail0", "rail1", "mgmt0"])
+    monkeypatch.setattr(netns, "ipv4_addresses", lambda ns, ifname: [])  # rail-only
 
     def no_kernel(*args: object, **kwargs: object) -> None:
         raise AssertionError("kernel call before input validation")

@@ -159,22 +159,72 @@ SCENARIOS: dict[str, tuple[list[Step], PolicyConfig | None]] = {
         PolicyConfig(dom_degrade_on_warning=False)),
     "DOM warning at first sight": ([(0, dom(warnings=("x",)), S.UNKNOWN, R.STARTUP),
                                     (1, UP, S.DEGRADED, R.DOM_WARNING)], None),
-    # rx_crc_errors limit 10/s: (10-0)/1 s = 10/s is not above it; (40-10)/1 s = 30/s is.
+    # rx_crc_errors limit 10/s: (10-0)/1 s = 10/s is not above it; (40-10)/1 s = 30/s is. The
+    # NIC is DEGRADED until the rate stayed clean for the clean window (60 s from the last excess
+    # at 2000 ms), then RECOVERING for the hold-down.
     "error rate from two samples": ([
         (0, UP, S.UP, R.STARTUP), (0, counters(rx_crc_errors=0), S.UP, R.STARTUP),
         (1000, counters(rx_crc_errors=10), S.UP, R.STARTUP),
         (2000, counters(rx_crc_errors=40), S.DEGRADED, R.ERROR_RATE),
         (2200, counters(rx_crc_errors=41), S.DEGRADED, R.ERROR_RATE),  # < 500 ms: kept waiting
-        (3000, counters(rx_crc_errors=45), S.RECOVERING, R.CONDITION_CLEARED),  # 5/s over 1 s
-        (5000, TICK, S.UP, R.HOLDDOWN_EXPIRED)], None),
+        (3000, counters(rx_crc_errors=45), S.DEGRADED, R.ERROR_RATE),  # 5/s: clean, but latched
+        (61999, TICK, S.DEGRADED, R.ERROR_RATE),
+        (62000, TICK, S.RECOVERING, R.CONDITION_CLEARED),  # a clean minute since 2000 ms
+        (64000, TICK, S.UP, R.HOLDDOWN_EXPIRED)], None),
+    "a burst inside the clean window starts it again": ([
+        (0, UP, S.UP, R.STARTUP), (0, counters(rx_crc_errors=0), S.UP, R.STARTUP),
+        (1000, counters(rx_crc_errors=30), S.DEGRADED, R.ERROR_RATE),
+        (2000, counters(rx_crc_errors=30), S.DEGRADED, R.ERROR_RATE),
+        (50000, counters(rx_crc_errors=30), S.DEGRADED, R.ERROR_RATE),
+        (51000, counters(rx_crc_errors=100), S.DEGRADED, R.ERROR_RATE),  # 70/s: again
+        (61000, TICK, S.DEGRADED, R.ERROR_RATE),  # the first burst's window has passed
+        (111000, TICK, S.RECOVERING, R.CONDITION_CLEARED)], None),
+    "clean window configured": ([
+        (0, UP, S.UP, R.STARTUP), (0, counters(rx_crc_errors=0), S.UP, R.STARTUP),
+        (1000, counters(rx_crc_errors=30), S.DEGRADED, R.ERROR_RATE),
+        (6000, TICK, S.RECOVERING, R.CONDITION_CLEARED)],
+        PolicyConfig(error_rate_clean_window_ms=5000)),
     "error rate of an RDMA counter": ([
         (0, UP, S.UP, R.STARTUP), (0, counters("rdma", symbol_error=100), S.UP, R.STARTUP),
         (500, counters("rdma", symbol_error=120), S.DEGRADED, R.ERROR_RATE)], None),  # 40/s
+    "error rate of an RDMA transport counter": ([
+        (0, UP, S.UP, R.STARTUP), (0, counters("rdma", packet_seq_err=7), S.UP, R.STARTUP),
+        (1000, counters("rdma", packet_seq_err=17), S.UP, R.STARTUP),  # 10/s: not above
+        (2000, counters("rdma", packet_seq_err=40), S.DEGRADED, R.ERROR_RATE)], None),
+    "uncorrectable FEC blocks degrade; corrected ones are only watched": ([
+        (0, UP, S.UP, R.STARTUP),
+        (0, counters("phy", fec_corrected_blocks=0, fec_uncorrectable_blocks=0), S.UP, R.STARTUP),
+        (1000, counters("phy", fec_corrected_blocks=10**9, fec_uncorrectable_blocks=1),
+         S.UP, R.STARTUP),
+        (2000, counters("phy", fec_corrected_blocks=2 * 10**9, fec_uncorrectable_blocks=5),
+         S.DEGRADED, R.ERROR_RATE)], None),
+    "PCS symbol errors degrade like IB symbol errors": ([
+        (0, UP, S.UP, R.STARTUP),
+        (0, counters("phy", symbol_error_during_carrier=0), S.UP, R.STARTUP),
+        (1000, counters("phy", symbol_error_during_carrier=11), S.DEGRADED, R.ERROR_RATE)], None),
+    "RNR NAKs are watched, never judged": ([
+        (0, UP, S.UP, R.STARTUP), (0, counters("rdma", rnr_nak_retry_err=0), S.UP, R.STARTUP),
+        (1000, counters("rdma", rnr_nak_retry_err=10**12), S.UP, R.STARTUP)], None),
+    # A reset or a wrap reads lower than before: a new baseline, never a rate (no false alarm)
+    # and no end of a DEGRADED verdict either.
     "counter reset is a new baseline": ([
         (0, UP, S.UP, R.STARTUP), (0, counters(rx_crc_errors=1000), S.UP, R.STARTUP),
         (1000, counters(rx_crc_errors=1100), S.DEGRADED, R.ERROR_RATE),
-        (2000, counters(rx_crc_errors=3), S.RECOVERING, R.CONDITION_CLEARED),
-        (3000, counters(rx_crc_errors=5), S.RECOVERING, R.CONDITION_CLEARED)], None),
+        (2000, counters(rx_crc_errors=3), S.DEGRADED, R.ERROR_RATE),
+        (3000, counters(rx_crc_errors=5), S.DEGRADED, R.ERROR_RATE),
+        (61000, TICK, S.RECOVERING, R.CONDITION_CLEARED)], None),
+    "counter reset on a healthy NIC is no alarm": ([
+        (0, UP, S.UP, R.STARTUP), (0, counters("rdma", symbol_error=65000), S.UP, R.STARTUP),
+        (1000, counters("rdma", symbol_error=0), S.UP, R.STARTUP),
+        (2000, counters("rdma", symbol_error=3), S.UP, R.STARTUP)], None),
+    "a 32-bit counter wrapping is no alarm": ([
+        (0, UP, S.UP, R.STARTUP),
+        (0, counters("rdma", out_of_sequence=2**32 - 5), S.UP, R.STARTUP),
+        (1000, counters("rdma", out_of_sequence=20), S.UP, R.STARTUP),
+        (2000, counters("rdma", out_of_sequence=40), S.UP, R.STARTUP)], None),
+    "a counter first seen high is no alarm": ([
+        (0, UP, S.UP, R.STARTUP), (0, counters("rdma", symbol_error=60000), S.UP, R.STARTUP),
+        (1000, counters("rdma", symbol_error=60002), S.UP, R.STARTUP)], None),
     "unconfigured counters are ignored": ([
         (0, UP, S.UP, R.STARTUP), (0, counters(rx_missed_errors=0), S.UP, R.STARTUP),
         (1000, counters(rx_missed_errors=10**6), S.UP, R.STARTUP)], None),
@@ -326,6 +376,27 @@ def test_transition_detail_names_the_cause() -> None:
     _, seen = run([(0, UP, S.UP, R.STARTUP), *flaps(1000, 3, 100, 50)])
     assert "carrier 0" in seen[1].detail and "flap 1" in seen[1].detail
     assert "suppressed" in seen[-2].detail  # the third flap
+
+
+def test_error_rate_detail_and_rates_name_the_counter() -> None:
+    policy, seen = run([
+        (0, UP, S.UP, R.STARTUP),
+        (0, counters("rdma", symbol_error=0, port_rcv_errors=0), S.UP, R.STARTUP),
+        (2000, counters("rdma", symbol_error=50, port_rcv_errors=4), S.DEGRADED, R.ERROR_RATE)])
+    assert seen[-1].detail == "symbol_error 25.0/s > 10/s"
+    rec = policy.records[IF]
+    assert rec.last_rates == {("rdma", "symbol_error"): 25.0, ("rdma", "port_rcv_errors"): 2.0}
+    assert policy.next_deadline_ns() == 62000 * MS  # the end of the clean window
+
+
+def test_an_expired_window_on_a_down_nic_sets_no_deadline() -> None:
+    """The window may end while the link is down: no timer left pointing at the past."""
+    policy, _ = run([
+        (0, UP, S.UP, R.STARTUP), (0, counters(rx_crc_errors=0), S.UP, R.STARTUP),
+        (1000, counters(rx_crc_errors=100), S.DEGRADED, R.ERROR_RATE),
+        (2000, LOST, S.DOWN, R.CARRIER_LOST), (70000, TICK, S.DOWN, R.CARRIER_LOST)])
+    assert policy.records[IF].error_rates == {}
+    assert policy.next_deadline_ns() is None
 
 
 def test_reload_judges_error_rates_by_the_new_limits() -> None:

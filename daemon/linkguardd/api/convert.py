@@ -79,6 +79,8 @@ def nic_message(nic: NicView, now_monotonic_ns: int) -> pb.Nic:
         drain_reason=nic.drain_reason,
         since_unix=nic.since_unix,
         state_text=state_text(nic.state),
+        counter_rates=nic.counter_rates,
+        counters_over=nic.counters_over,
     )
     if nic.speed_mbps is not None and nic.speed_mbps >= 0:
         msg.speed_mbps = nic.speed_mbps

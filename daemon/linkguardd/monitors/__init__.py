@@ -22,6 +22,19 @@ def _rdma(s: Settings, nics: Sequence[str]) -> Monitor:
                        poll_interval_s=s.stats_interval_s)
 
 
+def _rdma_counters(s: Settings, nics: Sequence[str]) -> Monitor:
+    from linkguardd.monitors.rdma_counters import RdmaCountersMonitor
+
+    return RdmaCountersMonitor(sysfs_root=s.sysfs_root, interfaces=list(nics),
+                               poll_interval_s=s.stats_interval_s)
+
+
+def _phy(s: Settings, nics: Sequence[str]) -> Monitor:
+    from linkguardd.monitors.phy import PhyMonitor
+
+    return PhyMonitor(list(nics), netns=s.netns or None, interval_s=s.stats_interval_s)
+
+
 def _dom(s: Settings, nics: Sequence[str]) -> Monitor:
     from linkguardd.monitors.dom import DomMonitor
 
@@ -32,6 +45,8 @@ def _dom(s: Settings, nics: Sequence[str]) -> Monitor:
 MONITORS: tuple[tuple[str, Callable[[Settings, Sequence[str]], Monitor]], ...] = (
     ("netlink", _netlink),
     ("rdma", _rdma),
+    ("rdma_counters", _rdma_counters),
+    ("phy", _phy),
     ("dom", _dom),
 )
 

@@ -2,9 +2,10 @@
 
 Formats are the kernel's (drivers/infiniband/core/sysfs.c; Documentation/ABI/stable/
 sysfs-class-infiniband). Port state follows verbs events when a source exists (a child process
-per device, see verbs_events.py); every `poll_interval_s` the tree is read again for counters,
-for devices that came or went, and, as the slow safety net when there are no verbs events, for
-port state. No /sys/class/infiniband is no data, not an error.
+per device, see verbs_events.py); every `poll_interval_s` the tree is read again for devices
+that came or went and, as the slow safety net when there are no verbs events, for port state.
+Error counters are the rdma_counters monitor's. No /sys/class/infiniband is no data, not an
+error.
 """
 from __future__ import annotations
 
@@ -17,20 +18,16 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from linkguardd.facts import CountersFact, IbPortFact, VerbsEventFact
+from linkguardd.facts import IbPortFact, VerbsEventFact
 from linkguardd.monitors.base import FactSink, MonitorHealth
 from linkguardd.monitors.verbs_events import ChildVerbsSource, VerbsEvent, VerbsSource
 
 log = logging.getLogger(__name__)
 
-# PMA PortCounters error counters (ports/<n>/counters/, IBA 16.1.3.5), decimal.
-ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
-                  "local_link_integrity_errors", "excessive_buffer_overrun_errors")
-NO_PMA = "N/A (no PMA)"  # what a counter reads on a device without a PMA
 UNKNOWN = "UNKNOWN"  # our word for an unreadable or unparsable state: never a kernel string
 VERBS_RETRY_S = (1.0, 30.0)  # first and longest wait before restarting an ended event stream
 PortKey = tuple[str, int]
-PortReading = tuple[IbPortFact, dict[str, int], list[str]]  # fact, counters, errors
+PortReading = tuple[IbPortFact, list[str]]  # fact, errors
 
 
 def parse_enum(text: str) -> tuple[int, str]:
@@ -39,17 +36,6 @@ def parse_enum(text: str) -> tuple[int, str]:
     if not sep or not name.strip():
         raise ValueError(f"expected 'N: NAME', got {text!r}")
     return int(num), name.strip()
-
-
-def parse_counter(text: str) -> int | None:
-    """A PMA counter: decimal, or None for 'N/A (no PMA)'."""
-    text = text.strip()
-    if text == NO_PMA:
-        return None
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"negative counter {text!r}")
-    return value
 
 
 def _line(path: Path) -> str | None:
@@ -93,7 +79,7 @@ def port_netdev(dev_dir: Path, port: int) -> str | None:
                  == str(port - 1)), None)
 
 
-def read_port(sysfs_root: Path, dev: str, port: int, counters: bool = True) -> PortReading:
+def read_port(sysfs_root: Path, dev: str, port: int) -> PortReading:
     """One port as the kernel shows it; errors name each file that could not be understood."""
     at_ns = time.monotonic_ns()  # before reading: orders readings that race (see _report)
     dev_dir = sysfs_root / "class/infiniband" / dev
@@ -111,23 +97,12 @@ def read_port(sysfs_root: Path, dev: str, port: int, counters: bool = True) -> P
     fact = IbPortFact(rdma_dev=dev, port=port, at_ns=at_ns, netdev=port_netdev(dev_dir, port),
                       state=enum("state"), phys_state=enum("phys_state"),
                       rate=_line(pdir / "rate") or "", link_layer=_line(pdir / "link_layer") or "")
-    values: dict[str, int] = {}
-    for name in ERROR_COUNTERS if counters else ():
-        raw = _line(pdir / "counters" / name)
-        if raw is None:
-            continue  # no counters/ directory (rxe) or no such counter
-        try:
-            if (value := parse_counter(raw)) is not None:
-                values[name] = value
-        except ValueError:
-            errors.append(f"{dev}/{port} counters/{name}: unparsable {raw!r}")
-    return fact, values, errors
+    return fact, errors
 
 
-def read_tree(sysfs_root: Path, devices: Iterable[str] | None = None,
-              counters: bool = True) -> list[PortReading]:
+def read_tree(sysfs_root: Path, devices: Iterable[str] | None = None) -> list[PortReading]:
     """Every port of `devices` (default: all). Blocking file I/O: run it in a thread."""
-    return [read_port(sysfs_root, dev, port, counters)
+    return [read_port(sysfs_root, dev, port)
             for dev in (rdma_devices(sysfs_root) if devices is None else devices)
             for port in port_numbers(sysfs_root / "class/infiniband" / dev)]
 
@@ -138,11 +113,9 @@ def default_verbs_source() -> VerbsSource | None:
 
 
 class RdmaMonitor:
-    """IbPortFact per watched port (at start, then on change), CountersFact(source="rdma") per
-    port every poll, VerbsEventFact per verbs event followed by an IbPortFact of each port of
-    that device. `interfaces` names netdevs or RDMA devices (None: every port). A counter
-    sample's ifname is the port's netdev, or "<dev>/<port>" when it has none.
-    `verbs_source` None picks default_verbs_source()."""
+    """IbPortFact per watched port (at start, then on change), VerbsEventFact per verbs event
+    followed by an IbPortFact of each port of that device. `interfaces` names netdevs or RDMA
+    devices (None: every port). `verbs_source` None picks default_verbs_source()."""
 
     name = "rdma"
 
@@ -198,15 +171,12 @@ class RdmaMonitor:
             return
         errors: list[str] = []
         seen: set[PortKey] = set()
-        for fact, counters, errs in readings:
+        for fact, errs in readings:
             if not self._watched(fact):
                 continue
             seen.add((fact.rdma_dev, fact.port))
             errors += errs
             self._report(fact)
-            if counters:
-                self._sink(CountersFact(ifname=fact.netdev or f"{fact.rdma_dev}/{fact.port}",
-                                        at_ns=fact.at_ns, counters=counters, source="rdma"))
         for key in set(self._ports) - seen:  # device or port gone
             last = self._ports.pop(key)
             self._sink(replace(last, at_ns=time.monotonic_ns(), state="", phys_state="",
@@ -270,11 +240,11 @@ class RdmaMonitor:
 
     async def _reread(self, dev: str) -> None:
         try:
-            readings = await asyncio.to_thread(read_tree, self._root, [dev], False)
+            readings = await asyncio.to_thread(read_tree, self._root, [dev])
         except OSError as exc:  # the device is going away; the next scan reports it gone
             self.health.fail(f"rdma {dev}: {exc!r}")
             return
-        for fact, _counters, _errors in readings:
+        for fact, _errors in readings:
             if self._watched(fact):
                 self._report(fact, always=True)
 

@@ -1,0 +1,36 @@
+"""bench.gray_soak's accounting of the plugin's lines: a switch is a false move (no fault is
+injected in the soak), a reintegration is its undo, and each verdict is counted by kind."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.gray_soak import count_lines
+
+LINES = [
+    "[plugin INFO src/core.c:236] NET/linkguard: send conn 0a1b on dev 0: 2 path(s), ...",
+    "[plugin INFO src/failover.c:470] NET/linkguard: recv conn 77aa: primary path on NIC rail0 "
+    "to 198.18.0.1:4000 stalled: message #12 got no data for 512 ms",
+    "[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: failover: primary path on "
+    "NIC rail0 -> backup path on NIC rail1 (peer declared the path failed); epoch 1",
+    "[plugin INFO src/failover.c:420] NET/linkguard: send conn 0a1b: primary path on NIC rail0 to "
+    "198.18.0.2:4000 is lossy: 2.4 % of 41.2 MB sent were retransmitted",
+    "[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: reintegrated: backup path on "
+    "NIC rail1 -> primary path on NIC rail0 (primary healthy again); epoch 2",
+]
+
+
+def test_switches_and_verdicts_are_counted_by_kind() -> None:
+    got = count_lines(LINES)
+    assert got["switches"] == {"failover": 1, "reintegrated": 1}
+    assert got["false_moves"] == 1  # the reintegration undoes it; it is not a second move
+    assert got["verdicts"]["stalled"] == 1 and got["verdicts"]["lossy"] == 1
+    assert got["verdicts"]["silent"] == 0 and got["verdicts"]["no working path"] == 0
+    assert len(got["examples"]) == 2
+
+
+def test_a_quiet_run_has_no_false_move() -> None:
+    got = count_lines(LINES[:1])
+    assert got["false_moves"] == 0 and got["switches"] == {} and got["examples"] == []
