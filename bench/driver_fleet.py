@@ -11,7 +11,9 @@ again) and its return to the primary. Every process is stopped by its PID.
 from __future__ import annotations
 
 import re
+import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +29,7 @@ from bench.plugin_driver import (
     lab_starter,
     start_stream_pair,
 )
+from bench.proc_usage import thread_states
 from linkguard_lab.lab import Lab
 from linkguard_lab.timeline import parse_plugin_line
 
@@ -57,6 +60,7 @@ class Fleet:
         self.events: list[ConnEvent] = []
         self.phases: dict[tuple[int, str, str], int] = {}  # (pair, role, what) -> ns
         self.warnings: list[str] = []
+        self.stuck: list[dict[str, Any]] = []  # drivers that did not exit when told (finish)
         self._lock = threading.Lock()
         try:
             for i in range(procs):
@@ -152,16 +156,41 @@ class Fleet:
             time.sleep(0.05)
 
     # --- the end -----------------------------------------------------------------------
-    def finish(self, timeout_s: float = 120) -> list[tuple[DriverResult, DriverResult]]:
+    def finish(self, timeout_s: float = 60) -> list[tuple[DriverResult, DriverResult]]:
         """SIGUSR1 to every driver (a clean end of a timed run), then both reports of each
-        pair: [(server, client), ...]."""
+        pair: [(server, client), ...]. A driver still running after `timeout_s` is described
+        in `stuck` (its threads' states; with gdb on PATH, their stacks), then killed."""
         for p in self.pairs:
             for proc in p.procs.values():
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGUSR1)  # the drivers we started, by PID
         deadline = time.monotonic() + timeout_s
-        return [p.wait(max(1.0, deadline - time.monotonic())) for p in self.pairs]
+        procs = [(i, role, proc) for i, p in enumerate(self.pairs)
+                 for role, proc in p.procs.items()]
+        while any(proc.poll() is None for _, _, proc in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for i, role, proc in procs:
+            if proc.poll() is None:
+                self.stuck.append({"pair": i, "role": role, "threads": thread_states(proc.pid),
+                                   "stacks": gdb_stacks(proc.pid)})
+        return [p.wait(1.0) for p in self.pairs]
 
     def kill(self) -> None:
         for p in self.pairs:
             p.kill()
+
+
+def gdb_stacks(pid: int, frames: int = 12) -> str | None:
+    """Every thread's backtrace of a running process, where gdb is installed (not a
+    dependency: a diagnosis of a hang, taken before the process is killed)."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return None
+    try:
+        proc = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex",
+                               f"thread apply all bt {frames}"], capture_output=True,
+                              text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        return "gdb timed out"
+    return "\n".join(ln for ln in proc.stdout.splitlines()
+                     if ln.startswith(("Thread ", "#")))[:20000]

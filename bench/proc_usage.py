@@ -64,3 +64,21 @@ def cpu_shares(groups: dict[str, list[int]], seconds: float,
     time.sleep(seconds)
     after, dt = now(), time.monotonic() - t0
     return {g: (after[g] - before[g]) / dt for g in groups}
+
+
+def thread_states(pid: int, proc: Path = PROC) -> list[dict[str, str]]:
+    """Where each thread of `pid` is: name, state (stat field 3), the kernel function it
+    sleeps in (wchan) and the system call it is in (syscall: its number first, "running" or
+    -1 when in none), for a process that does not exit when told."""
+    out = []
+    for task in sorted((proc / str(pid) / "task").iterdir(), key=lambda t: int(t.name)):
+        def read(name: str, task: Path = task) -> str:
+            try:
+                return (task / name).read_text().strip()
+            except OSError:
+                return "?"
+        stat = read("stat")
+        state = stat[stat.rindex(")") + 2:].split()[0] if ")" in stat else "?"
+        out.append({"tid": task.name, "comm": read("comm"), "state": state,
+                    "wchan": read("wchan"), "syscall": read("syscall").split(" ")[0]})
+    return out

@@ -107,7 +107,7 @@ class Cell:
         """The longest the drivers may run: every wait of measure() at its bound, and a
         minute. Their own --duration-s and --timeout: a harness that dies without its
         clean-up leaves nothing running for long."""
-        per_trial = FAIL_WAIT_S + HOLD_S + UP_WAIT_S + 2 * BACK_WAIT_S + SETTLE_S
+        per_trial = FAIL_WAIT_S + HOLD_S + UP_WAIT_S + BACK_WAIT_S + 1 + SETTLE_S
         return self.setup_s + 1 + IDLE_MEASURE_S + 10 + WARM_S + trials * per_trial + 60
 
 
@@ -136,6 +136,12 @@ def run_cell(cell: Cell, trials: int, rate: float, size: str, build: dict[str, A
                               plugin=Path(build["plugin"]))
                 measure(out, fleet, cell.setup_s, daemons[0], trials, log)
                 results = fleet.finish()
+                out["stuck"] = fleet.stuck
+                out["plugin_warnings"] = {"count": len(fleet.warnings),
+                                          "first": fleet.warnings[:10]}
+                for st in fleet.stuck:
+                    log(f"  the {st['role']} of pair {st['pair']} did not exit when told: "
+                        f"{[(t['comm'], t['wchan']) for t in st['threads']]}")
             finally:
                 if fleet is not None:
                     fleet.kill()
@@ -193,8 +199,10 @@ def trial(fleet: Fleet, daemon_a: HostDaemon) -> dict[str, Any]:
             break
         time.sleep(0.05)
         events += daemon_a.new_events()
+    # One deadline for both: a connection not rebuilt by then will not return either.
+    back_by = time.monotonic() + BACK_WAIT_S
     rb = fleet.wait_all("rebuilt", restore, BACK_WAIT_S)
-    bk = fleet.wait_all("reintegration", restore, BACK_WAIT_S)
+    bk = fleet.wait_all("reintegration", restore, max(1.0, back_by - time.monotonic()))
     down = first_event(events, nic="rail0", new="DOWN", after_ns=cut, host="a")
     return {"cut_ns": cut, "restore_ns": restore, "down_ns": down.time_ns if down else None,
             "up_ns": up.time_ns if up else None, "pairs_alive": len(fleet.live()),

@@ -101,6 +101,22 @@ def test_cpu_shares_of_a_busy_named_thread_of_this_process() -> None:
     assert idle == {"me": 0.0}
 
 
+def test_thread_states_name_every_thread_of_a_process() -> None:
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="waiter")
+    t.start()
+    try:
+        states = proc_usage.thread_states(os.getpid())
+    finally:
+        stop.set()
+        t.join()
+    by_tid = {s["tid"]: s for s in states}
+    assert str(os.getpid()) in by_tid and str(t.native_id) in by_tid
+    waiter = by_tid[str(t.native_id)]
+    assert waiter["state"] == "S"  # asleep in a futex wait: the kind of thing it shows
+    assert set(waiter) == {"tid", "comm", "state", "wchan", "syscall"}
+
+
 # --- the table and the goals --------------------------------------------------------------------
 
 def cell(procs: int, conns: int, *, fds: tuple[int, int], p99: float, control: float,
