@@ -102,10 +102,17 @@ def test_cpu_shares_of_a_busy_named_thread_of_this_process() -> None:
 
 
 def test_thread_states_name_every_thread_of_a_process() -> None:
-    stop = threading.Event()
-    t = threading.Thread(target=stop.wait, name="waiter")
+    stop, waiting = threading.Event(), threading.Event()
+
+    def wait() -> None:
+        Path(f"/proc/self/task/{threading.get_native_id()}/comm").write_text("lg-waiter")
+        waiting.set()
+        stop.wait()
+
+    t = threading.Thread(target=wait)
     t.start()
     try:
+        waiting.wait(10)
         states = proc_usage.thread_states(os.getpid())
     finally:
         stop.set()
@@ -113,7 +120,7 @@ def test_thread_states_name_every_thread_of_a_process() -> None:
     by_tid = {s["tid"]: s for s in states}
     assert str(os.getpid()) in by_tid and str(t.native_id) in by_tid
     waiter = by_tid[str(t.native_id)]
-    assert waiter["state"] == "S"  # asleep in a futex wait: the kind of thing it shows
+    assert waiter["comm"] == "lg-waiter" and waiter["state"] in ("R", "S")
     assert set(waiter) == {"tid", "comm", "state", "wchan", "syscall"}
 
 
