@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import bench.plugin_driver as pd
 from bench.driver_fleet import Fleet
 from bench.failover_gap import DAEMON_ARGS, freeze_build, stats
 from bench.lab_iperf import machine
@@ -419,14 +420,22 @@ def main() -> None:
     ap.add_argument("--size", default="16K")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-build", action="store_true", help="use plugin/build as it is")
+    ap.add_argument("--plugin", type=Path,
+                    help="measure this libnccl-net-linkguard.so instead (another commit's "
+                         "build: the baseline of a change), with this tree's driver")
     a = ap.parse_args()
     if not 1 <= a.trials <= 10 or not 100 <= a.rate <= 1e6:
         ap.error("--trials: 1..10; --rate: 100..1000000")
     trials = 1 if a.quick else a.trials
     cells = cells_of(a)
+    if a.plugin is not None and not a.plugin.is_file():
+        ap.error(f"--plugin: no such file: {a.plugin}")
     if not a.no_build:
         build_plugin()
+    if a.plugin is not None:
+        pd.LINKGUARD_SO = a.plugin  # freeze_build copies it like its own
     build = freeze_build()
+    build["plugin_given"] = str(a.plugin) if a.plugin else None
     results: dict[str, Any] = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"),
                                "build": build, "daemon_args": DAEMON_ARGS, "rate": a.rate,
                                "trials": trials, "cells": []}
