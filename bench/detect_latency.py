@@ -86,6 +86,7 @@ class BenchDaemon:
         argv = [str(LINKGUARDD), "--config", str(config), "--shm-path", str(self.shm_path),
                 "--grpc-socket", str(self.workdir / "linkguard.sock"),
                 "--grpc-ro-socket", str(self.workdir / "linkguard-ro.sock"),
+                "--plugin-verdict-socket", str(self.workdir / "linkguard-verdict.sock"),
                 "--state-dir", str(self.workdir / "state"), *self.args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LINKGUARD")}
         with (self.workdir / "stdout.log").open("wb") as out, \

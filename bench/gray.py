@@ -116,7 +116,7 @@ def run(faults: list[str], trials: int, fault_s: float, log: Any) -> dict[str, A
     results: dict[str, list[dict[str, Any]]] = {f: [] for f in faults}
     try:
         daemons = start_daemons(lab, ["--hold-down-ms", "300", "--flap-penalty", "0"])
-        duration = trials * len(faults) * (3 * fault_s + 12) + 30
+        duration = trials * len(faults) * (3 * fault_s + 34) + 30  # settle: up to 30 s
         pair = start_stream_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
                                  f"{lab.mgmt_address('b')}:7300", duration_s=duration,
                                  args=ARGS, env=ENV, server_env=driver_env(lab, "b"),

@@ -124,10 +124,38 @@ def status_table(resp: pb.GetStatusResponse, wide: bool = False) -> str:
     for nic in resp.nics:
         if nic.drain_reason:
             lines.append(f"{nic.name} drained: {nic.drain_reason}")
+    lines += plugin_verdict_lines(resp.nics)
     not_up = [n.name for n in resp.nics if n.state != pb.NIC_STATE_UP]
     if not_up:
         lines.append(f"{len(not_up)} of {len(resp.nics)} NICs not UP: {', '.join(not_up)}")
     return "\n".join(line.rstrip() for line in lines)
+
+
+def plugin_verdict_lines(nics: Sequence[pb.Nic]) -> list[str]:
+    """What jobs' plugins say about gray NICs: the newest report of each, and a count."""
+    out = []
+    for nic in nics:
+        if not nic.plugin_verdicts:
+            continue
+        v = nic.plugin_verdicts[0]
+        more = len(nic.plugin_verdicts) - 1
+        out.append(f"{nic.name} " + click.style("GRAY", fg="yellow", bold=True)
+                   + f" (reported by jobs, state unchanged): {v.detail}, {v.reports} report(s), "
+                   f"last {timestamp(v.last_unix)}" + (f"; {more} more process(es)" if more
+                                                       else ""))
+    if out:
+        out.append(f"{len(out)} of {len(nics)} NICs reported gray by jobs' NCCL plugins")
+    return out
+
+
+def plugin_verdict_json(v: pb.PluginVerdict) -> dict[str, Any]:
+    return {"verdict": v.verdict, "pid": v.pid, "uid": v.uid, "path": v.path,
+            "peer": v.peer or None, "conn": f"{v.conn:016x}" if v.conn else None,
+            "for_ms": v.for_ms, "loss_ppm": v.loss_ppm,
+            "rate_bytes_per_second": v.rate_bytes_per_second,
+            "expected_bytes_per_second": v.expected_bytes_per_second, "reports": v.reports,
+            "first_unix": v.first_unix, "last_unix": v.last_unix,
+            "expires_unix": v.expires_unix, "detail": v.detail}
 
 
 def counters_text(nic: pb.Nic) -> str:
@@ -173,6 +201,7 @@ def nic_json(nic: pb.Nic) -> dict[str, Any]:
         },
         "rdma_device": nic.rdma_device or None, "flap_penalty": nic.flap_penalty,
         "drain_reason": nic.drain_reason or None,
+        "plugin_verdicts": [plugin_verdict_json(v) for v in nic.plugin_verdicts],
     }
 
 

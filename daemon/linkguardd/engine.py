@@ -18,14 +18,23 @@ from typing import Any, TypeVar
 from linkguardd.exporters import EngineState, Exporter, Update, build_exporters
 from linkguardd.exporters.history import HistoryExporter
 from linkguardd.exporters.shm import ShmExporter
-from linkguardd.facts import CountersFact, DomFact, Fact, LinkFact, LinkRenamedFact
+from linkguardd.facts import (
+    CountersFact,
+    DomFact,
+    Fact,
+    LinkFact,
+    LinkRenamedFact,
+    PluginVerdictFact,
+    PluginVerdictRejectedFact,
+)
 from linkguardd.inventory import NicInfo, read_inventory
 from linkguardd.monitors.base import FactSink, Monitor, MonitorHealth
 from linkguardd.policy import Policy, Transition
 from linkguardd.settings import Settings
 from linkguardd.state_file import SavedDrain, StateNotSaved, StateStore
 from linkguardd.states import NicState, Reason
-from linkguardd.view import EventView, NicView, UnknownNic
+from linkguardd.verdicts.store import Note, VerdictStore
+from linkguardd.view import EventView, NicView, PluginVerdictView, UnknownNic
 
 log = logging.getLogger("linkguardd")
 
@@ -52,12 +61,14 @@ class Engine:
         self.policy = Policy(settings.policy_config(), self.ifnames, clock())
         self.inventory: dict[str, NicInfo] = {}
         self.counters: dict[str, dict[str, int]] = {n: {} for n in self.ifnames}
+        self.verdicts = VerdictStore(settings.plugin_verdict_ttl_s, self.ifnames)
+        self.verdict_rejects: dict[str, int] = {}  # reason -> datagrams, for /metrics
         self.state = StateStore(settings.state_dir)
         self.next_seq = 1  # the next event's sequence number (the shm ring's too): see start()
         self.exporters = exporters(self)
         self.ready = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
-        self._deadline_at: int | None = None  # the policy deadline the timer is set for
+        self._deadline_at: int | None = None  # what the timer is set for: policy or verdicts
         self._tasks: list[asyncio.Task[None]] = []
 
     def exporter(self, kind: type[E]) -> E | None:
@@ -102,6 +113,7 @@ class Engine:
         self.settings, self.ifnames, self.backups = settings, list(ifnames), dict(backups)
         for name in self.ifnames:
             self.counters.setdefault(name, {})
+        self.verdicts.configure(settings.plugin_verdict_ttl_s, self.ifnames)
         now = self.clock()
         # Published before the monitors restart, so their facts land after it in epoch order.
         self._publish(self.policy.reconfigure(self.ifnames, settings.policy_config(), now),
@@ -125,6 +137,9 @@ class Engine:
     def on_fact(self, fact: Fact, monitor: str = "") -> None:
         """FactSink of every monitor (`monitor` names it): decide and publish before returning."""
         now = self.clock()
+        if isinstance(fact, (PluginVerdictFact, PluginVerdictRejectedFact)):
+            self._on_plugin_verdict(fact, now)
+            return
         if isinstance(fact, CountersFact) and fact.ifname in self.counters:
             self.counters[fact.ifname].update(fact.counters)
         transitions = self.policy.apply(fact, now)
@@ -137,17 +152,39 @@ class Engine:
         if isinstance(fact, LinkFact) and fact.present and fact.ifname not in self.inventory:
             asyncio.get_running_loop().create_task(self.refresh_inventory())
 
+    def _on_plugin_verdict(self, fact: PluginVerdictFact | PluginVerdictRejectedFact,
+                           now: int) -> None:
+        """A job's word on a NIC: shown and recorded, never a state change (verdicts/store.py)."""
+        if isinstance(fact, PluginVerdictRejectedFact):
+            self.verdict_rejects[fact.reason] = self.verdict_rejects.get(fact.reason, 0) + 1
+            return
+        notes = self.verdicts.report(fact)
+        self._publish(self._noted(notes, now), monitor="plugin_verdicts")
+        self._schedule_deadline()  # the new report's expiry
+
+    def _noted(self, notes: list[Note], now: int) -> list[Transition]:
+        """Notes as events: the NIC's state and epoch stay what they are."""
+        out = []
+        for note in notes:
+            rec = self.policy.records.get(note.ifname)
+            if rec is not None:
+                out.append(Transition(note.ifname, rec.state, rec.state, note.reason, rec.epoch,
+                                      now, note.detail))
+        return out
+
     def _link_info_changed(self, fact: LinkFact) -> bool:
         info = self.inventory.get(fact.ifname)
         return info is None or info.ifindex != fact.ifindex
 
     def _on_deadline(self) -> None:
         self._deadline, self._deadline_at = None, None
-        self._publish(self.policy.tick(self.clock()))
+        now = self.clock()
+        self._publish(self.policy.tick(now) + self._noted(self.verdicts.expire(now), now))
         self._schedule_deadline()  # also when the tick changed nothing (e.g. damping still on)
 
     def _schedule_deadline(self) -> None:
-        when = self.policy.next_deadline_ns()
+        times = (self.policy.next_deadline_ns(), self.verdicts.next_expiry_ns())
+        when = min((t for t in times if t is not None), default=None)
         if self._deadline and when == self._deadline_at:
             return  # already set for it (counter samples ask ten times a second)
         if self._deadline:
@@ -219,7 +256,11 @@ class Engine:
             drain_reason=rec.drain_note if rec.drained else "",
             dom_flags_seen=dom.flags_seen if dom else {},
             counter_rates={name: rate for (_, name), rate in sorted(rec.last_rates.items())},
-            counters_over=tuple(sorted({name for _, name in rec.error_rates})))
+            counters_over=tuple(sorted({name for _, name in rec.error_rates})),
+            plugin_verdicts=tuple(PluginVerdictView(r.fact, self._unix_time(r.first_ns),
+                                                    self._unix_time(r.last_ns), r.count,
+                                                    self._unix_time(self.verdicts.expires_ns(r)))
+                                  for r in self.verdicts.reports(name)))
 
     def events_since(self, seq: int) -> list[EventView]:
         history = self.exporter(HistoryExporter)
@@ -288,6 +329,9 @@ class Engine:
 
     def monitor_health(self) -> Mapping[str, MonitorHealth]:
         return {m.name: m.health for m in self.monitors}
+
+    def plugin_verdict_counts(self) -> tuple[Mapping[tuple[str, str], int], Mapping[str, int]]:
+        return self.verdicts.accepted, self.verdict_rejects
 
     def heartbeat_age_s(self) -> float:
         """Safe from any thread (the metrics server's): see ShmExporter.heartbeat_age_s."""

@@ -111,6 +111,40 @@ class OperatorFact:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class PluginVerdictFact:
+    """Event: a job's NCCL plugin judged a path on this NIC (verdicts/wire.py decodes it).
+
+    `verdict` is "stalled", "lossy", "slow" or "healthy" (again). `pid` and `uid` are the
+    sender's, from the kernel (SCM_CREDENTIALS). Numbers the plugin did not measure are 0.
+    """
+
+    ifname: str
+    at_ns: int
+    verdict: str
+    pid: int
+    uid: int
+    path: int = 0  # 0 primary, 1 backup
+    for_ms: int = 0  # how long the condition lasted when judged
+    loss_ppm: int = 0  # lost or retransmitted, parts per million
+    rate_bps: int = 0  # goodput measured, bytes/s
+    expected_bps: int = 0  # the path's healthy baseline or the NIC's speed, bytes/s
+    conn: int = 0  # the plugin's connection id
+    peer: str = ""  # "a.b.c.d:port" of the remote end
+
+
+@dataclass(frozen=True)
+class PluginVerdictRejectedFact:
+    """Event: a datagram on the verdict socket that is no valid verdict; `reason` is one of
+    verdicts.wire.REJECT_REASONS. Counted, never acted on."""
+
+    reason: str
+    pid: int  # -1 when the kernel gave no credentials
+    uid: int
+    at_ns: int
+
+
 Fact = (
     LinkFact | LinkRenamedFact | CountersFact | IbPortFact | VerbsEventFact | DomFact | OperatorFact
+    | PluginVerdictFact | PluginVerdictRejectedFact
 )

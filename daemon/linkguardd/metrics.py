@@ -36,7 +36,8 @@ from prometheus_client.exposition import choose_encoder
 from linkguardd.monitors.phy import PHY_COUNTERS
 from linkguardd.monitors.rdma_counters import ERROR_COUNTERS as RDMA_ERROR_COUNTERS
 from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
-from linkguardd.states import NicState, Reason
+from linkguardd.states import NOTE_REASONS, NicState, Reason
+from linkguardd.verdicts.wire import REJECT_REASONS, VERDICTS
 from linkguardd.view import DaemonView, NicView
 
 # 50 µs .. 1 s: carrier-loss detection is expected well under 1 ms in the lab (issue 3 goal
@@ -45,7 +46,8 @@ DETECTION_BUCKETS = (50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 2
                      100e-3, 250e-3, 500e-3, 1.0)
 STATES = tuple(s.name.lower() for s in NicState)
 ENTERED_STATES = tuple(s.name.lower() for s in NicState if s is not NicState.UNKNOWN)
-REASONS = tuple(r.name.lower() for r in Reason if r is not Reason.NONE)  # NONE: never a cause
+# NONE is never a cause; notes (a job's verdict) are events without a transition
+REASONS = tuple(r.name.lower() for r in Reason if r is not Reason.NONE and r not in NOTE_REASONS)
 DOM_STATUSES = ("ok", "no_module", "undecodable")
 LEVELS = ("high_alarm", "low_alarm", "high_warning", "low_warning")
 # The per-kind error counters of struct rtnl_link_stats64 (linux/if_link.h): rx_errors and
@@ -150,6 +152,7 @@ class Metrics:
         yield from self._transition_families([n.name for n in nics], sorted(monitors))
         if self.view is not None:
             yield from _monitor_families(monitors)
+            yield from _plugin_verdict_families(self.view, nics)
             f = _NicFamilies()
             for nic in nics:
                 f.add(nic)
@@ -229,6 +232,30 @@ def _monitor_families(health: dict[str, Any]) -> Iterator[Metric]:
     yield success
     yield errors
     yield duration
+
+
+def _plugin_verdict_families(view: DaemonView, nics: list[NicView]) -> Iterator[Metric]:
+    accepted, rejected = view.plugin_verdict_counts()
+    verdicts = CounterMetricFamily(
+        "linkguard_plugin_verdicts", "Verdicts on a NIC reported by jobs' NCCL plugins, by NIC "
+        "and verdict (stalled, lossy, slow, healthy); they never change the NIC's state.",
+        labels=["device", "verdict"])
+    for nic in nics:  # every pair from the first scrape, so increase() sees the first report
+        for verdict in VERDICTS:
+            verdicts.add_metric([nic.name, verdict], accepted.get((nic.name, verdict), 0))
+    yield verdicts
+    rejects = CounterMetricFamily(
+        "linkguard_plugin_verdict_rejects", "Datagrams on the verdict socket that were not "
+        "taken, by reason (garbage, an unknown NIC, a sender over its rate).", labels=["reason"])
+    for reason in REJECT_REASONS:
+        rejects.add_metric([reason], rejected.get(reason, 0))
+    yield rejects
+    gray = GaugeMetricFamily(
+        "linkguard_nic_plugin_gray_reporters", "Processes whose unexpired report calls the NIC "
+        "stalled, lossy or slow (0: not gray).", labels=["device"])
+    for nic in nics:
+        gray.add_metric([nic.name], len(nic.plugin_verdicts))
+    yield gray
 
 
 def _split_flag(flag: str) -> tuple[str, str]:

@@ -78,6 +78,16 @@ class Settings:
     reader_group: str = _setting(
         "linkguard", "Group of the read-only socket: its members may read state (health "
         "checks, dashboards). Empty, or a group that does not exist: root only.", restart=True)
+    plugin_verdict_socket: str = _setting(
+        "/run/linkguard/linkguard-verdict.sock", "Unix datagram socket (mode 0666) on which "
+        "jobs' NCCL plugins report NICs they judged stalled, lossy or slow "
+        "(LINKGUARD_VERDICT_SOCKET on their side). Shown in status, events and /metrics; never "
+        "a state change. Empty: not received.")
+    # 300 s: a stalled path is failed over at once and rebuilt within seconds to minutes; a gray
+    # link that stays gray is reported again each time, so 5 minutes of silence means it healed.
+    plugin_verdict_ttl_s: float = _setting(
+        300.0, "A NIC stays reported gray this long after a job's last verdict on it.",
+        minimum=1.0)
     state_dir: str = _setting(
         "/var/lib/linkguard", "Directory of the state that survives restarts (drains, the "
         "event sequence): systemd's StateDirectory. Empty: nothing survives a restart.",
@@ -318,6 +328,10 @@ def _check_together(s: Settings) -> None:
             raise ConfigError(f"{name}: must not be empty")
     if s.grpc_ro_socket and os.path.abspath(s.grpc_ro_socket) == os.path.abspath(s.grpc_socket):
         raise ConfigError(f"grpc_ro_socket: must differ from grpc_socket ({s.grpc_socket})")
+    if s.plugin_verdict_socket and os.path.abspath(s.plugin_verdict_socket) in {
+            os.path.abspath(p) for p in (s.grpc_socket, s.grpc_ro_socket) if p}:
+        raise ConfigError("plugin_verdict_socket: must differ from grpc_socket and "
+                          f"grpc_ro_socket ({s.plugin_verdict_socket})")
 
 
 # ---- click -------------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ class Reason(IntEnum):
     OPERATOR_DRAIN = 14
     OPERATOR_UNDRAIN = 15
     CONDITION_CLEARED = 16
+    PLUGIN_VERDICT = 17  # events only (NOTE_REASONS): the NIC's state does not change
+    PLUGIN_VERDICT_CLEARED = 18
 
 
 STATE_TEXT: dict[NicState, str] = {
@@ -68,7 +70,15 @@ REASON_TEXT: dict[Reason, str] = {
     Reason.OPERATOR_DRAIN: "drained by an operator",
     Reason.OPERATOR_UNDRAIN: "undrained by an operator; waiting out the hold-down",
     Reason.CONDITION_CLEARED: "degrading condition cleared; waiting out the hold-down",
+    Reason.PLUGIN_VERDICT: "a job's NCCL plugin reports the NIC gray (stalled, lossy or slow); "
+                           "the state is not changed by it",
+    Reason.PLUGIN_VERDICT_CLEARED: "no job reports the NIC gray any more (healthy again, or "
+                                   "the reports expired)",
 }
+
+# Reasons of events that record something about a NIC without changing its state (old state ==
+# new state, same epoch): they are in the history and the shm ring, not in transition counts.
+NOTE_REASONS = frozenset({Reason.PLUGIN_VERDICT, Reason.PLUGIN_VERDICT_CLEARED})
 
 # States in which a NIC still carries its own traffic (DEGRADED does, until the plugin moves it).
 CARRYING_STATES = frozenset({NicState.UP, NicState.DEGRADED})

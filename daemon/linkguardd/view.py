@@ -10,6 +10,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from linkguardd.facts import PluginVerdictFact
+
+
+@dataclass(frozen=True)
+class PluginVerdictView:
+    """One process's unexpired gray verdict on a NIC (verdicts/store.py)."""
+
+    fact: PluginVerdictFact  # the latest report: verdict, pid, uid, numbers, peer
+    first_unix: float  # when this process first called the NIC gray
+    last_unix: float  # its latest report
+    reports: int
+    expires_unix: float
+
 
 @dataclass(frozen=True)
 class NicView:
@@ -36,6 +49,7 @@ class NicView:
     # Judged error counters: errors/s over the latest sample, and those holding the NIC DEGRADED
     counter_rates: Mapping[str, float] = field(default_factory=dict)
     counters_over: tuple[str, ...] = ()
+    plugin_verdicts: tuple[PluginVerdictView, ...] = ()  # newest first; empty: not gray
 
 
 @dataclass(frozen=True)
@@ -86,3 +100,6 @@ class DaemonView(Protocol):
 
     def heartbeat_age_s(self) -> float:
         """Seconds since the shm heartbeat was last written."""
+
+    def plugin_verdict_counts(self) -> tuple[Mapping[tuple[str, str], int], Mapping[str, int]]:
+        """Verdicts accepted by (NIC, verdict), datagrams rejected by reason, since start."""

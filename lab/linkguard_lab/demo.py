@@ -87,6 +87,7 @@ class HostDaemon:
         self.argv = [_tool("linkguardd"), "--config", str(self.config),
                      "--shm-path", str(self.shm_path), "--grpc-socket", str(self.grpc_socket),
                      "--grpc-ro-socket", str(self.workdir / "api-ro.sock"),
+                     "--plugin-verdict-socket", str(self.workdir / "verdict.sock"),
                      "--state-dir", str(self.workdir / "state"), "--metrics-address", "", "--interfaces", "rail0,rail1", "--pairs", PAIRS,
                      *(args or [])]
         self.proc: subprocess.Popen[bytes] | None = None

@@ -124,6 +124,11 @@ enum lg_reason {
     LG_REASON_OPERATOR_DRAIN = 14,
     LG_REASON_OPERATOR_UNDRAIN = 15,
     LG_REASON_CONDITION_CLEARED = 16,
+    /* Events only, never a NIC's reason: a job's plugin reported the NIC gray (stalled, lossy,
+     * slow), and no job reports it any more. The event's old and new state are the NIC's
+     * current state: the daemon does not act on a job's word (docs/operators.md). */
+    LG_REASON_PLUGIN_VERDICT = 17,
+    LG_REASON_PLUGIN_VERDICT_CLEARED = 18,
     LG_REASON_COUNT
 };
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "acceptor.h"
+#include "core.h"
 #include "log.h"
 #include "monitor.h"
 #include "params.h"
@@ -159,7 +160,7 @@ static void path_close_fds(struct lg_path *p)
             drain_close(fds[i]);
 }
 
-void lg_path_retire(struct lg_path *p, int say_bye)
+void lg_path_fence_start(struct lg_path *p, int say_bye)
 {
     if (!p || p->retired)
         return;
@@ -168,12 +169,20 @@ void lg_path_retire(struct lg_path *p, int say_bye)
         p->fail_ns = lg_now_ns();
         __atomic_store_n(&p->fail_noted, 1, __ATOMIC_RELEASE);
     }
-    lg_wrap_fence(p); /* wrap mode: the inner comm first (no late write lands after it) */
-    if (say_bye && p->ctrl.task.fd >= 0) {
+    if (say_bye && !p->bye_sent && p->ctrl.task.fd >= 0) {
         /* Best effort: the peer then takes our EOF for a fence, not for our death. */
         struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_FENCE};
         lg_path_ctrl_send(p, &bye);
+        p->bye_sent = 1;
     }
+}
+
+void lg_path_retire(struct lg_path *p, int say_bye)
+{
+    if (!p || p->retired)
+        return;
+    lg_path_fence_start(p, say_bye);
+    lg_wrap_fence(p); /* wrap mode: the inner comm first (no late write lands after it) */
     struct lg_task *tasks[LG_MAX_STREAMS + 1];
     int n = path_tasks(p, tasks);
     if (n)
@@ -237,6 +246,7 @@ void lg_conn_free(struct lg_conn *c)
             lg_listener_put(c->listener[i]);
     for (int i = 0; i < LG_WINDOW; i++)
         free(c->reqs[i].cover_heap);
+    lg_ctx_release(c->ctx); /* after the inner comms: the last one may end the inner context */
     pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->wmu);

@@ -38,6 +38,8 @@
  *   RESYNC(E, T, n)     recv->send  on path T: "committed E on T; I hold every message < n"
  *   READY(gen)          recv->send  on a rebuilt path: accepted
  *   BYE(CLOSE|FENCE)    both ways   EOF follows on purpose: the connection / only this path
+ *   POSTED(n)           send->recv  wrap mode: n messages handed to the inner plugin (with
+ *                                   heartbeats, on the active path, while any is unacked)
  *  - Epochs. Both sides hold a committed epoch E (0 at connect), the active slot and the path
  *    object E uses. Only the sender proposes (SWITCH, with E' = max(own, seen, proposed) + 1),
  *    only the receiver commits; a SWITCH or RESYNC whose epoch is not above the committed one
@@ -70,10 +72,11 @@
  *    cursor to message n chunk 0, commit E' and T, release the hold; every message >= n is
  *    sent again from NCCL's buffers, still intact since a send completes only once acked and
  *    no writer holds it. NCCL sees none of it: requests complete later, never with an error.
- *  - Fence. A primary that is left is closed on both sides (BYE(FENCE); tasks detached and
- *    waited for, including a handler running inline on NCCL's thread; then the sockets closed),
- *    so nothing late can be read into a buffer NCCL reused; a writer cut off mid-chunk gives
- *    its hold on the message back. A backup left at reintegration stays as standby: a chunk it
+ *  - Fence. A primary that is left is closed on both sides (BYE(FENCE) at once; after the
+ *    monitor's pass over every connection, so a storm switches them all first: tasks
+ *    detached and waited for, including a handler running inline on NCCL's thread; then the
+ *    sockets closed), so nothing late can be read into a buffer NCCL reused; a writer cut
+ *    off mid-chunk gives its hold on the message back. A backup left at reintegration stays as standby: a chunk it
  *    was writing is finished (TCP framing) and dropped by its old epoch.
  *  - Rebuild and reintegration. A failed path is rebuilt by the sender (connector): fresh
  *    sockets to the receiver's listening socket for that NIC (one per NIC address per process,
@@ -107,6 +110,23 @@
  * inner-plugin comm instead of the data streams (whole messages, posted in sequence order on
  * the committed path from NCCL's thread); the receiver closes the inner comm of a path it
  * leaves before its RESYNC, and every path left by a switch is fenced and rebuilt.
+ *
+ * What each transport guarantees, and so when a send completes (NCCL reuses the buffer then,
+ * and a replay reads it):
+ *  - linkguard's TCP streams: written bytes are only in a socket buffer; the receiver's ACK
+ *    says placed. A send completes on the ACK and once no writer reads its buffer.
+ *  - an inner plugin, LINKGUARD_INNER_PLACED=0: nothing assumed beyond "the inner reads the
+ *    buffer until its send completes". A send completes on the ACK and the inner completion.
+ *  - an inner plugin, LINKGUARD_INNER_PLACED=1 (declared by the operator: RC verbs, lgtcp):
+ *    an inner send completes only once placed in the receiver's buffer, whose receive
+ *    completion is then due. The inner completion counts as an ACK (acked rises with it).
+ *    The sender says so (DELIVERED on each path as its comm comes up), and its receiver
+ *    then acks only when due (LG_ACK_NOW_*), not after every completion.
+ *    Resync stays exact: a sender proposing a switch stops completing inner sends and sends
+ *    DELIVERED(k = acked) before the SWITCH; the receiver completes its inner receives on the
+ *    comm it leaves until it holds k before it fences that comm, and completes what is done
+ *    before any other close of its committed comm; its RESYNC n >= k. A RESYNC below acked
+ *    fails the connection (lg_resync_check), so a send NCCL saw complete is never replayed. 
  *
  * Threads: NCCL's progress thread calls isend/irecv/test; its service thread calls
  * connect/accept/regMr/close. Socket handlers run serialized per socket (progress.h) on
@@ -209,6 +229,8 @@ struct lg_path {
     char why[128];
     int ready;            /* sender, rebuilt path: READY came */
     int retired;          /* sockets closed, tasks detached (monitor) */
+    int bye_sent;         /* BYE(FENCE) queued (monitor) */
+    int retire_queued;    /* in the monitor's list of paths to retire after its pass */
     struct lg_wpath w;    /* wrap mode: the inner comm carrying this path's data */
 };
 
@@ -258,6 +280,7 @@ struct lg_req {
     /* wrap mode (under conn->wmu) */
     struct lg_inner_mr *imr; /* NCCL's registration of the buffer */
     void *ireq;              /* the inner request of its current post, NULL: none */
+    int w_slot;              /* receiver: slot of the path whose inner comm placed it */
 };
 
 struct lg_conn {
@@ -316,6 +339,7 @@ struct lg_conn {
     int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
+    struct lg_ctx *ctx; /* NCCL's communicator context (held; core.h), or NULL */
     /* wrap mode (wrap.h): data through the inner plugin's comms */
     int wrap;
     pthread_mutex_t wmu;     /* inner data calls vs commits and fences */
@@ -324,6 +348,12 @@ struct lg_conn {
     uint64_t w_test;         /* oldest message whose inner request is not seen complete */
     uint64_t w_post;         /* receiver: next message to post an inner receive for (the
                               * sender uses cursor_seq) */
+    uint64_t w_since;        /* connect/accept first asked for the inner comms (0: not yet) */
+    int peer_placed;         /* receiver: the sender said its sends complete on placement
+                              * (a DELIVERED came), so acks may wait (atomic) */
+    int w_frozen;            /* sender, LINKGUARD_INNER_PLACED: a SWITCH told the receiver
+                              * what to hold; no inner send completes until the switch ends
+                              * (under wmu) */
 };
 
 #define LG_HOLD_NONE 0

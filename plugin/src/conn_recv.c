@@ -507,7 +507,8 @@ void lg_recv_stream_handler(struct lg_task *t, uint32_t events)
 
 static void on_recv_ctrl(struct lg_path *p, const struct lg_ctrl *f)
 {
-    if (f->type == LG_CTRL_HB || f->type == LG_CTRL_SWITCH) {
+    if (f->type == LG_CTRL_HB || f->type == LG_CTRL_SWITCH || f->type == LG_CTRL_DELIVERED ||
+        f->type == LG_CTRL_POSTED) {
         lg_fo_on_frame(p, f);
         return;
     }

@@ -24,6 +24,7 @@ struct lg_connecting {
     struct lg_conn *conn;
     uint64_t deadline;
     uint64_t primary_up_ns; /* when every primary socket was connected; 0 before */
+    int started; /* sockets up, the monitor has it; wrap mode: waiting for the inner comms */
     int path_live[LG_NPATHS];
     int connected[LG_NPATHS][LG_MAX_STREAMS + 1];
     size_t hello_sent[LG_NPATHS][LG_MAX_STREAMS + 1];
@@ -116,7 +117,7 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
     free(p);
 }
 
-static struct lg_connecting *connect_start(int dev, const struct lg_handle *h)
+static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const struct lg_handle *h)
 {
     const struct lg_device *d = lg_core_device(dev);
     struct lg_connecting *cg = calloc(1, sizeof(*cg));
@@ -132,6 +133,7 @@ static struct lg_connecting *connect_start(int dev, const struct lg_handle *h)
     }
     cg->magic = LG_CONNECTING_MAGIC;
     cg->conn = c;
+    c->ctx = lg_ctx_ref(ctx);
     c->nonce = lg_random_u64();
     c->listen_id = h->listen_id;
     memcpy(cg->peer_nic, h->nic, sizeof(cg->peer_nic));
@@ -254,7 +256,7 @@ static int connect_progress(struct lg_connecting *cg)
     return rc;
 }
 
-ncclResult_t lg_core_connect(int dev, void *handle, void **send_comm)
+ncclResult_t lg_core_connect_ctx(void *ctx, int dev, void *handle, void **send_comm)
 {
     *send_comm = NULL;
     if (!lg_core_device(dev)) {
@@ -271,20 +273,39 @@ ncclResult_t lg_core_connect(int dev, void *handle, void **send_comm)
             LG_WARN("connect on device %d: %s", dev, lg_handle_strerror(st));
             return ncclInvalidUsage;
         }
-        cg = connect_start(dev, &h);
+        struct lg_ctx *cx;
+        if (lg_ctx_hold(ctx, "connect", &cx) != 0)
+            return ncclInternalError;
+        cg = connect_start(cx, dev, &h);
+        lg_ctx_release(cx);
         if (!cg)
             return ncclSystemError;
         lg_handle_stage_set(handle, cg);
     }
-    int rc = connect_progress(cg);
-    if (rc == 0)
+    struct lg_conn *c = cg->conn;
+    int rc = cg->started ? 1 : connect_progress(cg);
+    if (rc > 0 && !cg->started) {
+        if (lg_core_conn_ready(c) != 0)
+            rc = -1;
+        cg->started = rc > 0;
+    }
+    /* Wrap mode: NCCL gets the comm once its inner comms are up (the monitor builds them),
+     * so that its regMr registers with them, or fails, right there. */
+    int usable = rc > 0 && c->wrap ? lg_wrap_conn_usable(c, lg_now_ns()) : rc;
+    if (usable == 0)
         return ncclSuccess;
     registry_remove(cg);
     lg_handle_stage_set(handle, NULL);
-    struct lg_conn *c = cg->conn;
+    int started = cg->started;
     cg->magic = 0;
     free(cg);
-    if (rc < 0 || lg_core_conn_ready(c) != 0) {
+    if (usable < 0 && started) {
+        LG_WARN("connect on device %d: the connection failed before its inner comms were up",
+                dev);
+        lg_core_close_send(c);
+        return ncclSystemError;
+    }
+    if (usable < 0) {
         lg_conn_free(c);
         return ncclSystemError;
     }

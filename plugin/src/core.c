@@ -24,6 +24,9 @@ struct lg_ctx {
     uint32_t magic;
     uint64_t comm_id;
     int traffic_class;
+    int refs; /* NCCL's (until finalize), and one per listen comm and connection (atomic) */
+    int finalized; /* NCCL's reference is gone (atomic) */
+    struct lg_inner_ctx *inner; /* wrap mode: the inner plugin's context for this comm */
 };
 
 struct lg_mr {
@@ -101,12 +104,13 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
         lg_params_load(&lg_params, getenv_wrap);
     if (!lg_core_running)
         lg_health_init(); /* before discovery: the daemon's table lists the devices */
-    if (lg_core_loaded != (int)flavor) {
+    if (lg_core_loaded != (int)flavor)
         lg_params_load(&lg_params, getenv_wrap);
-        /* Wrap mode (the failover plugin only: the standalone transport is what gets
-         * wrapped) starts the inner plugin first: LINKGUARD_PAIRS may name its devices. */
-        if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_open(logger)) != ncclSuccess)
-            goto out;
+    /* Wrap mode (the failover plugin only: the standalone transport is what gets wrapped)
+     * starts the inner plugin first: LINKGUARD_PAIRS may name its devices. */
+    if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_open(logger)) != ncclSuccess)
+        goto out;
+    if (lg_core_loaded != (int)flavor) {
         if (lg_devices_discover(&lg_devs, flavor == LG_FLAVOR_TCP) < 0) {
             rc = ncclInvalidUsage;
             goto out;
@@ -158,20 +162,62 @@ ncclResult_t lg_core_ctx_new(uint64_t comm_id, int traffic_class, void **ctx)
     struct lg_ctx *c = calloc(1, sizeof(*c));
     if (!c)
         return ncclSystemError;
+    if (lg_wrap) { /* WARNed by the loader on failure */
+        ncclResult_t rc = lg_wrap_ctx_open(comm_id, traffic_class, &c->inner);
+        if (rc != ncclSuccess) {
+            free(c);
+            return rc;
+        }
+    }
     c->magic = LG_CTX_MAGIC;
     c->comm_id = comm_id;
     c->traffic_class = traffic_class;
+    c->refs = 1;
     *ctx = c;
     return ncclSuccess;
 }
 
+int lg_ctx_hold(void *ctx, const char *call, struct lg_ctx **out)
+{
+    struct lg_ctx *c = ctx;
+    *out = NULL;
+    if (!c)
+        return 0;
+    if (c->magic != LG_CTX_MAGIC || __atomic_load_n(&c->finalized, __ATOMIC_ACQUIRE)) {
+        LG_WARN("%s: not a linkguard context (or one already finalized)", call);
+        return -1;
+    }
+    *out = lg_ctx_ref(c);
+    return 0;
+}
+
+struct lg_ctx *lg_ctx_ref(struct lg_ctx *c)
+{
+    if (c)
+        __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    return c;
+}
+
+void lg_ctx_release(struct lg_ctx *c)
+{
+    if (!c || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
+    if (c->inner)
+        lg_wrap_ctx_close(c->inner);
+    c->magic = 0;
+    free(c);
+}
+
+struct lg_inner_ctx *lg_ctx_inner(const struct lg_ctx *c) { return c ? c->inner : NULL; }
+
 ncclResult_t lg_core_ctx_free(void *ctx)
 {
     struct lg_ctx *c = ctx;
-    if (!c || c->magic != LG_CTX_MAGIC)
+    if (!c || c->magic != LG_CTX_MAGIC || __atomic_exchange_n(&c->finalized, 1, __ATOMIC_ACQ_REL)) {
+        LG_WARN("finalize: not a linkguard context (or finalized twice)");
         return ncclInternalError;
-    c->magic = 0;
-    free(c);
+    }
+    lg_ctx_release(c);
     return ncclSuccess;
 }
 

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -19,11 +20,46 @@
 #include "params.h"
 #include "reconnect.h"
 #include "util.h"
+#include "verdict.h"
 
 #define MS(x) ((uint64_t)(x) * 1000000ull)
 
 /* When a rebuild `delay` from now may start: later by up to LINKGUARD_REJOIN_JITTER_MS, so
  * that connections released together (one daemon UP, one peer heartbeat) spread out. */
+/* Paths to retire once the monitor's pass is over (monitor thread only). */
+static struct {
+    struct lg_path **p;
+    int n, cap;
+} later;
+
+static void retire_later(struct lg_path *p)
+{
+    if (p->retired || p->retire_queued)
+        return;
+    if (later.n == later.cap) {
+        int cap = later.cap ? 2 * later.cap : 64;
+        struct lg_path **np = realloc(later.p, (size_t)cap * sizeof(*np));
+        if (!np) {
+            lg_path_retire(p, 1); /* no room: at once, as before */
+            return;
+        }
+        later.p = np;
+        later.cap = cap;
+    }
+    lg_path_fence_start(p, 1);
+    p->retire_queued = 1;
+    later.p[later.n++] = p;
+}
+
+void lg_fo_retire_deferred(void)
+{
+    for (int i = 0; i < later.n; i++) {
+        later.p[i]->retire_queued = 0;
+        lg_path_retire(later.p[i], 1);
+    }
+    later.n = 0;
+}
+
 static uint64_t rebuild_at(uint64_t now, uint64_t delay)
 {
     uint64_t j = MS(lg_params.rejoin_jitter_ms);
@@ -110,6 +146,31 @@ void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f)
             mb->switch_rx_ns = lg_now_ns();
             wake = 1;
         }
+        pthread_mutex_unlock(&c->mb_mu);
+        break;
+    case LG_CTRL_DELIVERED:
+        if (!c->wrap || f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
+            lg_conn_peer_lied(c, "DELIVERED for %llu messages, but %s",
+                              (unsigned long long)f->value,
+                              c->wrap ? "fewer receives were posted" : "not in wrap mode");
+            return;
+        }
+        __atomic_store_n(&c->peer_placed, 1, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->value > mb->delivered)
+            mb->delivered = f->value;
+        pthread_mutex_unlock(&c->mb_mu);
+        break;
+    case LG_CTRL_POSTED:
+        /* Not checkable (a sender may run ahead of the receives NCCL posted); a false one
+         * can only make the watchdog fail a path over, never complete or replay anything. */
+        if (!c->wrap) {
+            lg_conn_peer_lied(c, "POSTED, but not in wrap mode");
+            return;
+        }
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->value > mb->peer_posted)
+            mb->peer_posted = f->value;
         pthread_mutex_unlock(&c->mb_mu);
         break;
     case LG_CTRL_RESYNC:
@@ -289,7 +350,7 @@ static int note_failures(struct lg_conn *c, uint64_t now)
         else
             sl->delay_ns = MS(lg_params.rejoin_ms);
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
-        lg_path_retire(p, 1);
+        retire_later(p);
     }
     struct lg_path *p0 = c->paths[0], *p1 = c->paths[1];
     if (p0 && p1 && !lg_path_up(p0) && !lg_path_up(p1) &&
@@ -390,6 +451,54 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
              ms_since(fo->wd_since, now), (unsigned long long)placed);
     LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s to %s %s", (unsigned long long)c->nonce,
             slot_name(p->index), p->nic, p->peer, why);
+    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
+                                           .path = (uint8_t)p->index,
+                                           .for_ms = (uint32_t)ms_since(fo->wd_since, now),
+                                           .conn = c->nonce, .peer = p->peer});
+    fo->wd_since = 0;
+    lg_conn_path_failed(p, 0, why);
+}
+
+/* Receiver, wrap mode: the inner plugin's data flows are not ours to read, so progress is
+ * judged from its requests. The oldest incomplete message has its inner receive posted, the
+ * sender said it handed that message to its inner plugin (POSTED), the peer is heard and NCCL
+ * polls (inner completions are seen by its test() calls), and still nothing completes for
+ * LINKGUARD_STALL_MS: the inner path is stalled (a hung queue pair, a blackholed flow) and
+ * fails like a dead one, long before the inner plugin's own timeouts give up. */
+static void wrap_rx_watchdog(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *p = c->active_path;
+    if (!lg_params.stall_ms || !lg_path_up(p) || !lg_wrap_carries(&p->w))
+        return;
+    uint64_t base = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&c->mb_mu);
+    uint64_t sent = c->mb.peer_posted;
+    pthread_mutex_unlock(&c->mb_mu);
+    int waiting = sent > base && base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) &&
+                  heard_recently(p, now);
+    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
+        fo->wd_polled_ns = now;
+    if (now - fo->wd_polled_ns > MS(lg_params.stall_ms) / 2)
+        waiting = 0;
+    if (!waiting || base != fo->wd_base || !fo->wd_since) {
+        fo->wd_base = base;
+        fo->wd_since = waiting ? now : 0;
+        return;
+    }
+    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
+    if (now - from < MS(lg_params.stall_ms))
+        return;
+    char why[128];
+    snprintf(why, sizeof(why), "stalled: the inner receive of message #%llu got nothing for "
+             "%.0f ms although the sender handed it to its inner plugin",
+             (unsigned long long)base, ms_since(from, now));
+    LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s to %s %s", (unsigned long long)c->nonce,
+            slot_name(p->index), p->nic, p->peer, why);
+    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
+                                           .path = (uint8_t)p->index,
+                                           .for_ms = (uint32_t)ms_since(from, now),
+                                           .conn = c->nonce, .peer = p->peer});
     fo->wd_since = 0;
     lg_conn_path_failed(p, 0, why);
 }
@@ -425,6 +534,10 @@ static void tx_watchdog(struct lg_conn *c, uint64_t now)
                  ti.tcpi_last_ack_recv, ti.tcpi_unacked, ti.tcpi_retrans);
         LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s %s",
                 (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer, why);
+        lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
+                                               .path = (uint8_t)p->index,
+                                               .for_ms = ti.tcpi_last_ack_recv,
+                                               .conn = c->nonce, .peer = p->peer});
         lg_conn_path_failed(p, 0, why);
         return;
     }
@@ -456,6 +569,13 @@ static void gray_hold(struct lg_conn *c, struct lg_fo_slot *sl, struct lg_path *
             "%.0f s", (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer,
             permille / 10, permille % 10, d->sent / 1e6, (long long)lg_params.gray_window_ms,
             sl->gray_hold_ns / 1e9);
+    uint64_t window_ns = MS(lg_params.gray_window_ms);
+    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_LOSSY,
+                                           .path = (uint8_t)p->index,
+                                           .for_ms = 2 * (uint32_t)lg_params.gray_window_ms,
+                                           .loss_ppm = permille * 1000,
+                                           .rate_Bps = d->acked * 1000000000ull / window_ns,
+                                           .conn = c->nonce, .peer = p->peer});
 }
 
 static void gray_watch(struct lg_conn *c, uint64_t now)
@@ -537,6 +657,20 @@ static void heartbeats(struct lg_conn *c, uint64_t now)
     }
     fo->hb_flags = flags;
     fo->hb_force = 0;
+    struct lg_path *pa = c->active_path;
+    if (c->wrap && c->kind == LG_CONN_SEND && lg_path_up(pa) &&
+        now - fo->posted_told_ns >= MS(lg_params.heartbeat_ms)) {
+        /* As often as heartbeats: what the receiver's watchdog needs to tell a stalled inner
+         * path from a quiet one. */
+        fo->posted_told_ns = now;
+        pthread_mutex_lock(&c->mu);
+        uint64_t sent = c->cursor_seq;
+        pthread_mutex_unlock(&c->mu);
+        if (sent > __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)) {
+            struct lg_ctrl posted = {.type = LG_CTRL_POSTED, .value = sent};
+            lg_path_ctrl_send(pa, &posted);
+        }
+    }
 }
 
 /* Both paths dead for the dead timeout: fail the connection with a WARN naming both. The
@@ -658,6 +792,7 @@ static void send_switch(struct lg_conn *c, uint64_t now)
     fo->sw_epoch = fo->proposed = lg_epoch_next(__atomic_load_n(&c->epoch, __ATOMIC_RELAXED),
                                                fo->seen, fo->proposed);
     fo->sw_gen = t->gen;
+    lg_wrap_tx_switching(c, t); /* wrap mode: DELIVERED first (what the receiver must hold) */
     struct lg_ctrl f = {.type = LG_CTRL_SWITCH, .epoch = fo->sw_epoch,
                         .value = (uint64_t)fo->sw_target};
     lg_path_ctrl_send(t, &f);
@@ -705,11 +840,17 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         pthread_mutex_unlock(&c->mu);
         if (c->wrap)
             pthread_mutex_unlock(&c->wmu);
-        lg_conn_peer_lied(c, "RESYNC at epoch %u to message #%llu, but %s #%llu",
+        /* With LINKGUARD_INNER_PLACED, completed sends count as acknowledged: a receiver
+         * short of them means the inner plugin completed sends it had not placed. */
+        int placed = c->wrap && lg_params.inner_placed;
+        lg_conn_peer_lied(c, "RESYNC at epoch %u to message #%llu, but %s #%llu%s",
                           epoch, (unsigned long long)n,
                           bad == -1 ? "it had acknowledged every message below" :
                                       "we sent only the messages below",
-                          (unsigned long long)(bad == -1 ? acked : cur));
+                          (unsigned long long)(bad == -1 ? acked : cur),
+                          bad == -1 && placed ? " (or the inner plugin completed sends it had "
+                                                "not placed: is LINKGUARD_INNER_PLACED=1 true "
+                                                "of it?)" : "");
         return;
     }
     uint64_t replay = wrap_same ? 0 : lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk,
@@ -751,7 +892,7 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         sl->noted = 1;
         sl->delay_ns = MS(lg_params.rejoin_ms);
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
-        lg_path_retire(old, 1);
+        retire_later(old);
     } else if (old && old != p && c->wrap && !old->retired) {
         lg_wrap_rearm(old); /* the backup left at reintegration: a fresh inner comm (wrap.h) */
     }
@@ -873,8 +1014,15 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     struct lg_fo *fo = &c->fo;
     struct lg_path *p = c->paths[target], *old = c->active_path;
     int from = c->active;
-    if (c->wrap) /* NCCL's thread posts inner receives on the committed path: hold it off */
+    if (c->wrap) { /* NCCL's thread posts inner receives on the committed path: hold it off */
         pthread_mutex_lock(&c->wmu);
+        if (old != p) { /* what the sender's inner plugin placed is ours before the fence */
+            pthread_mutex_lock(&c->mb_mu);
+            uint64_t delivered = c->mb.delivered;
+            pthread_mutex_unlock(&c->mb_mu);
+            lg_wrap_rx_hold(c, old, delivered);
+        }
+    }
     pthread_mutex_lock(&c->mu);
     __atomic_store_n(&c->active, target, __ATOMIC_RELEASE);
     c->active_path = p;
@@ -920,7 +1068,7 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     fo->hb_force = 1;
     if (old && old != p && old->index == 0 && !old->retired) {
         fo->slot[0].noted = 1;
-        lg_path_retire(old, 1);
+        retire_later(old);
     } else if (old && old != p && c->wrap && !old->retired) {
         lg_wrap_rearm(old); /* fenced before the RESYNC; now its next inner comm */
     }
@@ -1056,7 +1204,7 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
     if (!late) {
         check_silence(c, now);
         if (c->kind == LG_CONN_RECV)
-            rx_watchdog(c, now);
+            c->wrap ? wrap_rx_watchdog(c, now) : rx_watchdog(c, now);
         else {
             tx_watchdog(c, now);
             gray_watch(c, now);

@@ -162,6 +162,7 @@ struct lg_fo {
     int daemon;            /* a live daemon was seen at the last evaluation */
     uint8_t hb_flags;      /* what our last heartbeat said */
     uint64_t hb_force;     /* send a heartbeat on every path at the next run */
+    uint64_t posted_told_ns; /* sender, wrap mode: when POSTED last went out */
     /* what the peer said (copied from the mailbox) */
     uint8_t peer_flags;
     uint32_t peer_epoch;
@@ -195,6 +196,7 @@ struct lg_fo {
 struct lg_mailbox {
     uint32_t switch_epoch; /* receiver: newest SWITCH */
     int switch_target;
+    uint64_t delivered;    /* receiver: newest DELIVERED (wrap mode): hold at least these */
     uint32_t switch_gen;   /* generation of the path it came on */
     uint64_t switch_rx_ns;
     uint32_t resync_epoch; /* sender: newest RESYNC */
@@ -202,6 +204,8 @@ struct lg_mailbox {
     uint64_t resync_n;
     uint32_t resync_gen;
     uint64_t resync_rx_ns;
+    uint64_t peer_posted;  /* receiver, wrap mode: newest POSTED (messages the sender handed
+                            * to its inner plugin) */
     uint8_t hb_flags;      /* newest heartbeat */
     uint32_t hb_epoch;
     uint64_t hb_gens;
@@ -215,5 +219,11 @@ void lg_fo_init(struct lg_conn *c);
 void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f);
 /* Detaches, closes and marks a path retired (monitor or close; never from a handler). */
 void lg_path_retire(struct lg_path *p, int say_bye);
+/* Its first, cheap part: the path fails (no one uses it from now) and the peer is told. */
+void lg_path_fence_start(struct lg_path *p, int say_bye);
+/* Monitor, after a pass over every connection: retires the paths the pass left or found
+ * failed. In a storm every connection switches first; the detaching and closing, which may
+ * wait for a handler to leave, come after, batched. */
+void lg_fo_retire_deferred(void);
 
 #endif

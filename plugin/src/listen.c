@@ -40,16 +40,18 @@ struct lg_listen {
     int dev;
     uint64_t listen_id;
     int npaths;
+    struct lg_ctx *ctx; /* NCCL's communicator context (held), or NULL */
     struct lg_listener *lis[LG_NPATHS]; /* shared with the connections accepted here */
     pthread_mutex_t mu;                 /* groups: filled by the acceptor, taken by accept */
     struct lg_group groups[LG_GROUP_MAX];
+    struct lg_conn *pending; /* wrap mode: built, NCCL gets it once its inner comms are up */
     int warned;
 };
 
 static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t local_ip,
                        uint64_t now);
 
-ncclResult_t lg_core_listen(int dev, void *handle, void **listen_comm)
+ncclResult_t lg_core_listen_ctx(void *ctx, int dev, void *handle, void **listen_comm)
 {
     const struct lg_device *d = lg_core_device(dev);
     *listen_comm = NULL;
@@ -60,6 +62,10 @@ ncclResult_t lg_core_listen(int dev, void *handle, void **listen_comm)
     struct lg_listen *l = calloc(1, sizeof(*l));
     if (!l)
         return ncclSystemError;
+    if (lg_ctx_hold(ctx, "listen", &l->ctx) != 0) {
+        free(l);
+        return ncclInternalError;
+    }
     l->magic = LG_LISTEN_MAGIC;
     l->dev = dev;
     l->listen_id = lg_random_u64();
@@ -94,6 +100,7 @@ fail:
         if (l->lis[p])
             lg_listener_put(l->lis[p]);
     pthread_mutex_destroy(&l->mu);
+    lg_ctx_release(l->ctx);
     free(l);
     return ncclSystemError;
 }
@@ -174,6 +181,7 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
         return NULL;
     c->nonce = g->nonce;
     c->listen_id = l->listen_id;
+    c->ctx = lg_ctx_ref(l->ctx);
     for (int p = 0; p < LG_NPATHS; p++)
         c->local_ip[p] = d->nic[p].ip;
     for (int p = 0; p < LG_NPATHS; p++) {
@@ -219,26 +227,34 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
         return ncclInternalError;
     }
     uint64_t timeout = (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
+    if (l->pending) { /* wrap mode: regMr must find the inner comms there (wrap.h) */
+        struct lg_conn *c = l->pending;
+        int usable = lg_wrap_conn_usable(c, lg_now_ns());
+        if (usable == 0)
+            return ncclSuccess;
+        l->pending = NULL;
+        if (usable < 0) {
+            LG_WARN("accept on device %d: the connection failed before its inner comms were up",
+                    l->dev);
+            lg_core_close_recv(c);
+            return ncclSystemError;
+        }
+        *recv_comm = c;
+        return ncclSuccess;
+    }
     lg_acceptor_progress();
-    ncclResult_t rc = ncclSuccess;
+    struct lg_group ready = {0};
     pthread_mutex_lock(&l->mu);
     /* Read under the lock: groups are stamped by whichever thread ran the acceptor, so an
      * earlier reading could lie before their t0 and make now - t0 wrap. */
     uint64_t now = lg_now_ns();
-    for (int i = 0; i < LG_GROUP_MAX; i++) {
+    for (int i = 0; i < LG_GROUP_MAX && !ready.used; i++) {
         struct lg_group *g = &l->groups[i];
         if (group_complete(g)) {
-            struct lg_conn *c = group_build(l, g);
-            if (!c || lg_core_conn_ready(c) != 0) {
-                if (c)
-                    lg_conn_free(c);
-                LG_WARN("accept on device %d: cannot set up the connection", l->dev);
-                rc = ncclSystemError;
-            }
-            *recv_comm = rc == ncclSuccess ? c : NULL;
-            break;
-        }
-        if (g->used && now - g->t0 > timeout) {
+            ready = *g; /* taken out: built below, outside the lock the acceptor's sink takes */
+            memset(g->fds, -1, sizeof(g->fds));
+            g->used = g->mask = 0;
+        } else if (g->used && now - g->t0 > timeout) {
             char have[2 * (LG_MAX_STREAMS + 2) + 1];
             int n = 0;
             for (int p = 0; p < LG_NPATHS; p++) {
@@ -254,7 +270,23 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
         }
     }
     pthread_mutex_unlock(&l->mu);
-    return rc;
+    if (!ready.used)
+        return ncclSuccess;
+    struct lg_conn *c = group_build(l, &ready);
+    if (!c)
+        group_drop(&ready); /* the sockets not yet handed to a path */
+    if (!c || lg_core_conn_ready(c) != 0) {
+        if (c)
+            lg_conn_free(c);
+        LG_WARN("accept on device %d: cannot set up the connection", l->dev);
+        return ncclSystemError;
+    }
+    if (c->wrap) {
+        l->pending = c;
+        return lg_core_accept(l, recv_comm);
+    }
+    *recv_comm = c;
+    return ncclSuccess;
 }
 
 ncclResult_t lg_core_close_listen(void *listen_comm)
@@ -265,10 +297,13 @@ ncclResult_t lg_core_close_listen(void *listen_comm)
     lg_acceptor_unregister(l->listen_id); /* no more sockets filed here */
     for (int p = 0; p < l->npaths; p++)
         lg_listener_put(l->lis[p]); /* stays open while its connections hold it */
+    if (l->pending) /* never handed to NCCL */
+        lg_core_close_recv(l->pending);
     for (int i = 0; i < LG_GROUP_MAX; i++)
         if (l->groups[i].used)
             group_drop(&l->groups[i]);
     pthread_mutex_destroy(&l->mu);
+    lg_ctx_release(l->ctx);
     l->magic = 0;
     free(l);
     lg_core_ref(-1);

@@ -146,6 +146,7 @@ static void *monitor_main(void *arg)
             if (c->fo.next_run_ns < next)
                 next = c->fo.next_run_ns;
         }
+        lg_fo_retire_deferred(); /* every connection switched first */
         pthread_mutex_unlock(&M.mu);
     }
     return NULL;

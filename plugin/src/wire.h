@@ -50,6 +50,13 @@ enum lg_ctrl_type {
     LG_CTRL_INNER = 7,  /* recv->send, wrap mode: part `flags` (0..LG_INNER_PARTS-1) of the
                          * inner plugin's listen handle for the path of gen `epoch`; value =
                          * 8 handle bytes (the 16-byte frame cannot carry all 128 at once) */
+    LG_CTRL_DELIVERED = 8, /* send->recv, wrap mode with LINKGUARD_INNER_PLACED, on each
+                            * path as its inner comm comes up and just before each SWITCH on
+                            * the same path: value = messages whose sends completed (the
+                            * inner plugin placed them): hold every one */
+    LG_CTRL_POSTED = 9, /* send->recv, wrap mode, on the active path with its heartbeats while
+                         * a message is unacknowledged: value = messages handed to the inner
+                         * plugin; the receiver's progress watchdog (failover.c) */
     LG_CTRL_TYPE_MAX
 };
 #define LG_BYE_CLOSE 0 /* the connection is being closed */

@@ -1,6 +1,7 @@
 /* Wrap mode, phase 2: paths whose data goes through the inner plugin (see wrap.h). */
 #include "wrap.h"
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,11 @@ ncclResult_t lg_wrap_start(struct lg_device_table *t)
                 "dev %d (NIC %s)", d, w->name[d], w->in->name, w->inner_dev[d][0],
                 t->dev[d].nic[0].name, w->inner_dev[d][1],
                 t->dev[d].has_backup ? t->dev[d].nic[1].name : "none");
+    LG_INFO(NCCL_INIT | NCCL_NET, "wrap mode: a send completes %s",
+            lg_params.inner_placed ? "when the inner plugin completes it (LINKGUARD_INNER_PLACED"
+                                     "=1: its completion means placed at the receiver)"
+                                   : "on linkguard's acknowledgement and the inner plugin's "
+                                     "completion (LINKGUARD_INNER_PLACED=0)");
     lg_wrap = w;
     return ncclSuccess;
 }
@@ -230,6 +236,45 @@ ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props)
     /* A grouped receive goes to the inner plugin whole, within our request window. */
     props->maxRecvs = LG_MIN(props->maxRecvs, (int)lg_params.max_recvs);
     return ncclSuccess;
+}
+
+/* ---- contexts ----------------------------------------------------------------------------- */
+
+ncclResult_t lg_wrap_ctx_open(uint64_t comm_id, int traffic_class, struct lg_inner_ctx **out)
+{
+    return lg_wrap->in->ops->init(lg_wrap->in, comm_id, traffic_class, out);
+}
+
+void lg_wrap_ctx_close(struct lg_inner_ctx *ctx) { lg_wrap->in->ops->finalize(lg_wrap->in, ctx); }
+
+/* The inner context a connection's comms are made in: its NCCL communicator's, else the one
+ * wrap mode was started with (NCCL before 2.28 has no contexts). */
+static struct lg_inner_ctx *conn_ctx(const struct lg_conn *c)
+{
+    struct lg_inner_ctx *x = lg_ctx_inner(c->ctx);
+    return x ? x : lg_wrap->ctx;
+}
+
+int lg_wrap_conn_usable(struct lg_conn *c, uint64_t now)
+{
+    if (!c->w_since)
+        c->w_since = now;
+    if (__atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
+        return -1;
+    uint32_t ph = lg_conn_enter(c); /* path pointers: the monitor may replace paths */
+    pthread_mutex_lock(&c->mu);
+    struct lg_path *a = c->active_path;
+    pthread_mutex_unlock(&c->mu);
+    /* Not yet: a handshake or a failover is under way (the monitor fails what stays stuck). */
+    int usable = a && lg_path_up(a) && lg_wrap_carries(&a->w);
+    int grace_over = now - c->w_since > (uint64_t)lg_params.backup_grace_ms * 1000000ull;
+    for (int i = 0; i < LG_NPATHS && usable && !grace_over; i++) {
+        struct lg_path *p = __atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE);
+        if (p && p != a && lg_path_up(p) && !lg_wrap_carries(&p->w))
+            usable = 0;
+    }
+    lg_conn_exit(c, ph);
+    return usable;
 }
 
 /* ---- registrations ------------------------------------------------------------------------ */
@@ -309,25 +354,58 @@ static int inner_test(struct lg_path *p, void *ireq, int *size)
     return done;
 }
 
-static void tx_pump(struct lg_conn *c, struct lg_path *p)
+/* Under wmu: inner sends complete in posted order. With LINKGUARD_INNER_PLACED an inner
+ * completion means the data is in the receiver's buffer, so it counts as an acknowledgement
+ * (the NCCL send completes without waiting for ours); during a switch, once the receiver
+ * has been told how many it must hold (lg_wrap_tx_switching), none completes any more. */
+static int tx_complete(struct lg_conn *c, struct lg_path *p)
 {
-    struct lg_inner *in = lg_wrap->in;
     pthread_mutex_lock(&c->mu);
     uint64_t end = c->cursor_seq;
+    int frozen = c->w_frozen && c->hold != LG_HOLD_NONE;
+    if (c->hold == LG_HOLD_NONE)
+        c->w_frozen = 0;
     pthread_mutex_unlock(&c->mu);
-    /* Completions come in posted order. */
-    for (; c->w_test < end; c->w_test++) {
+    for (; !frozen && c->w_test < end; c->w_test++) {
         struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
         if (r->ireq) {
             int done = inner_test(p, r->ireq, NULL);
             if (done < 0)
-                return;
+                return -1;
             if (!done)
                 break;
             r->ireq = NULL;
             __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
         }
     }
+    if (lg_params.inner_placed) {
+        pthread_mutex_lock(&c->mu);
+        if (c->w_test > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
+            __atomic_store_n(&c->acked, c->w_test, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return 0;
+}
+
+void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target)
+{
+    if (!c->wrap || !lg_params.inner_placed)
+        return;
+    pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&c->mu);
+    c->w_frozen = 1;
+    uint64_t delivered = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->wmu);
+    struct lg_ctrl f = {.type = LG_CTRL_DELIVERED, .value = delivered};
+    lg_path_ctrl_send(target, &f);
+}
+
+static void tx_pump(struct lg_conn *c, struct lg_path *p)
+{
+    struct lg_inner *in = lg_wrap->in;
+    if (tx_complete(c, p) != 0)
+        return;
     for (;;) {
         pthread_mutex_lock(&c->mu);
         uint64_t seq = c->cursor_seq;
@@ -367,35 +445,63 @@ static void tx_pump(struct lg_conn *c, struct lg_path *p)
     }
 }
 
-/* A grouped receive is one inner irecv of all its buffers, held by its head slot: the inner
- * plugin matches the sends to them by tag; it completes whole, so w_test and w_post stay on
- * group boundaries and a switch re-posts whole groups. */
-static void rx_pump(struct lg_conn *c, struct lg_path *p)
+/* Under wmu: completes, in posted order, the inner receives on p that are done. A grouped
+ * receive is one inner irecv of all its buffers, held by its head slot: the inner plugin
+ * matches the sends to them by tag; it completes whole, so w_test and w_post stay on group
+ * boundaries and a switch re-posts whole groups. 0, or -1 (the path failed). */
+static int rx_complete(struct lg_conn *c, struct lg_path *p)
 {
-    struct lg_inner *in = lg_wrap->in;
     while (c->w_test < c->w_post) {
         struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
         int n = r->g_n, sizes[LG_MAX_RECVS] = {0};
         int done = inner_test(p, r->ireq, sizes);
         if (done < 0)
-            return;
+            return -1;
         if (!done)
             break;
         r->ireq = NULL;
         for (int i = 0; i < n; i++)
             if (sizes[i] < 0 || (size_t)sizes[i] > r->sub[i].cap) {
                 lg_conn_path_failed(p, 0, "inner receive completed with a bad size");
-                return;
+                return -1;
             }
         for (int i = 0; i < n; i++) {
             struct lg_req *m = &c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW];
+            m->w_slot = p->index; /* a flush of this buffer goes to that NIC */
             __atomic_store_n(&m->total, (uint64_t)sizes[i], __ATOMIC_RELAXED);
             __atomic_store_n(&m->placed, (uint64_t)sizes[i], __ATOMIC_RELAXED);
             if (lg_recv_complete(p, m, (uint64_t)sizes[i]) != 0)
-                return;
+                return -1;
         }
         c->w_test += (uint64_t)n;
     }
+    return 0;
+}
+
+void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered)
+{
+    /* The sender's inner plugin placed every message below `delivered` and NCCL may have
+     * reused those send buffers: they cannot be sent again, so their receives must be
+     * complete before the old comm is closed. Their completions are due (placed before the
+     * sender saw them complete); wait for them a bounded time. */
+    uint64_t t0 = lg_now_ns(), limit = (uint64_t)lg_params.switch_timeout_ms * 1000000ull;
+    while (old && __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) < delivered &&
+           old == c->active_path && lg_wrap_carries(&old->w) && lg_now_ns() - t0 < limit) {
+        lg_inner_path_calls(1);
+        int rc = rx_complete(c, old);
+        lg_inner_path_calls(0);
+        if (rc != 0)
+            break;
+        if (__atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) < delivered)
+            sched_yield();
+    }
+}
+
+static void rx_pump(struct lg_conn *c, struct lg_path *p)
+{
+    struct lg_inner *in = lg_wrap->in;
+    if (rx_complete(c, p) != 0)
+        return;
     uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
     while (c->w_post < posted) {
         struct lg_req *r = &c->reqs[c->w_post % LG_WINDOW];
@@ -423,7 +529,9 @@ static void rx_pump(struct lg_conn *c, struct lg_path *p)
         r->ireq = ireq;
         c->w_post += (uint64_t)r->g_n;
     }
-    lg_recv_flush_ack(p);
+    /* A sender that completes on placement needs no ack: those when due (conn_recv.c) do. */
+    if (!__atomic_load_n(&c->peer_placed, __ATOMIC_ACQUIRE))
+        lg_recv_flush_ack(p);
 }
 
 void lg_wrap_pump(struct lg_conn *c)
@@ -461,6 +569,7 @@ void lg_wrap_tx_forget(struct lg_conn *c)
         }
     }
     c->w_test = c->cursor_seq;
+    c->w_frozen = 0; /* the switch is over */
 }
 
 void lg_wrap_rx_forget(struct lg_conn *c)
@@ -478,6 +587,13 @@ void lg_wrap_fence(struct lg_path *p)
     if (!c->wrap || !in)
         return;
     pthread_mutex_lock(&c->wmu);
+    if (c->kind == LG_CONN_RECV && lg_wrap_carries(&p->w) && p == c->active_path) {
+        /* What the comm placed is counted before it closes: the sender may have seen those
+         * sends complete (LINKGUARD_INNER_PLACED) and cannot send them again. */
+        lg_inner_path_calls(1);
+        rx_complete(c, p);
+        lg_inner_path_calls(0);
+    }
     int was = __atomic_exchange_n(&p->w.dead, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_unlock(&c->wmu);
     if (was)
@@ -566,6 +682,13 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_
         struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
         lg_path_ctrl_send(p, &ready);
     }
+    if (c->kind == LG_CONN_SEND && lg_params.inner_placed) {
+        /* Tells the receiver that our sends complete on placement: it then acks only now and
+         * then (an ack is a syscall on its way to NCCL's completion), never making us wait. */
+        struct lg_ctrl f = {.type = LG_CTRL_DELIVERED,
+                            .value = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)};
+        lg_path_ctrl_send(p, &f);
+    }
     lg_monitor_wake(c);
 }
 
@@ -574,7 +697,7 @@ static int rx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t 
     struct lg_inner *in = lg_wrap->in;
     if (!p->w.lcomm) {
         _Alignas(16) uint8_t handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
-        ncclResult_t rc = in->ops->listen(in, lg_wrap->ctx, dev, handle, &p->w.lcomm);
+        ncclResult_t rc = in->ops->listen(in, conn_ctx(c), dev, handle, &p->w.lcomm);
         if (rc != ncclSuccess) {
             inner_failed(p, "listen", rc);
             return 0;
@@ -612,7 +735,7 @@ static int tx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t 
         }
         lg_inner_connecting_init(p->w.cg, dev, p->w.handle, sizeof(p->w.handle));
     }
-    int st = lg_inner_connecting_step(lg_wrap->in, lg_wrap->ctx, p->w.cg);
+    int st = lg_inner_connecting_step(lg_wrap->in, conn_ctx(c), p->w.cg);
     if (st < 0) {
         lg_conn_path_failed(p, 0, "inner connect failed");
         return 0;
@@ -677,6 +800,23 @@ struct lg_flush {
     void *ireq;
 };
 
+/* Under wmu: the path now in the slot (the NIC) whose inner comm placed the newest receive
+ * into `buf`: NCCL flushes right after that receive completed, and only that NIC's comm can
+ * order its own writes. The committed path when no receive is known for `buf`. */
+static struct lg_path *placing_path(struct lg_conn *c, const void *buf)
+{
+    const struct lg_req *best = NULL;
+    for (int i = 0; i < LG_WINDOW; i++) {
+        const struct lg_req *r = &c->reqs[i];
+        if (r->buf == buf && r->seq < c->w_test && (!best || r->seq > best->seq))
+            best = r;
+    }
+    pthread_mutex_lock(&c->mu);
+    struct lg_path *p = best ? c->paths[best->w_slot] : c->active_path;
+    pthread_mutex_unlock(&c->mu);
+    return p;
+}
+
 ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
                             struct lg_inner_mr **mrs, void **request)
 {
@@ -686,9 +826,8 @@ ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
     if (n < 1 || n > NCCL_PROXY_MAX_SUBS)
         return ncclInternalError;
     pthread_mutex_lock(&c->wmu);
-    pthread_mutex_lock(&c->mu);
-    struct lg_path *p = c->active_path;
-    pthread_mutex_unlock(&c->mu);
+    uint32_t ph = lg_conn_enter(c); /* p may be a standby, which a rebuild replaces */
+    struct lg_path *p = placing_path(c, data[0]);
     ncclResult_t rc = ncclSuccess;
     void *ireq = NULL;
     if (p && lg_wrap_carries(&p->w)) {
@@ -708,6 +847,7 @@ ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
             rc = ncclSystemError;
         }
     }
+    lg_conn_exit(c, ph);
     pthread_mutex_unlock(&c->wmu);
     return rc;
 }

@@ -14,8 +14,13 @@
  *    isend/irecv each, on the committed path only, in sequence order; the receiver posts
  *    receives in order and acknowledges placed messages on the control channel as in native
  *    mode. A send completes when the ack covers it AND its inner send completed (the inner no
- *    longer reads the buffer); the optional-receive-completion marker is never passed on, so
- *    every receive completes only once its data is placed.
+ *    longer reads the buffer), or with LINKGUARD_INNER_PLACED on the inner completion alone
+ *    (conn.h: what each transport guarantees); the optional-receive-completion marker is never
+ *    passed on, so every receive completes only once its data is placed. A flush goes to the
+ *    comm of the NIC that placed the receive.
+ *  - Contexts. Each NCCL communicator's context (core.h) has its own inner context, in which
+ *    every listen and connect of its connections is made. connect/accept hand NCCL a
+ *    connection only once its inner comms are up, so regMr registers with them at once.
  *  - Switch. The receiver, before its RESYNC, closes the inner comm of the path it leaves
  *    (fence: the inner guarantees that no write lands after close) and forgets the inner
  *    receives posted on it; the sender, at its commit, forgets the inner sends of the old path
@@ -98,13 +103,33 @@ void lg_wrap_rearm(struct lg_path *p);
  * the caller then fences (the receiver before its RESYNC goes out). */
 void lg_wrap_rx_forget(struct lg_conn *c);
 void lg_wrap_tx_forget(struct lg_conn *c);
+/* Exact resync when completion does not wait for our ack (LINKGUARD_INNER_PLACED): the
+ * sender, as it proposes a switch, stops completing inner sends and tells the receiver on
+ * the target path how many completed (DELIVERED, before the SWITCH); the receiver, as it
+ * commits under wmu, completes its inner receives on the path it leaves until it holds that
+ * many, so that its RESYNC covers every send NCCL may have reused. */
+void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target);
+void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered);
+
+/* Contexts (core.h's lg_ctx): the inner plugin's init for one NCCL communicator, with its
+ * commId and trafficClass, and the finalize once the last comm made with it is closed. */
+ncclResult_t lg_wrap_ctx_open(uint64_t comm_id, int traffic_class, struct lg_inner_ctx **out);
+void lg_wrap_ctx_close(struct lg_inner_ctx *ctx);
+
+/* connect/accept hand a connection to NCCL only once its inner comms are there, so that
+ * regMr registers with them for real (or fails) at once: 1 ready (the active path carries,
+ * and every other live path carries too or LINKGUARD_BACKUP_GRACE_MS passed since the first
+ * call), 0 not yet (NCCL calls again), -1 never (the connection failed). */
+int lg_wrap_conn_usable(struct lg_conn *c, uint64_t now);
 
 /* Registrations of a connection: on every path that carries now, and on each path's comm as
  * it comes (rebuilds). */
 ncclResult_t lg_wrap_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
                             uint64_t offset, int fd, struct lg_inner_mr **out);
 ncclResult_t lg_wrap_dereg_mr(struct lg_conn *c, struct lg_inner_mr *mr);
-/* iflush on the committed path's comm: a linkguard flush request, or NULL (nothing to do). */
+/* iflush on the comm of the NIC that placed the data (the path now in the slot whose comm
+ * completed the receive, which may be a rebuilt one on that NIC): a linkguard flush
+ * request, or NULL when that NIC has no comm now (its fenced comm took the writes with it). */
 ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
                             struct lg_inner_mr **mrs, void **request);
 /* test() of a flush request; 0 if `request` is not one. */

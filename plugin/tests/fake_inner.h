@@ -15,6 +15,17 @@ struct fake_inner_stats {
                             * (test() reports buffer i >= 1 of a grouped one as size - i) */
     int recv_tags[8];
     size_t recv_sizes[8];
+    /* v11 contexts: the newest init's commId, what listen and connect were given (the
+     * commId of their context), and the commId of the context finalized last */
+    unsigned long long init_id, listen_id, connect_id, finalize_id;
+    int live_ctxs;         /* v11 contexts not yet finalized */
+    /* loop mode (fake_inner_loop.h) */
+    int refuse_reg;        /* set by a test: regMr fails with ncclSystemError */
+    int regs[2];           /* registrations made on comms of device 0 / 1 (deregs subtracted) */
+    int flush_dev;         /* device of the comm the newest iflush went to */
+    int placed_dev;        /* device of the receive comm that placed the newest message */
+    int stall_dev;         /* set by a test: 1 + the device whose pairs stop copying (a hung
+                            * queue pair: requests stay posted, nothing completes); 0 none */
 };
 
 #endif

@@ -28,23 +28,29 @@ static void loopback_devices(const char *nic0, const char *nic1)
     lg_core_test_set_devices(&t, LG_FLAVOR_LINKGUARD);
 }
 
-/* 0, or -1 when the pair is not connected within 5 s. */
-static __attribute__((unused)) int pair_connect(void **s, void **r)
+/* 0, or -1 when the pair is not connected within 5 s. Both made in NCCL context `ctx` (a
+ * v11+ per-communicator context; NULL: none). */
+static __attribute__((unused)) int pair_connect_ctx(void *ctx, void **s, void **r)
 {
     char handle[NCCL_NET_HANDLE_MAXSIZE];
     void *l = NULL;
     *s = *r = NULL;
-    if (lg_core_listen(0, handle, &l) != ncclSuccess)
+    if (lg_core_listen_ctx(ctx, 0, handle, &l) != ncclSuccess)
         return -1;
     uint64_t t0 = lg_now_ns();
     while ((!*s || !*r) && lg_now_ns() - t0 < 5000000000ull) {
-        if (!*s && lg_core_connect(0, handle, s) != ncclSuccess)
+        if (!*s && lg_core_connect_ctx(ctx, 0, handle, s) != ncclSuccess)
             break;
         if (!*r && lg_core_accept(l, r) != ncclSuccess)
             break;
     }
     lg_core_close_listen(l);
     return *s && *r ? 0 : -1;
+}
+
+static __attribute__((unused)) int pair_connect(void **s, void **r)
+{
+    return pair_connect_ctx(NULL, s, r);
 }
 
 #endif

@@ -24,6 +24,7 @@
 #include "inner_mr.h"
 #include "inner_props.h"
 #include "lg_test.h"
+#include "lg_test_build.h"
 #include "lg_test_warn.h"
 #include "log.h"
 #include "params.h"
@@ -39,27 +40,6 @@
 static int warned(const char *a, const char *b)
 {
     return strstr(last_warn, a) && (!b || strstr(last_warn, b));
-}
-
-static char build_dir[PATH_MAX];
-
-static void lib_path(char *out, size_t len, const char *rel)
-{
-    if (snprintf(out, len, "%s/%s", build_dir, rel) >= (int)len)
-        out[0] = 0;
-}
-
-static void find_build_dir(void)
-{
-    const char *env = getenv("LG_TEST_BUILD_DIR");
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (env) {
-        snprintf(build_dir, sizeof(build_dir), "%s", env);
-        return;
-    }
-    exe[n > 0 ? n : 0] = 0;
-    snprintf(build_dir, sizeof(build_dir), "%s", dirname(dirname(exe))); /* build/tests/x */
 }
 
 /* ---- lgtcp: a real transport through every table version ----------------------------------- */

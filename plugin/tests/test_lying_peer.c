@@ -211,6 +211,24 @@ static void test_forged_switch(void)
     free(buf);
 }
 
+/* 5c. A POSTED frame (wrap mode's watchdog input) to a receiver of linkguard's own transport:
+ * no honest sender sends it there. */
+static void test_posted_outside_wrap_mode(void)
+{
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 2, 1, CHUNK), 0);
+    char *buf = malloc(64);
+    void *data[1] = {buf}, *r = NULL;
+    size_t size[1] = {64};
+    CHECK_EQ(lg_core_irecv(pe.c, 1, data, size, NULL, NULL, &r), ncclSuccess);
+    CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_POSTED, .value = 1}), 0);
+    ncclResult_t rc;
+    CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    peer_close(&pe);
+    free(buf);
+}
+
 /* The honest counterpart: a switch proposed, answered and committed, then data on the backup
  * completes the send (the checks above do not refuse the protocol itself). */
 static void test_honest_switch(void)
@@ -422,6 +440,7 @@ int main(void)
     test_resync_below_acked();
     test_forged_heartbeat();
     test_forged_switch();
+    test_posted_outside_wrap_mode();
     test_honest_switch();
     test_goodbye_carries_the_final_count();
     test_unprotected_silent_peer();

@@ -2,7 +2,8 @@
 
 `daemons` (a fixture; register it from a conftest.py with an import) starts one daemon per lab
 host through the installed entry point, each with its own shared-memory file
-/dev/shm/<lab prefix>-<host>, its own gRPC sockets (/tmp/lgd-*/api.sock, api-ro.sock), state
+/dev/shm/<lab prefix>-<host>, its own sockets (/tmp/lgd-*/api.sock, api-ro.sock, and verdict.sock
+for the plugins' verdicts: give it to a plugin as LINKGUARD_VERDICT_SOCKET), state
 directory and config file in private temporary directories, and /metrics off. A daemon started
 again (stop or kill, then start) keeps its state directory, as under systemd. A daemon is ready once its file is there, its
 heartbeat is fresh, the file names this PID, every NIC has a state and the API socket exists. `Daemon.stop()` sends SIGTERM by PID and
@@ -110,6 +111,7 @@ class Daemon:
     grpc_socket: Path
     grpc_ro_socket: Path
     state_dir: Path
+    verdict_socket: Path
     proc: subprocess.Popen[bytes] | None = None
     _reader: ShmReader | None = field(default=None, repr=False)
 
@@ -177,7 +179,7 @@ class Daemon:
                                  f"{timeout_s:g} s:\n{self.stderr()}") from None
         assert rc == 0, f"linkguardd in host {self.host} exited with {rc}:\n{self.stderr()}"
         assert not self.shm_path.exists(), f"{self.shm_path} left behind after SIGTERM"
-        for sock in (self.grpc_socket, self.grpc_ro_socket):
+        for sock in (self.grpc_socket, self.grpc_ro_socket, self.verdict_socket):
             assert not sock.exists(), f"{sock} left behind after SIGTERM"
         return rc
 
@@ -309,8 +311,8 @@ class Daemons:
         on the test machine never leaks in. Flags override the file: settings a test changes
         through SIGHUP must be in `config`, not in `args`. With `run_dir`, the shm file and the
         sockets share one fresh 0755 directory, laid out like /run/linkguard (linkguard.shm,
-        linkguard.sock, linkguard-ro.sock). `wrapper` runs the daemon under a command (e.g.
-        setpriv).
+        linkguard.sock, linkguard-ro.sock, linkguard-verdict.sock). `wrapper` runs the daemon
+        under a command (e.g. setpriv).
         """
         workdir = self.tmp_path / f"linkguardd-{lab.prefix}-{host}"
         workdir.mkdir(parents=True, exist_ok=False)
@@ -322,9 +324,11 @@ class Daemons:
             shm_path = socket_dir / "linkguard.shm"
             grpc_socket = socket_dir / "linkguard.sock"
             grpc_ro_socket = socket_dir / "linkguard-ro.sock"
+            verdict_socket = socket_dir / "linkguard-verdict.sock"
         else:
             shm_path = Path("/dev/shm") / f"{lab.prefix}-{host}"
             grpc_socket, grpc_ro_socket = socket_dir / "api.sock", socket_dir / "api-ro.sock"
+            verdict_socket = socket_dir / "verdict.sock"
         # The prefix is unique to this lab, so a file there is a leftover of a killed run of
         # this very lab: stale, and ours to remove.
         with contextlib.suppress(FileNotFoundError):
@@ -333,9 +337,10 @@ class Daemons:
         state_dir = workdir / "state"
         argv = [*wrapper, str(LINKGUARDD), "--config", str(config_path), "--shm-path",
                 str(shm_path), "--grpc-socket", str(grpc_socket), "--grpc-ro-socket",
-                str(grpc_ro_socket), "--state-dir", str(state_dir), "--metrics-address", "", *args]
+                str(grpc_ro_socket), "--state-dir", str(state_dir), "--metrics-address", "",
+                "--plugin-verdict-socket", str(verdict_socket), *args]
         daemon = Daemon(lab, host, workdir, argv, shm_path, config_path, grpc_socket,
-                        grpc_ro_socket, state_dir)
+                        grpc_ro_socket, state_dir, verdict_socket)
         daemon.write_config(config or {})
         self.started.append(daemon)
         return daemon.start(timeout_s)

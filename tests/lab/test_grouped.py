@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from daemon_fixture import Daemons
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -14,8 +14,10 @@ from __future__ import annotations
 import grp
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -158,6 +160,36 @@ def test_a_directory_mount_follows_a_daemon_restart_and_file_mounts_pin_the_old_
 
     d.stop()  # SIGTERM: the directory pod sees the file go, as a plugin would
     assert by_dir.run("test", "-e", POD_RUN / FILES[0]).returncode != 0
+
+
+def test_a_pods_plugin_reports_through_the_read_only_mount_as_any_user(
+        lab: Lab, daemons: Daemons, pods: Callable[[Path, bool], Pod]) -> None:
+    """sendto() on a socket needs write permission on the socket file, not a writable mount:
+    a job's verdict reaches the daemon through the pod's read-only view, from a user that is
+    neither root nor in any linkguard group, and the kernel names that user."""
+    d = daemons.start(lab, "a", *FAST, run_dir=True)
+    pod = pods(d.shm_path.parent, False)
+    write = pod.run("sh", "-c", f"echo x > {POD_RUN / 'x'}")
+    assert write.returncode != 0 and "Read-only file system" in write.stderr
+    # A copy that user 65534 can run wherever the checkout lives (a home directory is 0700).
+    tools = Path(tempfile.mkdtemp(prefix="lgv-", dir="/tmp"))
+    try:
+        tools.chmod(0o755)
+        send = shutil.copy(c_tool("lg_verdict_send"), tools)
+        sent = pod.run("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--",
+                       send, "--socket", POD_RUN / d.verdict_socket.name, "--for-ms", "700",
+                       "rail1", "stalled")
+    finally:
+        shutil.rmtree(tools)
+    assert sent.returncode == 0, sent.stderr
+    out = subprocess.run([str(CLI), "--socket", str(d.grpc_ro_socket), "status", "--json"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    nics = {n["name"]: n for n in json.loads(out.stdout)["nics"]}
+    (verdict,) = nics["rail1"]["plugin_verdicts"]
+    assert (verdict["verdict"], verdict["uid"], verdict["for_ms"]) == ("stalled", 65534, 700)
+    assert verdict["pid"] > 0 and nics["rail1"]["state"] == "UP" and not nics["rail0"][
+        "plugin_verdicts"]
+    d.stop()
 
 
 def cap_mask(names: set[str]) -> int:

@@ -8,7 +8,8 @@ the RDMA monitors and the inventory read the fixture tree, the PHY monitor asks 
 FEC or PHY statistics: no data), the DOM monitor reads spec-built
 EEPROM images (the only fake: no optical module here). One real fault, carrier lost on ib0
 (its peer set down)
-gives a transition and a detection latency. The scrape, with the values that depend on time
+gives a transition and a detection latency; one plugin verdict (lg_verdict_send, the plugin's
+own code) makes ib0 gray. The scrape, with the values that depend on time
 masked, must equal tests/unit/golden/metrics.txt (`pytest --update-golden` rewrites it), and
 the unmasked scrape must pass `promtool check metrics`. The fleet rules and dashboard are
 checked against this golden (tests/unit/test_fleet_prometheus.py).
@@ -21,6 +22,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -46,6 +48,7 @@ import dom_images
 
 pytestmark = pytest.mark.lab
 FIXTURE_SYS = Path(__file__).parents[1] / "fixtures" / "sys"
+REPO = Path(__file__).parents[2]
 NICS = ("ib0", "ens2np0", "eth4", "eth5")
 MODULES = {"ib0": dom_images.qsfp28(), "ens2np0": None, "eth4": dom_images.cmis_flat(),
            "eth5": dom_images.qsfp_dd()}
@@ -93,8 +96,16 @@ async def wait_until(pred: Callable[[], bool], what: str) -> None:
 
 
 def scrape_daemon(ns: str, tmp_path: Path) -> str:
+    socket_dir = tempfile.mkdtemp(prefix="lgme-", dir="/tmp")  # sun_path: 107 bytes at most
+    try:
+        return scrape_daemon_in(ns, tmp_path, f"{socket_dir}/verdict.sock")
+    finally:
+        shutil.rmtree(socket_dir)
+
+
+def scrape_daemon_in(ns: str, tmp_path: Path, verdict_socket: str) -> str:
     settings = Settings(interfaces=NICS, sysfs_root=str(FIXTURE_SYS), netns=ns,
-                        state_dir="",
+                        state_dir="", plugin_verdict_socket=verdict_socket,
                         shm_path=str(tmp_path / "shm"), metrics_address="127.0.0.1:0",
                         dom_interval_s=3600.0)  # one module read: its latched flags counted once
     ifnames, backups = resolve_nics(settings)  # pairing from the fixture's PCI topology
@@ -105,7 +116,10 @@ def scrape_daemon(ns: str, tmp_path: Path) -> str:
                 RdmaCountersMonitor(settings.sysfs_root, ifnames, settings.stats_interval_s),
                 PhyMonitor(ifnames, ns, settings.stats_interval_s),
                 DomMonitor(ifnames, ns, settings.dom_interval_s,
-                           page_reader=FakePageReader(MODULES))]
+                           page_reader=FakePageReader(MODULES)),
+                dict(MONITORS)["plugin_verdicts"](settings, ifnames)]
+    send = [str(REPO / "plugin" / "build" / "lg_verdict_send"), "--socket", verdict_socket,
+            "--for-ms", "812", "ib0", "stalled"]
 
     async def main() -> str:
         engine = Engine(settings, ifnames, backups, monitors)
@@ -117,6 +131,8 @@ def scrape_daemon(ns: str, tmp_path: Path) -> str:
             await wait_until(sampled, "the first counter samples")
             ip(ns, "link", "set", "pib0", "down")  # the fault: ib0 loses its carrier
             await wait_until(lambda: engine.nic("ib0").state == NicState.DOWN, "ib0 DOWN")
+            await asyncio.to_thread(subprocess.run, send, check=True, timeout=WAIT_S)
+            await wait_until(lambda: bool(engine.nic("ib0").plugin_verdicts), "ib0 reported")
             exporter = engine.exporter(MetricsExporter)
             assert exporter is not None and exporter.server is not None
             url = f"http://127.0.0.1:{exporter.server.port}/metrics"

@@ -17,6 +17,7 @@ UNIT = "linkguardd"
 RUN_DIR, STATE_DIR = "/run/linkguard", "/var/lib/linkguard"
 ADMIN_SOCK, RO_SOCK, SHM = f"{RUN_DIR}/linkguard.sock", f"{RUN_DIR}/linkguard-ro.sock", \
     f"{RUN_DIR}/linkguard.shm"
+VERDICT_SOCK = f"{RUN_DIR}/linkguard-verdict.sock"  # jobs' plugins report gray NICs here
 VENV_PYTHON = "/usr/local/lib/linkguard/venv/bin/python"
 LAB_TOOL = "/usr/local/lib/linkguard/venv/bin/linkguard-lab"  # in the wheel, not on PATH
 # What the plugin sees: the C reader it shares with linkguardd's ShmReader.
@@ -78,13 +79,14 @@ def test_sysusers_groups_directories_sockets_and_control_file(machine: Machine) 
     groups = machine.run("getent", "group", "linkguard", "linkguard-admin").stdout
     assert [g.split(":")[0] for g in groups.splitlines()] == ["linkguard", "linkguard-admin"]
     stat = {path: machine.run("stat", "-c", "%U %G %a %F", path).stdout.strip()
-            for path in (RUN_DIR, STATE_DIR, ADMIN_SOCK, RO_SOCK, SHM)}
+            for path in (RUN_DIR, STATE_DIR, ADMIN_SOCK, RO_SOCK, SHM, VERDICT_SOCK)}
     assert stat == {
         RUN_DIR: "root root 755 directory",
         STATE_DIR: "root root 755 directory",
         ADMIN_SOCK: "root linkguard-admin 660 socket",
         RO_SOCK: "root linkguard 660 socket",
         SHM: "root root 644 regular file",
+        VERDICT_SOCK: "root root 666 socket",
     }
     nccl = machine.run("cat", "/etc/nccl.conf").stdout
     assert "NCCL_NET_PLUGIN=linkguard" in nccl.splitlines()

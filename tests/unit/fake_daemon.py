@@ -21,9 +21,10 @@ from typing import Any, Self
 
 from linkguardd.api import ApiServer, DaemonIdentity
 from linkguardd.dom.common import ModuleDiagnostics
+from linkguardd.facts import PluginVerdictFact
 from linkguardd.monitors.base import MonitorHealth
 from linkguardd.states import NicState, Reason
-from linkguardd.view import EventView, NicView, UnknownNic
+from linkguardd.view import EventView, NicView, PluginVerdictView, UnknownNic
 
 BOOT_UNIX = 1_700_000_000.0  # 2023-11-14T22:13:20Z: the fake host's wall clock at monotonic 0
 NOW_NS = 7_200 * 10**9  # the fake's "now" on CLOCK_MONOTONIC: two hours after boot
@@ -55,8 +56,17 @@ def qsfp28(rx_power_w: tuple[float, ...] = (0.00071, 0.00068, 0.00074, 0.00070),
         rx_power_type="average", thresholds=QSFP28_THRESHOLDS, flags=flags)
 
 
+# A job on rail0 saw one of its flows stall (the daemon saw nothing: rail0 stays UP).
+STALLED = PluginVerdictView(
+    PluginVerdictFact("rail0", NOW_NS - 5 * 10**9, "stalled", pid=31337, uid=1000, for_ms=812,
+                      conn=0xC0FFEE, peer="198.18.1.2:40001"),
+    first_unix=BOOT_UNIX + 7_190, last_unix=BOOT_UNIX + 7_195, reports=2,
+    expires_unix=BOOT_UNIX + 7_495)
+
+
 def default_nics() -> list[NicView]:
-    """rail0 healthy with an optic; rail1 DEGRADED by a weak lane; rail2 DOWN, no module."""
+    """rail0 healthy with an optic, but a job reports it stalled; rail1 DEGRADED by a weak lane;
+    rail2 DOWN, no module."""
     weak = qsfp28((0.00069, 0.00008, 0.00072, 0.00071), frozenset({"rx_power_low_warning[2]"}),
                   serial="FS2231A0043")
     counters = {"rx_crc_errors": 0, "rx_frame_errors": 0, "rx_missed_errors": 3, "rx_errors": 3,
@@ -64,7 +74,7 @@ def default_nics() -> list[NicView]:
     return [
         NicView("rail0", NicState.UP, Reason.STARTUP, "rail1", True, True, "UP", 100000, 1,
                 60 * 10**9, BOOT_UNIX + 60, dict(counters, carrier_changes=2), "ok", (), (),
-                qsfp28(), rdma_device="mlx5_0"),
+                qsfp28(), rdma_device="mlx5_0", plugin_verdicts=(STALLED,)),
         NicView("rail1", NicState.DEGRADED, Reason.DOM_WARNING, "rail0", True, True, "UP",
                 100000, 3, NOW_NS - 754 * 10**9, BOOT_UNIX + 7_200 - 754,
                 dict(counters, rx_crc_errors=41, carrier_changes=6, symbol_error=3402,
@@ -97,6 +107,8 @@ class FakeDaemon:
         self._seq = 0
         self.monotonic_ns = NOW_NS
         self.heartbeat_age = 0.042
+        self.verdicts_accepted: dict[tuple[str, str], int] = {}
+        self.verdicts_rejected: dict[str, int] = {}
         # called inside subscribe(), e.g. to publish an event between a watcher's subscribe and
         # its history read (the race the API must close)
         self.on_subscribe: Callable[[], object] | None = None
@@ -159,6 +171,9 @@ class FakeDaemon:
 
     def heartbeat_age_s(self) -> float:
         return self.heartbeat_age
+
+    def plugin_verdict_counts(self) -> tuple[Mapping[tuple[str, str], int], Mapping[str, int]]:
+        return dict(self.verdicts_accepted), dict(self.verdicts_rejected)
 
     # --- fault injection ----------------------------------------------------------------------
     def inject_state(self, name: str, state: NicState, reason: Reason, detail: str = "",

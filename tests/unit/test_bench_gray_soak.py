@@ -11,14 +11,14 @@ from bench.gray_soak import count_lines
 
 LINES = [
     "[plugin INFO src/core.c:236] NET/linkguard: send conn 0a1b on dev 0: 2 path(s), ...",
-    "[plugin INFO src/failover.c:470] NET/linkguard: recv conn 77aa: primary path on NIC rail0 "
-    "to 198.18.0.1:4000 stalled: message #12 got no data for 512 ms",
-    "[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: failover: primary path on "
-    "NIC rail0 -> backup path on NIC rail1 (peer declared the path failed); epoch 1",
-    "[plugin INFO src/failover.c:420] NET/linkguard: send conn 0a1b: primary path on NIC rail0 to "
-    "198.18.0.2:4000 is lossy: 2.4 % of 41.2 MB sent were retransmitted",
-    "[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: reintegrated: backup path on "
-    "NIC rail1 -> primary path on NIC rail0 (primary healthy again); epoch 2",
+    ("[plugin INFO src/failover.c:470] NET/linkguard: recv conn 77aa: primary path on NIC rail0 "
+    "to 198.18.0.1:4000 stalled: message #12 got no data for 512 ms"),
+    ("[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: failover: primary path on "
+    "NIC rail0 -> backup path on NIC rail1 (peer declared the path failed); epoch 1"),
+    ("[plugin INFO src/failover.c:420] NET/linkguard: send conn 0a1b: primary path on NIC rail0 to "
+    "198.18.0.2:4000 is lossy: 2.4 % of 41.2 MB sent were retransmitted"),
+    ("[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: reintegrated: backup path on "
+    "NIC rail1 -> primary path on NIC rail0 (primary healthy again); epoch 2"),
 ]
 
 

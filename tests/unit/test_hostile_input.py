@@ -4,7 +4,8 @@ values arrive, each raises only its documented error, never anything else.
 - the config loader (TOML files and flag/environment overrides): ConfigError, naming the key;
 - the rtnetlink decoder (datagrams from the kernel): no exception at all, every message and
   attribute it yields lies inside the datagram and inside its own message;
-- gRPC requests to the real API server: only documented status codes, each with a message.
+- gRPC requests to the real API server: only documented status codes, each with a message;
+- plugin verdict datagrams (any local user can send one): a valid fact or Rejected.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 from linkguardd.monitors import rtnl
 from linkguardd.settings import ConfigError, Settings, build_settings, load_config
+from linkguardd.verdicts import wire as verdict_wire
 
 KEYS = [f.name for f in dataclasses.fields(Settings)]
 
@@ -226,3 +228,32 @@ def test_any_watch_request_gets_a_documented_answer(api_stub: pb_grpc.LinkguardS
         code = e.code()
         # A healthy watch simply runs until the client's deadline.
         assert code in ALLOWED | {grpc.StatusCode.DEADLINE_EXCEEDED}, (since, code, e.details())
+
+
+# ---- plugin verdict datagrams --------------------------------------------------------------
+
+VALID_VERDICT = verdict_wire.MAGIC + struct.pack("<HBB16sIIQQQ48s", 1, 2, 0, b"rail0", 812, 0,
+                                                 0, 0, 7, b"198.18.1.2:40001")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=verdict_wire.SIZE + 8)
+       | st.lists(st.tuples(st.integers(0, verdict_wire.SIZE - 1), st.integers(0, 255)),
+                  max_size=6).map(lambda edits: _edited(VALID_VERDICT, edits)))
+def test_any_verdict_datagram_decodes_or_is_rejected(data: bytes) -> None:
+    try:
+        fact = verdict_wire.decode(data, 4242, 1000, 1)
+    except verdict_wire.Rejected as exc:
+        assert exc.reason in verdict_wire.REJECT_REASONS and str(exc)
+        return
+    assert len(data) == verdict_wire.SIZE and data[:4] == verdict_wire.MAGIC
+    assert fact.verdict in verdict_wire.VERDICTS and fact.path in (0, 1)
+    assert 0 < len(fact.ifname) < 16 and fact.ifname.isprintable() and "/" not in fact.ifname
+    assert fact.peer.isprintable() and len(fact.peer) < 48 and fact.loss_ppm <= 1_000_000
+
+
+def _edited(data: bytes, edits: list[tuple[int, int]]) -> bytes:
+    out = bytearray(data)
+    for index, value in edits:
+        out[index] = value
+    return bytes(out)

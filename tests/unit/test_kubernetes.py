@@ -118,7 +118,7 @@ def test_the_configmap_is_a_valid_config_that_keeps_everything_in_the_run_dir() 
     s = daemonset_settings()
     assert os.path.dirname(s.shm_path) == RUN_DIR
     sockets = [spec.name for spec in SETTINGS if spec.name.endswith("socket")]
-    assert len(sockets) == 2 and all(os.path.dirname(getattr(s, n)) == RUN_DIR for n in sockets)
+    assert len(sockets) == 3 and all(os.path.dirname(getattr(s, n)) == RUN_DIR for n in sockets)
     assert s.metrics_address == "198.18.0.1:9846"
 
 

@@ -6,7 +6,8 @@ from typing import Any, cast
 
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguardd.states import REASON_TEXT, STATE_TEXT, NicState, Reason
-from linkguardd.view import EventView, NicView
+from linkguardd.verdicts.store import describe
+from linkguardd.view import EventView, NicView, PluginVerdictView
 
 LEVELS = ("high_alarm", "low_alarm", "high_warning", "low_warning")
 
@@ -81,10 +82,21 @@ def nic_message(nic: NicView, now_monotonic_ns: int) -> pb.Nic:
         state_text=state_text(nic.state),
         counter_rates=nic.counter_rates,
         counters_over=nic.counters_over,
+        plugin_verdicts=[plugin_verdict_message(v) for v in nic.plugin_verdicts],
     )
     if nic.speed_mbps is not None and nic.speed_mbps >= 0:
         msg.speed_mbps = nic.speed_mbps
     return msg
+
+
+def plugin_verdict_message(v: PluginVerdictView) -> pb.PluginVerdict:
+    f = v.fact
+    return pb.PluginVerdict(
+        verdict=f.verdict, pid=f.pid, uid=f.uid, path="backup" if f.path else "primary",
+        peer=f.peer, conn=f.conn, for_ms=f.for_ms, loss_ppm=f.loss_ppm,
+        rate_bytes_per_second=f.rate_bps, expected_bytes_per_second=f.expected_bps,
+        reports=v.reports, first_unix=v.first_unix, last_unix=v.last_unix,
+        expires_unix=v.expires_unix, detail=describe(f))
 
 
 def event_message(event: EventView) -> pb.Event:

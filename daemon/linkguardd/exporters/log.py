@@ -9,7 +9,7 @@ import logging
 
 from linkguardd.exporters.base import EngineState, Update
 from linkguardd.logs import kv
-from linkguardd.states import NicState, Reason
+from linkguardd.states import NOTE_REASONS, NicState, Reason
 from linkguardd.view import EventView
 
 log = logging.getLogger("linkguardd.transition")
@@ -43,5 +43,9 @@ class LogExporter:
 
     def export(self, update: Update) -> None:
         for ev in update.events():
+            if ev.reason in NOTE_REASONS:  # a job's plugin reported the NIC gray, or no more
+                level = logging.WARNING if ev.reason == Reason.PLUGIN_VERDICT else logging.INFO
+                log.log(level, "plugin verdict", extra=kv(**transition_fields(ev)))
+                continue
             level = logging.WARNING if ev.new_state in WARNING_STATES else logging.INFO
             log.log(level, "transition", extra=kv(**transition_fields(ev)))

@@ -9,7 +9,7 @@ import logging
 from linkguardd.exporters.base import EngineState, Update
 from linkguardd.metrics import Metrics
 from linkguardd.metrics_server import MetricsError, MetricsServer
-from linkguardd.states import NicState
+from linkguardd.states import NOTE_REASONS, NicState
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ class MetricsExporter:
     def export(self, update: Update) -> None:
         seconds = update.detection_ns / 1e9
         for ev in update.events():
+            if ev.reason in NOTE_REASONS:  # no state change: counted by plugin_verdicts_total
+                continue
             # a NIC's first state is found, not detected: it stays out of the latency
             found = ev.old_state == NicState.UNKNOWN
             self.metrics.observe_transition(ev.nic, ev.new_state, ev.reason, update.monitor,

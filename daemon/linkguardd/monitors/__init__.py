@@ -41,6 +41,12 @@ def _dom(s: Settings, nics: Sequence[str]) -> Monitor:
     return DomMonitor(list(nics), netns=s.netns or None, interval_s=s.dom_interval_s)
 
 
+def _plugin_verdicts(s: Settings, nics: Sequence[str]) -> Monitor:
+    from linkguardd.monitors.plugin_verdicts import PluginVerdictMonitor
+
+    return PluginVerdictMonitor(s.plugin_verdict_socket, nics)
+
+
 # (module name, factory): the engine starts them in this order and stops them in reverse.
 MONITORS: tuple[tuple[str, Callable[[Settings, Sequence[str]], Monitor]], ...] = (
     ("netlink", _netlink),
@@ -48,6 +54,7 @@ MONITORS: tuple[tuple[str, Callable[[Settings, Sequence[str]], Monitor]], ...] =
     ("rdma_counters", _rdma_counters),
     ("phy", _phy),
     ("dom", _dom),
+    ("plugin_verdicts", _plugin_verdicts),
 )
 
 

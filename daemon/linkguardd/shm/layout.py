@@ -94,7 +94,7 @@ LG_NIC_F_ADMIN_UP = 1 << 2
 LG_NIC_F_RDMA = 1 << 3
 LG_NO_BACKUP = -1
 LG_NIC_STATE_COUNT = 6
-LG_REASON_COUNT = 17
+LG_REASON_COUNT = 19
 
 
 class ShmStatus(enum.IntEnum):

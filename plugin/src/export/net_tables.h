@@ -86,15 +86,14 @@ static ncclResult_t lg_x_finalize(void *ctx)
 
 static ncclResult_t lg_x_listen_ctx(void *ctx, int dev, void *handle, void **lcomm)
 {
-    (void)ctx;
-    return lg_core_listen(dev, handle, lcomm);
+    return lg_core_listen_ctx(ctx, dev, handle, lcomm);
 }
 
 static ncclResult_t lg_x_connect_ctx(void *ctx, int dev, void *handle, void **scomm,
                                      ncclNetDeviceHandle_v12_t **devc)
 {
-    (void)ctx, (void)devc;
-    return lg_core_connect(dev, handle, scomm);
+    (void)devc;
+    return lg_core_connect_ctx(ctx, dev, handle, scomm);
 }
 
 static ncclResult_t lg_x_isend_ph(void *scomm, void *data, size_t size, int tag, void *mh,

@@ -1,0 +1,163 @@
+"""PluginVerdictMonitor: the unix datagram socket on which jobs' NCCL plugins report what they
+judged about a NIC (plugin/src/verdict.h), turned into PluginVerdictFacts.
+
+Who may send: anyone on the host (the socket is 0666, and pods reach it through their
+read-only mount of /run/linkguard: connect/sendto on a socket needs no writable mount). So the
+kernel says who sent each datagram (SO_PASSCRED: pid and uid, in the daemon's namespaces),
+each uid has a token bucket, every field is validated (verdicts/wire.py), and a rejected
+datagram is counted (a PluginVerdictRejectedFact) and logged at most once a minute. The loop
+never blocks on it: the socket is non-blocking and each wake-up reads a bounded batch.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+import struct
+import time
+from collections.abc import Callable, Sequence
+
+from linkguardd.facts import PluginVerdictRejectedFact
+from linkguardd.monitors.base import FactSink, MonitorHealth
+from linkguardd.verdicts.wire import SIZE, Rejected, decode
+
+log = logging.getLogger(__name__)
+
+BATCH = 64  # datagrams per wake-up, then the loop runs other work
+# Per uid: one process per GPU reporting each (NIC, kind) at most once a second (the plugin's
+# limit) is well under 64/s; a burst of 128 covers every rank reporting one fault at once.
+RATE_PER_S = 64.0
+BURST = 128.0
+MAX_SENDERS = 1024  # uids with a bucket; the least recently seen goes first
+REJECT_LOG_INTERVAL_S = 60.0
+_CREDS = struct.Struct("iII")  # struct ucred: pid, uid, gid (socket(7) SCM_CREDENTIALS)
+
+
+class PluginVerdictMonitor:
+    """Monitor "plugin_verdicts"; `path` "" disables it (no socket)."""
+
+    name = "plugin_verdicts"
+
+    def __init__(self, path: str, interfaces: Sequence[str],
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.path = path
+        self.interfaces = frozenset(interfaces)
+        self.clock = clock
+        self.health = MonitorHealth()
+        self._sock: socket.socket | None = None
+        self._sink: FactSink | None = None
+        self._buckets: dict[int, tuple[float, int]] = {}  # uid -> (tokens, at_ns)
+        self._unlogged: dict[str, int] = {}  # rejections since the last log line
+        self._logged_ns = 0
+
+    async def start(self, sink: FactSink) -> None:
+        self._sink = sink
+        if not self.path:
+            return
+        try:
+            self._sock = self._bind()
+        except OSError as exc:  # no verdicts: failover never depends on them
+            self.health.fail(f"{self.path}: {exc.strerror or exc}")
+            log.error("plugin verdicts not received: cannot bind %s: %s", self.path,
+                      exc.strerror or exc)
+            return
+        asyncio.get_running_loop().add_reader(self._sock.fileno(), self.read_batch)
+
+    async def stop(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        with contextlib.suppress(ValueError, RuntimeError):  # loop closing: nothing to remove
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+        sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def _bind(self) -> socket.socket:
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                raise OSError(0, "exists and is not a socket: not removing it")
+            if _bound(self.path):  # a second daemon must not steal a live one's socket
+                raise OSError(0, "another process receives verdicts there")
+            os.unlink(self.path)  # a stale socket of an earlier daemon
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
+                             | socket.SOCK_CLOEXEC)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            sock.bind(self.path)
+            os.chmod(self.path, 0o666)  # any job's user may report; the kernel names the sender
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    # ---- receiving -----------------------------------------------------------------------
+    def read_batch(self) -> int:
+        """Reads what is queued, at most BATCH datagrams; returns how many were read."""
+        n = 0
+        while self._sock is not None and n < BATCH:
+            try:
+                data, ancillary, _, _ = self._sock.recvmsg(SIZE + 1,
+                                                           socket.CMSG_SPACE(_CREDS.size))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self.health.fail(f"recvmsg: {exc}")
+                break
+            n += 1
+            self._take(data, ancillary)
+        return n
+
+    def _take(self, data: bytes, ancillary: list[tuple[int, int, bytes]]) -> None:
+        assert self._sink is not None
+        now = self.clock()
+        pid = uid = -1
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and \
+                    len(payload) >= _CREDS.size:
+                pid, uid, _ = _CREDS.unpack_from(payload)
+        try:
+            if uid < 0:
+                raise Rejected("no_credentials", "the kernel gave no sender credentials")
+            if not self._allow(uid, now):
+                raise Rejected("rate_limited", f"uid {uid} sends more than {RATE_PER_S:g}/s")
+            fact = decode(data, pid, uid, now)
+            if fact.ifname not in self.interfaces:
+                raise Rejected("unknown_nic", f"{fact.ifname} is not a monitored NIC")
+        except Rejected as exc:
+            self._sink(PluginVerdictRejectedFact(exc.reason, pid, uid, now))
+            self._log_rejection(exc, pid, uid, now)
+            return
+        self._sink(fact)
+
+    def _allow(self, uid: int, now: int) -> bool:
+        tokens, at = self._buckets.pop(uid, (BURST, now))
+        tokens = min(BURST, tokens + (now - at) / 1e9 * RATE_PER_S)
+        if len(self._buckets) >= MAX_SENDERS:
+            del self._buckets[next(iter(self._buckets))]  # dict order: least recently seen
+        self._buckets[uid] = (tokens - 1 if tokens >= 1 else tokens, now)
+        return tokens >= 1
+
+    def _log_rejection(self, exc: Rejected, pid: int, uid: int, now: int) -> None:
+        self._unlogged[exc.reason] = self._unlogged.get(exc.reason, 0) + 1
+        if self._logged_ns and now - self._logged_ns < REJECT_LOG_INTERVAL_S * 1e9:
+            return
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(self._unlogged.items()))
+        log.warning("plugin verdict datagrams rejected (%s; at most one such line a minute); "
+                    "the last from pid %d uid %d: %s", counts, pid, uid, exc)
+        self._unlogged.clear()
+        self._logged_ns = now
+
+
+def _bound(path: str) -> bool:
+    """Whether a live socket is bound at `path` (a stale file refuses connect())."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+        return True

@@ -1,0 +1,330 @@
+"""Jobs' verdicts on NICs (issue #12): the plugin's C encoder through a real unix datagram socket
+into the daemon's decoder, the receiving monitor (credentials, rate limit, garbage), the store
+(first report, more reporters, healthy again, expiry, bounds), and the engine showing them in
+the NIC view, the history and /metrics without changing any NIC's state.
+(tests/unit/test_hostile_input.py fuzzes the decoder; tests/lab/test_plugin_verdicts.py has the
+real stall.)"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_exporters import settings_in
+
+from linkguardd.engine import Engine
+from linkguardd.exporters.history import HistoryExporter
+from linkguardd.exporters.metrics import MetricsExporter
+from linkguardd.facts import LinkFact, PluginVerdictFact, PluginVerdictRejectedFact
+from linkguardd.monitors import plugin_verdicts
+from linkguardd.monitors.plugin_verdicts import PluginVerdictMonitor
+from linkguardd.states import NicState, Reason
+from linkguardd.verdicts import wire
+from linkguardd.verdicts.store import MAX_REPORTERS, VerdictStore
+
+PLUGIN = Path(__file__).resolve().parents[2] / "plugin"
+SEND = PLUGIN / "build" / "lg_verdict_send"
+S = 1_000_000_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    subprocess.run(["make", "-s", "-C", str(PLUGIN), "build/lg_verdict_send"], check=True)
+
+
+@pytest.fixture
+def sock_path(tmp_path: Path) -> Iterator[str]:
+    path = f"/tmp/lgv-{os.getpid()}-{tmp_path.name[-20:]}.sock"  # sun_path: 107 bytes at most
+    yield path
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def send(path: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SEND), "--socket", path, *args], capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+def fact(nic: str = "rail0", verdict: str = "stalled", pid: int = 100, at_s: float = 0,
+         **kw: int | str) -> PluginVerdictFact:
+    return PluginVerdictFact(nic, int(at_s * S), verdict, pid, 1000, **kw)  # type: ignore[arg-type]
+
+
+# ---- the datagram ------------------------------------------------------------------------------
+def test_the_c_encoder_round_trips_through_the_daemon_decoder(sock_path: str) -> None:
+    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    rx.bind(sock_path)
+    rx.settimeout(10)
+    with rx:
+        tool = subprocess.Popen([str(SEND), "--socket", sock_path, "--path", "1", "--for-ms",
+                                 "4000000000", "--loss-ppm", "20000", "--rate", str(2**63 + 5),
+                                 "--expected", "12500000000", "--conn", "0xc0ffee", "--peer",
+                                 "[fd00::1]:40001", "rail12", "lossy"])
+        assert tool.wait(timeout=30) == 0
+        data, anc, _, _ = rx.recvmsg(wire.SIZE + 1, socket.CMSG_SPACE(12))
+    pid, uid, _gid = (int.from_bytes(anc[0][2][i:i + 4], "little") for i in (0, 4, 8))
+    got = wire.decode(data, pid, uid, 7)
+    assert got == PluginVerdictFact(
+        "rail12", 7, "lossy", tool.pid, os.getuid(), path=1, for_ms=4_000_000_000,
+        loss_ppm=20_000, rate_bps=2**63 + 5, expected_bps=12_500_000_000, conn=0xC0FFEE,
+        peer="[fd00::1]:40001")
+
+
+def test_the_send_tool_says_why_nothing_went_out(sock_path: str) -> None:
+    res = send(sock_path, "rail0", "stalled")
+    assert res.returncode == 1 and "no daemon listening" in res.stderr
+    for args, message in ((["rail0", "sideways"], "unknown verdict 'sideways'"),
+                          (["--path", "2", "rail0", "slow"], "bad value"),
+                          (["rail0"], "usage")):
+        res = send(sock_path, *args)
+        assert res.returncode == 2 and message in res.stderr, res.stderr
+
+
+GOOD = wire.MAGIC + bytes([1, 0, 2, 0]) + b"rail0".ljust(16, b"\0") + bytes(32) + \
+    b"198.18.1.2:40001".ljust(48, b"\0")
+
+
+def edit(offset: int, raw: bytes) -> bytes:
+    return GOOD[:offset] + raw + GOOD[offset + len(raw):]
+
+
+@pytest.mark.parametrize("data, reason, words", [
+    (GOOD[:-1], "bad_size", "103 bytes"),
+    (GOOD + b"\0", "bad_size", "105 bytes"),
+    (edit(0, b"LGVX"), "bad_magic", "magic"),
+    (edit(4, b"\x02\x00"), "bad_version", "version 2"),
+    (edit(6, b"\x09"), "bad_field", "unknown verdict 9"),
+    (edit(7, b"\x02"), "bad_field", "path: 2"),
+    (edit(8, b"rail0/x\0"), "bad_field", "nic"),
+    (edit(8, b"ra:l0\0"), "bad_field", "nic"),
+    (edit(8, b"\0" * 16), "bad_field", "nic"),
+    (edit(8, b"r" * 16), "bad_field", "NUL"),
+    (edit(8, b"ra\0l0"), "bad_field", "NUL"),
+    (edit(8, b"r\xe4il\0"), "bad_field", "ASCII"),
+    (edit(28, (1_000_001).to_bytes(4, "little")), "bad_field", "100 %"),
+    (edit(56, b"198.18.1.2 ; rm\0"), "bad_field", "peer"),
+])
+def test_each_bad_field_is_rejected_by_name(data: bytes, reason: str, words: str) -> None:
+    assert wire.decode(GOOD, 1, 2, 3).ifname == "rail0"
+    with pytest.raises(wire.Rejected, match=words) as exc:
+        wire.decode(data, 1, 2, 3)
+    assert exc.value.reason == reason
+
+
+# ---- the store ---------------------------------------------------------------------------------
+def test_a_nic_turns_gray_at_the_first_report_and_clears_with_the_last() -> None:
+    store = VerdictStore(60, ["rail0", "rail1"])
+    (note,) = store.report(fact(pid=1, for_ms=812, peer="198.18.1.2:1"))
+    assert note.reason == Reason.PLUGIN_VERDICT and note.ifname == "rail0"
+    assert note.detail == "stalled for 812 ms (pid 1 uid 1000, primary path to 198.18.1.2:1)"
+    assert store.report(fact(pid=2, at_s=1)) == []  # already gray: no second event
+    assert store.report(fact(pid=1, at_s=2)) == []  # a repeat refreshes
+    assert [r.fact.pid for r in store.reports("rail0")] == [1, 2]  # newest first
+    assert store.reports("rail0")[0].count == 2
+    assert store.report(fact(pid=1, verdict="healthy", at_s=3)) == []  # pid 2 still says so
+    (cleared,) = store.report(fact(pid=2, verdict="healthy", at_s=4))
+    assert cleared.reason == Reason.PLUGIN_VERDICT_CLEARED and not store.gray("rail0")
+    assert store.report(fact(pid=3, verdict="healthy")) == []  # healthy of a clean NIC
+    assert store.report(fact("eth9")) == [] and not store.gray("eth9")  # not monitored
+    assert store.accepted == {("rail0", "stalled"): 3, ("rail0", "healthy"): 3}
+
+
+def test_reports_expire_and_the_nic_clears_once() -> None:
+    store = VerdictStore(60, ["rail0"])
+    store.report(fact(pid=1, at_s=0))
+    store.report(fact(pid=2, at_s=30, verdict="slow", rate_bps=10**8, expected_bps=10**9))
+    assert store.next_expiry_ns() == 60 * S
+    assert store.expire(60 * S - 1) == []
+    assert store.expire(60 * S) == [] and [r.fact.pid for r in store.reports("rail0")] == [2]
+    assert store.next_expiry_ns() == 90 * S
+    (note,) = store.expire(90 * S)
+    assert note.reason == Reason.PLUGIN_VERDICT_CLEARED
+    assert note.detail.startswith("no report for 60 s; the last: slow 0.8 of 8 Gbit/s (pid 2")
+    assert store.next_expiry_ns() is None and store.expire(10**6 * S) == []
+
+
+def test_memory_is_bounded_whatever_local_users_send() -> None:
+    store = VerdictStore(60, ["rail0"])
+    for pid in range(MAX_REPORTERS + 50):
+        store.report(fact(pid=pid, at_s=pid))
+    pids = [r.fact.pid for r in store.reports("rail0")]
+    assert len(pids) == MAX_REPORTERS and min(pids) == 50  # the stalest went first
+    store.configure(120, ["rail1"])
+    assert store.reports("rail0") == [] and store.ttl_ns == 120 * S
+
+
+# ---- the monitor -------------------------------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10 * S
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def run_monitor(path: str, steps: list[tuple[str, ...] | bytes], clock: Clock | None = None
+                ) -> tuple[list[object], PluginVerdictMonitor]:
+    """Starts the monitor on `path`, sends each step (lg_verdict_send args, or raw bytes from
+    this process), reads what arrived, stops."""
+    facts: list[object] = []
+    monitor = PluginVerdictMonitor(path, ["rail0", "rail1"], clock or Clock())
+
+    async def main() -> None:
+        await monitor.start(facts.append)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as tx:
+                for step in steps:
+                    if isinstance(step, bytes):
+                        tx.sendto(step, path)
+                    else:
+                        assert (await asyncio.to_thread(send, path, *step)).returncode == 0
+                    monitor.read_batch()  # what the loop's reader does (the queue is short)
+        finally:
+            await monitor.stop()
+
+    asyncio.run(main())
+    return facts, monitor
+
+
+def test_the_monitor_takes_verdicts_with_the_kernels_credentials(sock_path: str) -> None:
+    facts, monitor = run_monitor(sock_path, [("--for-ms", "900", "rail1", "stalled"),
+                                             b"garbage", ("eth7", "slow"), GOOD])
+    assert monitor.health.success and not os.path.exists(sock_path)  # removed at stop
+    kinds = [(type(f).__name__, getattr(f, "ifname", getattr(f, "reason", ""))) for f in facts]
+    assert kinds == [("PluginVerdictFact", "rail1"),
+                     ("PluginVerdictRejectedFact", "bad_size"),
+                     ("PluginVerdictRejectedFact", "unknown_nic"),
+                     ("PluginVerdictFact", "rail0")]
+    first, last = facts[0], facts[3]
+    assert isinstance(first, PluginVerdictFact) and first.for_ms == 900
+    assert first.uid == os.getuid() and first.pid not in (0, os.getpid())  # the tool's pid
+    assert isinstance(last, PluginVerdictFact) and last.pid == os.getpid()
+
+
+def test_the_socket_is_writable_by_every_user_and_replaces_a_stale_one(sock_path: str) -> None:
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    stale.bind(sock_path)  # what a killed daemon leaves behind
+    stale.close()
+    modes = []
+
+    async def main() -> None:
+        monitor = PluginVerdictMonitor(sock_path, ["rail0"])
+        await monitor.start(lambda f: None)
+        modes.append(os.stat(sock_path).st_mode)
+        await monitor.stop()
+
+    asyncio.run(main())
+    assert stat.S_ISSOCK(modes[0]) and stat.S_IMODE(modes[0]) == 0o666
+
+
+def test_a_file_in_the_way_is_left_alone_and_the_daemon_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "verdict.sock"
+    path.write_text("not mine")
+    monitor = PluginVerdictMonitor(str(path), ["rail0"])
+    asyncio.run(monitor.start(lambda f: None))
+    assert not monitor.health.success and "not a socket" in monitor.health.last_error
+    assert path.read_text() == "not mine"
+    asyncio.run(monitor.stop())
+
+
+def test_a_second_daemon_does_not_steal_a_live_socket(sock_path: str) -> None:
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    live.bind(sock_path)
+    with live:
+        monitor = PluginVerdictMonitor(sock_path, ["rail0"])
+        asyncio.run(monitor.start(lambda f: None))
+        assert not monitor.health.success and "another process" in monitor.health.last_error
+        assert send(sock_path, "rail0", "stalled").returncode == 0
+        assert len(live.recv(wire.SIZE + 1)) == wire.SIZE  # still the first one's
+        asyncio.run(monitor.stop())
+        assert stat.S_ISSOCK(os.stat(sock_path).st_mode)  # and left in place
+
+
+def test_a_sender_over_its_rate_is_cut_off_until_its_bucket_refills(sock_path: str) -> None:
+    clock = Clock()  # frozen: no refill while the burst arrives
+    extra = 5
+    facts, _ = run_monitor(sock_path, [GOOD] * (int(plugin_verdicts.BURST) + extra), clock)
+    rejected = [f for f in facts if isinstance(f, PluginVerdictRejectedFact)]
+    assert len(facts) - len(rejected) == plugin_verdicts.BURST
+    assert [f.reason for f in rejected] == ["rate_limited"] * extra
+    clock.now += S  # one second later: RATE_PER_S more
+    facts, _ = run_monitor(sock_path, [GOOD], clock)
+    assert [type(f) for f in facts] == [PluginVerdictFact]
+
+
+# ---- the engine ------------------------------------------------------------------------------
+def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
+        tmp_path: Path) -> None:
+    clock = Clock()
+
+    async def main() -> dict[str, object]:
+        engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [], clock=clock)
+        await engine.start()
+        try:
+            for nic in ("rail0", "rail1"):
+                engine.on_fact(LinkFact(nic, clock.now, admin_up=True, carrier=True,
+                                        operstate="UP"), "netlink")
+            clock.now += 10 * S  # past the hold-down: both UP
+            engine._on_deadline()
+            before = engine.nic("rail0")
+            engine.on_fact(fact(pid=7, at_s=10, for_ms=600), "plugin_verdicts")
+            engine.on_fact(fact(pid=8, at_s=11), "plugin_verdicts")
+            engine.on_fact(PluginVerdictRejectedFact("bad_magic", 9, 1000, clock.now))
+            gray = engine.nic("rail0")
+            metrics = engine.exporter(MetricsExporter)
+            assert metrics is not None
+            scrape = metrics.metrics.render()[0].decode()
+            clock.now += 300 * S  # the default time to live
+            engine._on_deadline()  # what the loop's timer does at the expiry
+            history = engine.exporter(HistoryExporter)
+            assert history is not None
+            return {"before": before, "gray": gray, "after": engine.nic("rail0"),
+                    "scrape": scrape, "events": history.since(0)}
+        finally:
+            await engine.stop()
+
+    got = asyncio.run(main())
+    before, gray, after = got["before"], got["gray"], got["after"]
+    assert gray.state == before.state == after.state == NicState.UP  # type: ignore[attr-defined]
+    assert gray.epoch == before.epoch  # type: ignore[attr-defined]
+    assert [v.fact.pid for v in gray.plugin_verdicts] == [8, 7]  # type: ignore[attr-defined]
+    assert after.plugin_verdicts == ()  # type: ignore[attr-defined]
+    notes = [e for e in got["events"] if e.old_state == e.new_state]  # type: ignore[attr-defined]
+    assert [(e.nic, Reason(e.reason).name) for e in notes] == [
+        ("rail0", "PLUGIN_VERDICT"), ("rail0", "PLUGIN_VERDICT_CLEARED")]
+    assert "stalled for 600 ms (pid 7 uid 1000" in notes[0].detail
+    scrape = str(got["scrape"])
+    assert 'linkguard_nic_plugin_gray_reporters{device="rail0"} 2.0' in scrape
+    assert 'linkguard_nic_plugin_gray_reporters{device="rail1"} 0.0' in scrape
+    assert 'linkguard_plugin_verdicts_total{device="rail0",verdict="stalled"} 2.0' in scrape
+    assert 'linkguard_plugin_verdicts_total{device="rail1",verdict="lossy"} 0.0' in scrape
+    assert 'linkguard_plugin_verdict_rejects_total{reason="bad_magic"} 1.0' in scrape
+    assert 'linkguard_transitions_total{device="rail0",state="up"} 1.0' in scrape  # not 2
+    assert before.state == NicState.UP  # type: ignore[attr-defined]
+
+
+def test_a_reload_keeps_the_reports_of_nics_still_monitored(tmp_path: Path) -> None:
+    async def main() -> tuple[int, int, float]:
+        settings = settings_in(tmp_path)
+        engine = Engine(settings, ["rail0", "rail1"], {}, [])
+        await engine.start()
+        try:
+            now_s = time.monotonic()  # the engine's clock: nothing expires during the test
+            engine.on_fact(fact("rail0", pid=7, at_s=now_s))
+            engine.on_fact(fact("rail1", pid=7, at_s=now_s))
+            fewer = dataclasses.replace(settings, interfaces=("rail0",), plugin_verdict_ttl_s=60)
+            await engine.reload(fewer, ["rail0"], {}, [])
+            return (len(engine.nic("rail0").plugin_verdicts), len(engine.verdicts.reports("rail1")),
+                    engine.verdicts.ttl_ns / S)
+        finally:
+            await engine.stop()
+
+    assert asyncio.run(main()) == (1, 0, 60.0)
