@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench import proc_usage, scale
+from bench import proc_usage, scale, scale_report
 from bench.scale_gaps import Window, comm_conns, per_connection, window_maxima
 
 MS = 1_000_000
@@ -144,13 +144,13 @@ def test_per_connection_cost_is_measured_against_a_one_connection_process() -> N
     cells = [cell(2, 1, fds=(10, 12), p99=5, control=5, standby=1, idle=0.0),
              cell(2, 256, fds=(10 + 255 * 6, 12 + 255 * 8), p99=80, control=40, standby=1,
                   idle=0.1)]
-    assert scale.per_conn(cells[1], cells, "fds", "a") == pytest.approx(6.0)
-    assert scale.per_conn(cells[1], cells, "fds", "b") == pytest.approx(8.0)
-    assert scale.per_conn(cells[1], cells, "rss_kib", "a") == pytest.approx(50.0)
-    assert scale.per_conn(cells[0], cells, "fds", "a") is None
+    assert scale_report.per_conn(cells[1], cells, "fds", "a") == pytest.approx(6.0)
+    assert scale_report.per_conn(cells[1], cells, "fds", "b") == pytest.approx(8.0)
+    assert scale_report.per_conn(cells[1], cells, "rss_kib", "a") == pytest.approx(50.0)
+    assert scale_report.per_conn(cells[0], cells, "fds", "a") is None
     # 10 % of a core for 512 connections: 1.95 % per 100.
-    assert scale.cpu_per_100(cells[1], "cpu_idle", "a") == pytest.approx(10 / 5.12)
-    table = scale.table(cells).splitlines()
+    assert scale_report.cpu_per_100(cells[1], "cpu_idle", "a") == pytest.approx(10 / 5.12)
+    table = scale_report.table(cells).splitlines()
     assert len(table) == 9 and table[4] == ""
     assert table[3].startswith("| 2 x 256 | 512 | 20000 | yes | 512 / 512 / 512 (of 512) | "
                                "40 / 80 / 80 | 20 / 40 / 40 | 40 |")
@@ -162,7 +162,7 @@ def test_goals_say_met_missed_or_not_measured() -> None:
     good = [cell(2, 1, fds=(10, 10), p99=5, control=5, standby=1, idle=0),
             cell(2, 256, fds=(10 + 255 * 4, 10 + 255 * 4), p99=80, control=40, standby=2.5,
                  idle=0.05)]
-    lines = scale.goals(good)
+    lines = scale_report.goals(good)
     assert lines[0].startswith("2 x 256: met")
     assert lines[1] == "8 x 32: not measured in this run"
     assert lines[2].endswith("met in every cell")
@@ -171,7 +171,7 @@ def test_goals_say_met_missed_or_not_measured() -> None:
     bad = [good[0], cell(2, 256, fds=(10 + 255 * 6, 10), p99=200, control=40, standby=None,
                          idle=0.5, lossless=False),
            cell(8, 32, fds=(10, 10), p99=100, control=90, standby=4.0, idle=0.01)]
-    lines = scale.goals(bad)
+    lines = scale_report.goals(bad)
     assert lines[0].startswith("2 x 256: MISSED: lossless no, gap p99 160 ms")
     assert lines[1].startswith("8 x 32: met")
     assert "MISSED in 2 x 256 (not all back), 8 x 32 (4.0 s)" in lines[2]
