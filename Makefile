@@ -11,7 +11,7 @@ FUZZ_SMOKE_SECONDS ?= 5
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab test-systemd \
         check-c check-san fuzz demo bench bench-failover bench-wrap bench-soak bench-gray \
-        bench-latency \
+        bench-latency bench-scale \
         gpu-prep gpu-check gpu-dry-run install wheelhouse constraints lint clean distclean
 
 all: build
@@ -109,6 +109,11 @@ bench-gray: build
 
 bench-soak: build
 	$(PY) -m bench.soak --faults 200
+
+# Many connections in many processes per host under one cut: gaps, standby time, descriptors,
+# memory and the plugin threads' CPU (BENCHMARKS.md "Scale"; `--quick` for a subset).
+bench-scale: build
+	$(PY) -m bench.scale --trials 2
 
 # Wrap mode: bandwidth and round trips against the inner plugin alone, the failover gaps and
 # the soak over it.

@@ -54,6 +54,7 @@ struct drv_opts {
     int progress_ms;    /* progress line on stderr every N ms (0: none) */
     int idle_us;        /* stream mode: sleep this long after a pass without progress */
     const char *gap_file; /* stream mode: every gap >= gap_list_ms, one line each */
+    double idle_s;      /* stream mode: >= 0: connections idle this long first (driver_idle.h) */
     int top_gaps;       /* how many of the largest gaps the report lists */
     uint64_t corrupt_at; /* --corrupt: the message index that gets a flipped byte */
     /* --corrupt-kind: 1 byte (flip one byte), 2 dup (send the previous message again),
@@ -136,6 +137,9 @@ static void usage(void)
             "                    shared CPUs spinning drivers starve the daemon)\n"
             "  [--progress-ms N] a progress line on stderr every N ms\n"
             "  [--top-gaps N<=64] [--gap-list-ms T]  largest gaps / every gap >= T ms\n"
+            "  [--idle-s S]      stream mode: connections set up and idle for up to S s\n"
+            "                    before the traffic (SIGUSR2 ends it; stderr lines\n"
+            "                    'connected t=..', 'traffic t=..')\n"
             "  [--gap-file PATH] stream mode: also write every gap >= T ms to PATH, one\n"
             "                    line each: comm start_ns end_ns open (no cap)\n"
             "  [--timestamps]    stamp the plugin's log lines with CLOCK_MONOTONIC seconds\n"
@@ -175,12 +179,12 @@ static void parse_args(int argc, char **argv)
         {"duration-s", 1, 0, 'S'}, {"pace-us", 1, 0, 'A'}, {"progress-ms", 1, 0, 'G'},
         {"top-gaps", 1, 0, 'K'}, {"gap-list-ms", 1, 0, 'M'}, {"timestamps", 0, 0, 'Z'},
         {"corrupt-kind", 1, 0, 'Y'}, {"eager-close", 0, 0, 'E'}, {"rounds", 1, 0, 'W'}, {"idle-us", 1, 0, 'U'}, {"gap-file", 1, 0, 'F'},
-        {"grouped", 0, 0, 'g'},
+        {"grouped", 0, 0, 'g'}, {"idle-s", 1, 0, 'J'},
         {0, 0, 0, 0}};
     struct drv_opts *o = &D.o;
     *o = (struct drv_opts){.plugin = "libnccl-net-linkguard.so", .conns = 1, .depth = 8,
                            .size = 1 << 20, .count = 0, .timeout = 120, .server = -1,
-                           .top_gaps = 10, .gap_list_ms = 5, .warmup = 100};
+                           .top_gaps = 10, .gap_list_ms = 5, .warmup = 100, .idle_s = -1};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -223,6 +227,7 @@ static void parse_args(int argc, char **argv)
         case 'U': o->idle_us = atoi(optarg); break;
         case 'F': o->gap_file = optarg; break;
         case 'g': o->grouped = 1; break;
+        case 'J': o->idle_s = atof(optarg); break;
         default: usage();
         }
     }
@@ -237,6 +242,7 @@ static void parse_args(int argc, char **argv)
         o->idle_us < 0 || o->idle_us > 100000 ||
         o->top_gaps > 64 || (o->duration > 0 && (o->pingpong || o->close_inflight)) ||
         o->rounds < 0 || o->rounds > 1000 ||
+        (o->idle_s >= 0 && (o->duration <= 0 || o->idle_s > 3600)) ||
         (o->rounds > 1 && (o->duration > 0 || o->pingpong || o->eager_close)) ||
         (o->grouped && (o->duration > 0 || o->pingpong || o->close_inflight || o->rounds > 1)))
         usage();
@@ -437,6 +443,7 @@ static int progress_comm(struct drv_comm *m)
 #include "driver_grouped.h"
 #include "driver_pingpong.h"
 #include "driver_stream.h"
+#include "driver_idle.h"
 
 static void run(double deadline)
 {
@@ -623,6 +630,8 @@ int main(int argc, char **argv)
     int set = setup(mfd, deadline);
     for (int i = 0; i < D.ncomms; i++)
         D.comms[i].limit = D.o.count;
+    if (set == 0 && D.o.idle_s >= 0)
+        drv_idle_phase(D.o.idle_s);
     if (set == 0)
         D.o.pingpong ? run_pingpong(deadline)
         : D.o.grouped ? run_grouped(deadline)
