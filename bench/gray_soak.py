@@ -33,7 +33,8 @@ ARGS = ["--conns", "4", "--bidir", "--size", "262144", "--depth", "8", "--verbos
 VERDICTS = {"stalled": re.compile(r"stalled: "), "lossy": re.compile(r" is lossy: "),
             "silent": re.compile(r"no data and no heartbeat|standby: no heartbeat"),
             "no working path": re.compile(r"no working path")}
-SWITCH = re.compile(r"(send|recv) conn \w+: (failover|reintegrated|switched): ")
+# The sender decides and logs each switch; the receiver logs the same switch again.
+SWITCH = re.compile(r"send conn \w+: (failover|reintegrated|switched): ")
 
 
 def burner(seconds: float) -> subprocess.Popen:
@@ -52,7 +53,7 @@ def count_lines(lines: list[str]) -> dict[str, Any]:
     for ln in lines:
         m = SWITCH.search(ln)
         if m:
-            switches[m[2]] = switches.get(m[2], 0) + 1
+            switches[m[1]] = switches.get(m[1], 0) + 1
     return {"switches": switches, "false_moves": switches.get("failover", 0) +
             switches.get("switched", 0),
             "verdicts": {k: sum(1 for ln in lines if rx.search(ln)) for k, rx in VERDICTS.items()},

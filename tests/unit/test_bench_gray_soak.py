@@ -15,6 +15,8 @@ LINES = [
     "to 198.18.0.1:4000 stalled: message #12 got no data for 512 ms"),
     ("[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: failover: primary path on "
     "NIC rail0 -> backup path on NIC rail1 (peer declared the path failed); epoch 1"),
+    ("[plugin INFO src/failover.c:900] NET/linkguard: recv conn 0a1b: failover: primary path on "
+    "NIC rail0 -> backup path on NIC rail1 at epoch 1 (asked by the sender)"),
     ("[plugin INFO src/failover.c:420] NET/linkguard: send conn 0a1b: primary path on NIC rail0 to "
     "198.18.0.2:4000 is lossy: 2.4 % of 41.2 MB sent were retransmitted"),
     ("[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: reintegrated: backup path on "
@@ -25,7 +27,8 @@ LINES = [
 def test_switches_and_verdicts_are_counted_by_kind() -> None:
     got = count_lines(LINES)
     assert got["switches"] == {"failover": 1, "reintegrated": 1}
-    assert got["false_moves"] == 1  # the reintegration undoes it; it is not a second move
+    # The receiver's line is the same switch; the reintegration undoes it, not a second move.
+    assert got["false_moves"] == 1
     assert got["verdicts"]["stalled"] == 1 and got["verdicts"]["lossy"] == 1
     assert got["verdicts"]["silent"] == 0 and got["verdicts"]["no working path"] == 0
     assert len(got["examples"]) == 2
