@@ -2,7 +2,7 @@
 into the daemon's decoder, the receiving monitor (credentials, rate limit, garbage), the store
 (first report, more reporters, healthy again, expiry, bounds), and the engine showing them in
 the NIC view, the history and /metrics without changing any NIC's state.
-(tests/unit/test_hostile_input.py fuzzes the decoder; tests/lab/test_plugin_verdicts.py has the
+(tests/unit/test_hostile_input.py fuzzes the decoder; tests/lab/test_gray_nic_shown.py has the
 real stall.)"""
 from __future__ import annotations
 
