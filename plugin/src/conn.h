@@ -312,6 +312,9 @@ struct lg_conn {
     uint64_t cursor_seq;   /* next chunk to hand to a stream (under mu) */
     uint64_t cursor_chunk;
     uint32_t parked; /* data streams with nothing to send (bit i-1 = data[i]; under mu) */
+    uint64_t sent_hi; /* the furthest the cursor got before its last rewind (under mu): a
+                       * replay does not unsend what was handed to the transport, and the
+                       * receiver may hold messages beyond its RESYNC count (out of order) */
     int hold;        /* LG_HOLD_*: chunks held back for a switch (under mu) */
     /* receive side */
     struct lg_seqwin win;  /* placement (under mu) */

@@ -233,10 +233,16 @@ int lg_conn_take_ack(struct lg_conn *c, uint64_t n)
      * be read. Checked and raised under mu, like the cursor's rewind, so neither can slip
      * between the other's check and store. */
     pthread_mutex_lock(&c->mu);
-    uint64_t sent = c->cursor_seq;
+    uint64_t sent = c->cursor_seq > c->sent_hi ? c->cursor_seq : c->sent_hi;
     int ok = lg_ack_plausible(n, sent);
     if (ok && n > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
         __atomic_store_n(&c->acked, n, __ATOMIC_RELEASE);
+    if (ok && !c->wrap && n > c->cursor_seq) {
+        /* After a rewind: the receiver held these (completed out of order before the
+         * switch); nothing below n is sent again. */
+        c->cursor_seq = n;
+        c->cursor_chunk = 0;
+    }
     pthread_mutex_unlock(&c->mu);
     if (!ok) {
         lg_conn_peer_lied(c, "ACK of %llu messages, but only %llu were sent",

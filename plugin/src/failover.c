@@ -833,7 +833,7 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
     if (c->wrap)
         pthread_mutex_lock(&c->wmu);
     pthread_mutex_lock(&c->mu);
-    uint64_t cur = c->cursor_seq;
+    uint64_t cur = c->cursor_seq > c->sent_hi ? c->cursor_seq : c->sent_hi;
     uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_RELAXED);
     int bad = lg_resync_check(n, acked, cur);
     if (bad) {
@@ -853,6 +853,7 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
                                                 "of it?)" : "");
         return;
     }
+    c->sent_hi = cur;
     uint64_t replay = wrap_same ? 0 : lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk,
                                                           &c->acked, n);
     __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
