@@ -92,7 +92,8 @@
  *  - A lying peer. Everything the peer says is checked against what an honest peer can say
  *    given our state, and a lie fails the connection (ncclRemoteError, a WARN naming it;
  *    lg_conn_peer_lied), never completes a request or replays one: an ACK beyond the
- *    messages wholly handed to the transport; a RESYNC below what was acknowledged or beyond
+ *    messages wholly handed to the transport (as far as the cursor got before a rewind:
+ *    c->sent_hi); a RESYNC below what was acknowledged or beyond
  *    what was sent, or at an epoch we never proposed; a SWITCH more than LG_EPOCH_MAX_STEP
  *    ahead or past LG_EPOCH_LIMIT; a heartbeat claiming an epoch above ours (receiver) or
  *    above our proposals (sender); a chunk not cut the way the sender cuts (chunk k at
