@@ -6,6 +6,7 @@
  * back to the allocator as soon as a request reports done, so an ASan build also catches any
  * late access. Grouped receives: a repeated tag whose second message comes first, chunks of
  * one message with two tags, a message larger than the buffer its tag selects. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,6 +172,69 @@ static void test_resync_below_acked(void)
     }
     peer_close(&pe);
     free(b);
+}
+
+/* 3b. Not a lie: messages 1 and 2 completed before the switch, message 0 did not (a lossy
+ * stream completes out of order), so the RESYNC says 0; once the replay of message 0 is
+ * placed, the ACK covers all three while the rewound cursor is still inside message 0. The
+ * sender takes it (the furthest its cursor got was 3), completes all three and sends nothing
+ * more of them. */
+static void test_ack_after_rewind_covers_held_messages(void)
+{
+    enum { BIG = 16 << 20, N = 3 };
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
+    char *b[N];
+    void *r[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = malloc(BIG);
+        memset(b[i], i, BIG);
+        CHECK_EQ(lg_core_isend(pe.c, b[i], BIG, 0, NULL, &r[i]), ncclSuccess);
+    }
+    /* Read all three from the primary: every message wholly handed to the transport. */
+    size_t want = (size_t)N * (BIG + (BIG / CHUNK) * LG_CHUNK_HDR_SIZE), got = 0;
+    char *sink = malloc(1 << 20);
+    while (got < want) {
+        int done;
+        lg_core_test(r[N - 1], &done, NULL);
+        ssize_t k = recv(pe.data[0][0], sink, 1 << 20, MSG_DONTWAIT);
+        if (k > 0)
+            got += (size_t)k;
+        else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            break;
+    }
+    free(sink);
+    CHECK_EQ(got, want);
+    uint32_t e = provoke_switch(&pe);
+    CHECK(e > 0);
+    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1, .epoch = e,
+                                                 .value = 0}),
+             0);
+    /* The replay of message 0 fills the backup's socket buffers (the peer does not read). */
+    uint64_t t0 = lg_now_ns(), cursor = UINT64_MAX;
+    while (lg_now_ns() - t0 < 2000000000ull) {
+        int done;
+        lg_core_test(r[0], &done, NULL);
+        pthread_mutex_lock(&pe.c->mu);
+        cursor = pe.c->cursor_seq;
+        int rewound = __atomic_load_n(&pe.c->epoch, __ATOMIC_ACQUIRE) == e;
+        pthread_mutex_unlock(&pe.c->mu);
+        if (rewound && cursor == 0)
+            break;
+        usleep(1000);
+    }
+    CHECK_EQ(cursor, 0); /* the case under test: the ACK below overtakes the cursor */
+    CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_ACK, .value = N}), 0);
+    ncclResult_t rc = ncclSuccess;
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(peer_poll(&pe, r[i], 2000, &rc), 1);
+    CHECK_EQ(rc, ncclSuccess);
+    pthread_mutex_lock(&pe.c->mu);
+    CHECK(pe.c->cursor_seq >= N); /* nothing the receiver holds is sent again */
+    pthread_mutex_unlock(&pe.c->mu);
+    peer_close(&pe);
+    for (int i = 0; i < N; i++)
+        free(b[i]);
 }
 
 /* 5a. A heartbeat claiming epoch 0xffffffff: the sender's next proposal wrapped to 0, which no
@@ -438,6 +502,7 @@ int main(void)
     test_miscut_chunk();
     test_early_ack();
     test_resync_below_acked();
+    test_ack_after_rewind_covers_held_messages();
     test_forged_heartbeat();
     test_forged_switch();
     test_posted_outside_wrap_mode();
