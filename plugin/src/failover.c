@@ -406,6 +406,19 @@ static void check_silence(struct lg_conn *c, uint64_t now)
     silence_between(po, pa, now, "standby: no heartbeat");
 }
 
+/* A progress watchdog's verdict: logged, reported to the daemon, and the path fails like a
+ * dead one (the sender fails over, an unprotected connection reports the error). */
+static void declare_stalled(struct lg_conn *c, struct lg_path *p, const char *why,
+                            uint32_t for_ms)
+{
+    LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s to %s %s", kind_str(c),
+            (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer, why);
+    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
+                                           .path = (uint8_t)p->index, .for_ms = for_ms,
+                                           .conn = c->nonce, .peer = p->peer});
+    lg_conn_path_failed(p, 0, why);
+}
+
 /* Receiver: the progress watchdog. A data stream that stalls alone (one flow blackholed, a
  * policer starving it) leaves its message incomplete while the data around it arrives: later
  * messages complete, or the message itself is partly placed by the other streams. No progress
@@ -449,14 +462,9 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
     snprintf(why, sizeof(why), "stalled: message #%llu got no data for %.0f ms (%llu bytes "
              "placed) while data around it arrived", (unsigned long long)base,
              ms_since(fo->wd_since, now), (unsigned long long)placed);
-    LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s to %s %s", (unsigned long long)c->nonce,
-            slot_name(p->index), p->nic, p->peer, why);
-    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
-                                           .path = (uint8_t)p->index,
-                                           .for_ms = (uint32_t)ms_since(fo->wd_since, now),
-                                           .conn = c->nonce, .peer = p->peer});
+    uint32_t for_ms = (uint32_t)ms_since(fo->wd_since, now);
     fo->wd_since = 0;
-    lg_conn_path_failed(p, 0, why);
+    declare_stalled(c, p, why, for_ms);
 }
 
 /* Receiver, wrap mode: the inner plugin's data flows are not ours to read, so progress is
@@ -493,14 +501,8 @@ static void wrap_rx_watchdog(struct lg_conn *c, uint64_t now)
     snprintf(why, sizeof(why), "stalled: the inner receive of message #%llu got nothing for "
              "%.0f ms although the sender handed it to its inner plugin",
              (unsigned long long)base, ms_since(from, now));
-    LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s to %s %s", (unsigned long long)c->nonce,
-            slot_name(p->index), p->nic, p->peer, why);
-    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
-                                           .path = (uint8_t)p->index,
-                                           .for_ms = (uint32_t)ms_since(from, now),
-                                           .conn = c->nonce, .peer = p->peer});
     fo->wd_since = 0;
-    lg_conn_path_failed(p, 0, why);
+    declare_stalled(c, p, why, (uint32_t)ms_since(from, now));
 }
 
 /* Sender: the same watchdog, from TCP's side. A data socket with segments in flight and no
@@ -532,13 +534,7 @@ static void tx_watchdog(struct lg_conn *c, uint64_t now)
         snprintf(why, sizeof(why), "stalled: data stream %d: no TCP acknowledgement for %u ms "
                  "with %u segment(s) in flight (%u retransmitted)", k + 1,
                  ti.tcpi_last_ack_recv, ti.tcpi_unacked, ti.tcpi_retrans);
-        LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s %s",
-                (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer, why);
-        lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
-                                               .path = (uint8_t)p->index,
-                                               .for_ms = ti.tcpi_last_ack_recv,
-                                               .conn = c->nonce, .peer = p->peer});
-        lg_conn_path_failed(p, 0, why);
+        declare_stalled(c, p, why, ti.tcpi_last_ack_recv);
         return;
     }
 }
