@@ -40,17 +40,22 @@ def gray_nics(lab: Lab, d: Daemon) -> dict[str, list[dict]]:
             if n["plugin_verdicts"]}
 
 
-def test_a_stall_only_the_job_sees_shows_in_status_events_and_metrics(
-        lab: Lab, daemons: Daemons) -> None:
-    build_plugin()
-    d = {h: daemons.start(lab, h, *DAEMON_ARGS) for h in ("a", "b")}
-    pair = start_stream_pair(
-        lab_starter(lab, "b"), lab_starter(lab, "a"), f"{lab.mgmt_address('b')}:7300",
+def stream_pair(lab: Lab, d: dict[str, Daemon], port: int):
+    """A driver pair streaming both ways, each plugin pointed at its host's daemon."""
+    return start_stream_pair(
+        lab_starter(lab, "b"), lab_starter(lab, "a"), f"{lab.mgmt_address('b')}:{port}",
         duration_s=60, args=ARGS, env=PLUGIN_ENV, timeout=90,
         server_env={"LINKGUARD_SHM": str(d["b"].shm_path),
                     "LINKGUARD_VERDICT_SOCKET": str(d["b"].verdict_socket)},
         client_env={"LINKGUARD_SHM": str(d["a"].shm_path),
                     "LINKGUARD_VERDICT_SOCKET": str(d["a"].verdict_socket)})
+
+
+def test_a_stall_only_the_job_sees_shows_in_status_events_and_metrics(
+        lab: Lab, daemons: Daemons) -> None:
+    build_plugin()
+    d = {h: daemons.start(lab, h, *DAEMON_ARGS) for h in ("a", "b")}
+    pair = stream_pair(lab, d, 7300)
     try:
         found = poll(lambda: [m for ln in pair.stderr_lines() if (m := _PORTS.search(ln.text))],
                      WAIT_S, "a send connection's local ports", interval_s=0.05)
@@ -102,13 +107,7 @@ def test_a_lossy_link_the_job_leaves_is_shown_lossy(lab: Lab, daemons: Daemons) 
     goodput health leaves it and reports the NIC lossy, with the share it measured."""
     build_plugin()
     d = {h: daemons.start(lab, h, *DAEMON_ARGS) for h in ("a", "b")}
-    pair = start_stream_pair(
-        lab_starter(lab, "b"), lab_starter(lab, "a"), f"{lab.mgmt_address('b')}:7310",
-        duration_s=60, args=ARGS, env=PLUGIN_ENV, timeout=90,
-        server_env={"LINKGUARD_SHM": str(d["b"].shm_path),
-                    "LINKGUARD_VERDICT_SOCKET": str(d["b"].verdict_socket)},
-        client_env={"LINKGUARD_SHM": str(d["a"].shm_path),
-                    "LINKGUARD_VERDICT_SOCKET": str(d["a"].verdict_socket)})
+    pair = stream_pair(lab, d, 7310)
     try:
         poll(lambda: [ln for ln in pair.stderr_lines() if _PORTS.search(ln.text)], WAIT_S,
              "the connections to be up", interval_s=0.05)
