@@ -12,14 +12,15 @@
 #include <unistd.h>
 
 #include "acceptor.h"
-#include "core.h"
+#include "ctx.h"
 #include "log.h"
-#include "monitor.h"
 #include "params.h"
 #include "sock.h"
 #include "util.h"
+#include "verdict.h"
 
-struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, int nstreams, uint32_t chunk_size)
+struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_transport *tr,
+                            int nstreams, uint32_t chunk_size)
 {
     struct lg_conn *c = calloc(1, sizeof(*c));
     if (!c)
@@ -27,18 +28,17 @@ struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, int nstreams, uint3
     c->magic = LG_CONN_MAGIC;
     c->kind = kind;
     c->dev = dev;
+    c->tr = tr;
     c->nstreams = nstreams;
     c->chunk_size = chunk_size;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->mb_mu, NULL);
     pthread_mutex_init(&c->wmu, NULL);
     pthread_mutex_init(&c->mr_mu, NULL);
-    c->wrap = lg_wrap != NULL;
     for (int i = 0; i < LG_WINDOW; i++) {
         c->reqs[i].magic = LG_REQ_MAGIC;
         c->reqs[i].conn = c;
     }
-    lg_fo_init(c);
     return c;
 }
 
@@ -92,11 +92,11 @@ int lg_path_start(struct lg_path *p)
     struct lg_conn *c = p->conn;
     int send = c->kind == LG_CONN_SEND;
     int active = p->index == c->active && c->paths[p->index] == p;
-    p->ctrl.task.fn = send ? lg_send_ctrl_handler : lg_recv_ctrl_handler;
+    p->ctrl.task.fn = c->ctrl_fn;
     if (lg_task_attach(&p->ctrl.task, lg_path_ctrl_events(p, active)) != 0)
         return -1;
     for (int i = 0; i < p->nstreams; i++) {
-        p->data[i].task.fn = send ? lg_send_stream_handler : lg_recv_stream_handler;
+        p->data[i].task.fn = c->tr->stream_fn[send ? 0 : 1];
         /* Data arriving for a posted receive on the active path is placed by test() when
          * NCCL's thread polls (it hands bigger reads to a worker with a kick); elsewhere a
          * worker is woken for every arrival. Send streams need EPOLLOUT only. */
@@ -182,7 +182,7 @@ void lg_path_retire(struct lg_path *p, int say_bye)
     if (!p || p->retired)
         return;
     lg_path_fence_start(p, say_bye);
-    lg_wrap_fence(p); /* wrap mode: the inner comm first (no late write lands after it) */
+    p->conn->tr->fence(p); /* the transport's comm first (no late write lands after it) */
     struct lg_task *tasks[LG_MAX_STREAMS + 1];
     int n = path_tasks(p, tasks);
     if (n)
@@ -203,7 +203,7 @@ void lg_path_free(struct lg_path *p)
 {
     if (!p)
         return;
-    lg_wrap_fence(p);
+    p->conn->tr->fence(p);
     /* Once more: a kick that raced the first detach may have queued a task again. */
     struct lg_task *tasks[LG_MAX_STREAMS + 1];
     int n = path_tasks(p, tasks);
@@ -230,12 +230,8 @@ void lg_conn_free(struct lg_conn *c)
     if (n)
         lg_tasks_detach(tasks, n);
     for (int i = 0; i < np; i++)
-        lg_wrap_fence(all[i]);
-    while (c->mrs) { /* NCCL deregisters before it closes; this is a leak guard */
-        struct lg_inner_mr *mr = c->mrs;
-        c->mrs = mr->next;
-        lg_inner_mr_dereg(lg_wrap->in, mr);
-    }
+        c->tr->fence(all[i]);
+    c->tr->release(c);
     for (int i = 0; i < np; i++) {
         path_close_fds(all[i]);
         pthread_mutex_destroy(&all[i]->ctrl_mu);
@@ -447,7 +443,7 @@ void lg_path_ctrl_flush(struct lg_path *p)
     pthread_mutex_unlock(&p->ctrl_mu);
 }
 
-int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, const struct lg_ctrl *))
+int lg_path_ctrl_read(struct lg_stream *s, int (*on_frame)(struct lg_path *, const struct lg_ctrl *))
 {
     struct lg_path *p = s->path;
     for (;;) {
@@ -474,18 +470,56 @@ int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, co
                 lg_conn_path_failed(p, 0, "garbage on the control channel");
                 return -1;
             }
-            if (f.type == LG_CTRL_BYE) {
-                /* A closing receiver's BYE carries its final placed count: the sends it
-                 * received complete even if its last ACK is still unread on another path. */
-                if (f.flags == LG_BYE_CLOSE && p->conn->kind == LG_CONN_SEND &&
-                    lg_conn_take_ack(p->conn, f.value) != 0)
-                    return -1;
-                __atomic_store_n(&p->peer_bye, 1 + (f.flags == LG_BYE_FENCE), __ATOMIC_RELEASE);
-            } else {
-                on_frame(p, &f);
-            }
+            if (on_frame(p, &f) != 0)
+                return -1;
         }
         memmove(s->crx.buf, s->crx.buf + off, s->crx.got - off);
         s->crx.got -= off;
     }
+}
+
+void lg_path_note_bye(struct lg_path *p, uint8_t flags)
+{
+    __atomic_store_n(&p->peer_bye, 1 + (flags == LG_BYE_FENCE), __ATOMIC_RELEASE);
+}
+
+/* A progress watchdog's verdict: logged, reported to the daemon, and the path fails like a
+ * dead one (the sender fails over, an unprotected connection reports the error). */
+void lg_path_stalled(struct lg_path *p, const char *why, uint32_t for_ms)
+{
+    struct lg_conn *c = p->conn;
+    LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s to %s %s", lg_conn_kind_str(c),
+            (unsigned long long)c->nonce, lg_slot_name(p->index), p->nic, p->peer, why);
+    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
+                                           .path = (uint8_t)p->index, .for_ms = for_ms,
+                                           .conn = c->nonce, .peer = p->peer});
+    lg_conn_path_failed(p, 0, why);
+}
+
+
+/* Anything readable on a socket that carries nothing is EOF or an error: the peer never
+ * writes there. */
+void lg_stream_idle_handler(struct lg_task *t, uint32_t events)
+{
+    struct lg_stream *s = lg_stream_of(t);
+    if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+        return;
+    char b[64];
+    struct iovec iov = {b, sizeof(b)};
+    ssize_t n = lg_sock_readv(t->fd, &iov, 1);
+    if (n == 0)
+        lg_conn_path_eof(s->path, "data stream closed by peer");
+    else if (n > 0)
+        lg_conn_path_failed(s->path, 0, "unexpected bytes on an idle data stream");
+    else if (errno != EAGAIN && errno != EWOULDBLOCK)
+        lg_conn_path_failed(s->path, errno, "data stream");
+}
+
+void lg_conn_poll_ctrl(struct lg_conn *c)
+{
+    uint32_t ph = lg_conn_enter(c);
+    struct lg_path *p = lg_conn_active_path(c);
+    if (lg_path_up(p))
+        lg_task_run(&p->ctrl.task, EPOLLIN);
+    lg_conn_exit(c, ph);
 }

@@ -1,4 +1,4 @@
-/* Connections of the TCP transport, and the lossless failover protocol.
+/* Connections, their paths and requests, and the lossless failover protocol they run.
  *
  * A connection (send or receive side of one NCCL comm) has up to two paths: slot [0] on the
  * primary NIC, slot [1] on the backup NIC. A path is a control channel plus `nstreams` data
@@ -107,10 +107,15 @@
  *    and a WARN names the connection and both NICs with what became of each path. EOF or reset
  *    without any BYE on both paths means the peer process is gone: fail at once.
  *
- * Wrap mode (LINKGUARD_INNER; wrap.h): the same protocol, but a path's data goes through one
- * inner-plugin comm instead of the data streams (whole messages, posted in sequence order on
- * the committed path from NCCL's thread); the receiver closes the inner comm of a path it
- * leaves before its RESYNC, and every path left by a switch is fenced and rebuilt.
+ * Transports (transport.h). The protocol drives a path's data only through the connection's
+ * ops table c->tr: linkguard's TCP streams (tcp.h; what "chunks" and "data streams" above
+ * mean) or, in wrap mode (LINKGUARD_INNER), one inner-plugin comm per path (wrap.h: whole
+ * messages, posted in sequence order on the committed path from NCCL's thread; the receiver
+ * closes the inner comm of a path it leaves before its RESYNC, and every path left by a
+ * switch is fenced and rebuilt: capabilities LG_TR_MSGS and LG_TR_FRESH_ON_LEAVE). Who owns
+ * what: conn.c the objects, their failure and the control channel's bytes; window.c
+ * placement, acks and test(); proto_post.c isend/irecv; proto_ctrl.c the control frames;
+ * failover.c the state machine; the transports their data sockets or inner comms.
  *
  * What each transport guarantees, and so when a send completes (NCCL reuses the buffer then,
  * and a replay reads it):
@@ -146,11 +151,14 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "failover.h"
+#include "fo_state.h"
+#include "inner_path.h"
 #include "nccl_net_abi.h"
+#include "params.h"
 #include "progress.h"
+#include "transport.h"
+#include "wake.h"
 #include "wire.h"
-#include "wrap.h"
 
 #define LG_CONN_MAGIC 0x4c47434fu /* "LGCO" */
 /* Sub-receives one irecv may group (getProperties' maxRecvs): NCCL's own IB transport
@@ -165,6 +173,7 @@ enum lg_conn_kind { LG_CONN_SEND = 1, LG_CONN_RECV = 2 };
 /* Request slot state bits. */
 #define LG_REQ_POSTED 0x1u /* isend/irecv filled the slot */
 #define LG_REQ_DONE 0x2u   /* recv: every byte placed */
+#define LG_TOTAL_UNKNOWN UINT64_MAX /* lg_req.total before a chunk header said it */
 
 struct lg_conn;
 struct lg_path;
@@ -262,7 +271,7 @@ struct lg_req {
     uint64_t cover_heap_words;
     uint64_t cover_words; /* words in use for this post */
     uint64_t chunks;      /* chunks wholly placed (atomic) */
-    /* Grouped receive (conn_recv.c): one irecv of n buffers posts n sub-receives on seqs
+    /* Grouped receive (proto_post.c, tcp_recv.c): one irecv of n buffers posts n sub-receives on seqs
      * g_head .. g_head + n - 1, each taking one message; the head slot is NCCL's request,
      * holds the buffers (sub[]) and completes once every message of the group is placed. */
     uint64_t g_head; /* every slot: seq of its group's head */
@@ -344,8 +353,9 @@ struct lg_conn {
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
     struct lg_ctx *ctx; /* NCCL's communicator context (held; core.h), or NULL */
-    /* wrap mode (wrap.h): data through the inner plugin's comms */
-    int wrap;
+    const struct lg_transport *tr; /* what carries the paths' data (transport.h) */
+    lg_task_fn ctrl_fn; /* the protocol's handler of a control channel (lg_fo_init) */
+    /* the inner transport (wrap.h): data through the inner plugin's comms */
     pthread_mutex_t wmu;     /* inner data calls vs commits and fences */
     pthread_mutex_t mr_mu;   /* mrs, and each path's w.comm/w.ready */
     struct lg_inner_mr *mrs; /* registrations (list through ->next) */
@@ -365,7 +375,10 @@ struct lg_conn {
 #define LG_HOLD_ALL 2      /* hand out no chunk */
 
 /* conn.c */
-struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, int nstreams, uint32_t chunk_size);
+/* A connection whose paths' data goes through `tr` (nstreams data sockets each); the
+ * protocol then attaches to it (lg_fo_init) before its paths start. */
+struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_transport *tr,
+                            int nstreams, uint32_t chunk_size);
 /* A path object for slot `index`, not yet in c->paths (rebuilds publish it later). */
 struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, const char *peer);
 struct lg_path *lg_path_new(struct lg_conn *c, int index, const char *nic, const char *peer);
@@ -398,8 +411,40 @@ void lg_path_ctrl_flush(struct lg_path *p);
 /* Writes what the control channel still queues, waiting at most timeout_ms (close: the BYE
  * must not be lost to a full socket buffer). */
 void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms);
-/* Reads control frames from a path's ctrl socket; calls `on_frame` for each. */
-int lg_path_ctrl_read(struct lg_stream *s, void (*on_frame)(struct lg_path *, const struct lg_ctrl *));
+/* Reads control frames from a path's ctrl socket; calls `on_frame` for each, which returns 0
+ * to go on, -1 to stop (the path or the connection failed). */
+int lg_path_ctrl_read(struct lg_stream *s, int (*on_frame)(struct lg_path *, const struct lg_ctrl *));
+/* The peer said BYE on p (flags LG_BYE_*): EOF follows on purpose. */
+void lg_path_note_bye(struct lg_path *p, uint8_t flags);
+/* Detaches, closes and marks a path retired (monitor or close; never from a handler). */
+void lg_path_retire(struct lg_path *p, int say_bye);
+/* Its first, cheap part: the path fails (no one uses it from now) and the peer is told. */
+void lg_path_fence_start(struct lg_path *p, int say_bye);
+/* A progress watchdog's verdict on path p: logged, reported to the daemon (verdict.h), and the
+ * path fails like a dead one (the sender fails over, an unprotected connection reports it). */
+void lg_path_stalled(struct lg_path *p, const char *why, uint32_t for_ms);
+/* The handler of a data socket that carries nothing (the inner transport's: the hello format
+ * wants one per path): whatever it reads is EOF or an error. */
+void lg_stream_idle_handler(struct lg_task *t, uint32_t events);
+/* NCCL's thread: reads the active path's control channel now (acks, when it polls). */
+void lg_conn_poll_ctrl(struct lg_conn *c);
+static inline const char *lg_conn_kind_str(const struct lg_conn *c)
+{
+    return c->kind == LG_CONN_SEND ? "send" : "recv";
+}
+static inline const char *lg_slot_name(int slot) { return slot ? "backup" : "primary"; }
+/* Any thread: the monitor looks at c soon. */
+static inline void lg_monitor_wake(struct lg_conn *c)
+{
+    __atomic_store_n(&c->dirty, 1, __ATOMIC_SEQ_CST);
+    lg_wake_monitor(0);
+}
+/* Something (a heartbeat at least) was read on the path within a few heartbeat periods. */
+static inline int lg_path_heard_recently(const struct lg_path *p, uint64_t now)
+{
+    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    return heard >= now || now - heard <= 4 * (uint64_t)lg_params.heartbeat_ms * 1000000ull;
+}
 static inline int lg_path_up(const struct lg_path *p)
 {
     return p && __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == LG_PATH_UP;
@@ -427,35 +472,11 @@ static inline struct lg_path *lg_conn_active_path(struct lg_conn *c)
     return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 }
 
-/* conn_send.c */
-ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
-                           struct lg_inner_mr *imr, void **request);
-void lg_send_stream_handler(struct lg_task *t, uint32_t events);
-/* The receiver placed every message below n (an ACK, or the count a closing receiver's BYE
- * carries): completes them, or fails the connection if no honest peer could say so. 0 or -1. */
-int lg_conn_take_ack(struct lg_conn *c, uint64_t n);
-void lg_send_ctrl_handler(struct lg_task *t, uint32_t events);
-
-/* conn_recv.c */
-ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
-                           struct lg_inner_mr **imrs, void **request);
 /* The head slot of the group that message slot r belongs to. */
 static inline struct lg_req *lg_req_group(struct lg_conn *c, const struct lg_req *r)
 {
     return &c->reqs[r->g_head % LG_WINDOW];
 }
-/* A receive is complete (`size` bytes placed): marks it, advances the placed count, acks when
- * due. -1 on a protocol error (the path failed). */
-int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size);
-/* Acks what is placed and not yet acknowledged, on path p. */
-void lg_recv_flush_ack(struct lg_path *p);
-void lg_recv_stream_handler(struct lg_task *t, uint32_t events);
-void lg_recv_ctrl_handler(struct lg_task *t, uint32_t events);
-
-/* Both: completes a request. */
-ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes);
-/* Both: the daemon's table changed since the monitor last looked (one load; hot path). */
-void lg_conn_health_poll(void);
 
 static inline struct lg_stream *lg_stream_of(struct lg_task *t)
 {

@@ -1,5 +1,7 @@
 /* Non-blocking connect: every connection opens both paths at once. Progress state lives in
  * a heap object whose address is kept in NCCL's handle memory between calls (handle.h). */
+#include "connect.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
@@ -10,13 +12,19 @@
 
 #include "conn.h"
 #include "core.h"
+#include "ctx.h"
+#include "devices.h"
+#include "failover.h"
 #include "handle.h"
 #include "log.h"
 #include "params.h"
 #include "sock.h"
+#include "transport_select.h"
 #include "util.h"
 
 #define LG_CONNECTING_MAGIC 0x4c47434eu /* "LGCN" */
+
+static void lg_connect_abandon_all(void);
 
 struct lg_connecting {
     uint32_t magic;
@@ -69,7 +77,7 @@ static const char *reach_hint(const struct lg_conn *c, int p, int err)
 {
     if (err != ENETUNREACH && err != EHOSTUNREACH)
         return "";
-    const struct lg_nic *nic = &lg_core_device(c->dev)->nic[p];
+    const struct lg_nic *nic = &lg_device_get(c->dev)->nic[p];
     if (nic->mask && !((nic->ip ^ c->peer_ip[p]) & nic->mask))
         return " (no answer from that address on this NIC's own subnet: a NIC or link between "
                "the two is down)";
@@ -119,11 +127,10 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
 
 static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const struct lg_handle *h)
 {
-    const struct lg_device *d = lg_core_device(dev);
+    const struct lg_device *d = lg_device_get(dev);
     struct lg_connecting *cg = calloc(1, sizeof(*cg));
-    /* Wrap mode: the inner plugin carries the data; one idle data socket per path keeps the
-     * hello format (nstreams >= 1). */
-    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, lg_wrap ? 1 : (int)lg_params.streams,
+    const struct lg_transport *tr = lg_transport_select();
+    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, tr, tr->nstreams(),
                                     (uint32_t)lg_params.chunk_size);
     if (!cg || !c) {
         free(cg);
@@ -131,6 +138,7 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
             lg_conn_free(c);
         return NULL;
     }
+    lg_fo_init(c);
     cg->magic = LG_CONNECTING_MAGIC;
     cg->conn = c;
     c->ctx = lg_ctx_ref(ctx);
@@ -188,7 +196,7 @@ static int send_hello(struct lg_connecting *cg, int p, int k)
     struct lg_hello h = {.path = (uint8_t)p, .stream = (uint8_t)k, .nstreams = (uint8_t)c->nstreams,
                          .paths_mask = (uint8_t)(1 | (cg->path_live[1] ? 2 : 0)),
                          .chunk_size = c->chunk_size, .listen_id = c->listen_id,
-                         .conn_nonce = c->nonce, .flags = c->wrap ? LG_HELLO_F_WRAP : 0};
+                         .conn_nonce = c->nonce, .flags = c->tr->hello_flags};
     lg_hello_encode(buf, &h);
     size_t *sent = &cg->hello_sent[p][k];
     while (*sent < LG_HELLO_SIZE) {
@@ -259,10 +267,11 @@ static int connect_progress(struct lg_connecting *cg)
 ncclResult_t lg_core_connect_ctx(void *ctx, int dev, void *handle, void **send_comm)
 {
     *send_comm = NULL;
-    if (!lg_core_device(dev)) {
+    if (!lg_device_get(dev)) {
         LG_WARN("connect: no device %d", dev);
         return ncclInvalidArgument;
     }
+    lg_core_on_stop(lg_connect_abandon_all);
     struct lg_connecting *cg = lg_handle_stage_get(handle);
     if (cg && (!registry_has(cg) || cg->magic != LG_CONNECTING_MAGIC))
         cg = NULL;
@@ -289,9 +298,9 @@ ncclResult_t lg_core_connect_ctx(void *ctx, int dev, void *handle, void **send_c
             rc = -1;
         cg->started = rc > 0;
     }
-    /* Wrap mode: NCCL gets the comm once its inner comms are up (the monitor builds them),
-     * so that its regMr registers with them, or fails, right there. */
-    int usable = rc > 0 && c->wrap ? lg_wrap_conn_usable(c, lg_now_ns()) : rc;
+    /* NCCL gets the comm once the transport can take it (wrap mode: its inner comms are up,
+     * built by the monitor), so that its regMr registers with them, or fails, right there. */
+    int usable = rc > 0 ? c->tr->usable(c, lg_now_ns()) : rc;
     if (usable == 0)
         return ncclSuccess;
     registry_remove(cg);
@@ -313,7 +322,8 @@ ncclResult_t lg_core_connect_ctx(void *ctx, int dev, void *handle, void **send_c
     return ncclSuccess;
 }
 
-void lg_connect_abandon_all(void)
+/* The process-wide part stops: free the connects NCCL never finished (lg_core_on_stop). */
+static void lg_connect_abandon_all(void)
 {
     pthread_mutex_lock(&lg_connecting_mu);
     struct lg_connecting *cg = lg_connecting_list;

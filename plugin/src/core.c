@@ -10,24 +10,17 @@
 #include <sys/resource.h>
 
 #include "conn.h"
+#include "ctx.h"
 #include "health.h"
+#include "inner_dev.h"
 #include "log.h"
 #include "monitor.h"
 #include "params.h"
 #include "progress.h"
+#include "proto.h"
 #include "sock.h"
-#include "wrap.h"
-
-#define LG_CTX_MAGIC 0x4c474358u /* "LGCX" */
-
-struct lg_ctx {
-    uint32_t magic;
-    uint64_t comm_id;
-    int traffic_class;
-    int refs; /* NCCL's (until finalize), and one per listen comm and connection (atomic) */
-    int finalized; /* NCCL's reference is gone (atomic) */
-    struct lg_inner_ctx *inner; /* wrap mode: the inner plugin's context for this comm */
-};
+#include "transport_select.h"
+#include "window.h"
 
 struct lg_mr {
     uint32_t magic;
@@ -51,6 +44,7 @@ void lg_core_test_set_devices(const struct lg_device_table *t, enum lg_flavor fl
     pthread_mutex_lock(&lg_core_mu);
     lg_devs = *t;
     lg_core_loaded = (int)flavor;
+    lg_devices_publish(&lg_devs);
     lg_core_injected = 1;
     pthread_mutex_unlock(&lg_core_mu);
 }
@@ -83,11 +77,21 @@ static void log_devices(enum lg_flavor flavor)
             flavor == LG_FLAVOR_TCP ? "n/a" : lg_params.backup ? "on" : "off");
 }
 
+static void (*lg_core_stop_hook)(void);
+
+void lg_core_on_stop(void (*fn)(void))
+{
+    pthread_mutex_lock(&lg_core_mu);
+    lg_core_stop_hook = fn;
+    pthread_mutex_unlock(&lg_core_mu);
+}
+
 /* Stops the threads once nothing uses them (under lg_core_mu). */
 static void maybe_stop(void)
 {
     if (lg_core_inits == 0 && lg_core_live == 0 && lg_core_running) {
-        lg_connect_abandon_all();
+        if (lg_core_stop_hook)
+            lg_core_stop_hook();
         lg_monitor_stop();
         lg_progress_stop();
         lg_health_fini();
@@ -116,6 +120,7 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
             goto out;
         }
         lg_core_loaded = (int)flavor;
+        lg_devices_publish(&lg_devs);
         raise_nofile();
         log_devices(flavor);
     }
@@ -157,76 +162,18 @@ void lg_core_ref(int delta)
     pthread_mutex_unlock(&lg_core_mu);
 }
 
+ncclResult_t lg_core_ctx_free(void *ctx) { return lg_ctx_free(ctx); }
+
 ncclResult_t lg_core_ctx_new(uint64_t comm_id, int traffic_class, void **ctx)
 {
-    struct lg_ctx *c = calloc(1, sizeof(*c));
-    if (!c)
-        return ncclSystemError;
-    if (lg_wrap) { /* WARNed by the loader on failure */
-        ncclResult_t rc = lg_wrap_ctx_open(comm_id, traffic_class, &c->inner);
-        if (rc != ncclSuccess) {
-            free(c);
-            return rc;
-        }
-    }
-    c->magic = LG_CTX_MAGIC;
-    c->comm_id = comm_id;
-    c->traffic_class = traffic_class;
-    c->refs = 1;
-    *ctx = c;
-    return ncclSuccess;
+    struct lg_inner_ctx *inner = NULL; /* the inner plugin's context for it, if any */
+    ncclResult_t rc = lg_transport_select()->ctx_open(comm_id, traffic_class, &inner);
+    if (rc != ncclSuccess) /* WARNed by the loader */
+        return rc;
+    return lg_ctx_new(comm_id, traffic_class, inner, (struct lg_ctx **)ctx);
 }
 
-int lg_ctx_hold(void *ctx, const char *call, struct lg_ctx **out)
-{
-    struct lg_ctx *c = ctx;
-    *out = NULL;
-    if (!c)
-        return 0;
-    if (c->magic != LG_CTX_MAGIC || __atomic_load_n(&c->finalized, __ATOMIC_ACQUIRE)) {
-        LG_WARN("%s: not a linkguard context (or one already finalized)", call);
-        return -1;
-    }
-    *out = lg_ctx_ref(c);
-    return 0;
-}
-
-struct lg_ctx *lg_ctx_ref(struct lg_ctx *c)
-{
-    if (c)
-        __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
-    return c;
-}
-
-void lg_ctx_release(struct lg_ctx *c)
-{
-    if (!c || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
-        return;
-    if (c->inner)
-        lg_wrap_ctx_close(c->inner);
-    c->magic = 0;
-    free(c);
-}
-
-struct lg_inner_ctx *lg_ctx_inner(const struct lg_ctx *c) { return c ? c->inner : NULL; }
-
-ncclResult_t lg_core_ctx_free(void *ctx)
-{
-    struct lg_ctx *c = ctx;
-    if (!c || c->magic != LG_CTX_MAGIC || __atomic_exchange_n(&c->finalized, 1, __ATOMIC_ACQ_REL)) {
-        LG_WARN("finalize: not a linkguard context (or finalized twice)");
-        return ncclInternalError;
-    }
-    lg_ctx_release(c);
-    return ncclSuccess;
-}
-
-const struct lg_device *lg_core_device(int dev)
-{
-    if (lg_core_loaded < 0 || dev < 0 || dev >= lg_devs.count)
-        return NULL;
-    return &lg_devs.dev[dev];
-}
+const struct lg_device *lg_core_device(int dev) { return lg_device_get(dev); }
 
 ncclResult_t lg_core_devices(int *ndev)
 {
@@ -236,37 +183,11 @@ ncclResult_t lg_core_devices(int *ndev)
 
 ncclResult_t lg_core_get_properties(int dev, ncclNetProperties_v12_t *props)
 {
-    const struct lg_device *d = lg_core_device(dev);
-    if (!d) {
+    if (!lg_core_device(dev)) {
         LG_WARN("getProperties: no device %d", dev);
         return ncclInvalidArgument;
     }
-    if (lg_wrap)
-        return lg_wrap_get_properties(dev, props);
-    memset(props, 0, sizeof(*props));
-    /* DESIGN.md: describe the primary; advertise what both members support (both are this
-     * TCP transport: host memory, grouped receives up to LINKGUARD_MAX_RECVS). */
-    props->name = (char *)d->nic[0].name;
-    props->pciPath = d->pci_path[0] ? (char *)d->pci_path : NULL;
-    props->guid = d->guid;
-    props->ptrSupport = NCCL_PTR_HOST;
-    props->regIsGlobal = 0;
-    props->forceFlush = 0;
-    props->speed = d->speed_mbps;
-    props->port = 0;
-    props->latency = 0;
-    props->maxComms = LG_MAX_COMMS;
-    props->maxRecvs = (int)lg_params.max_recvs; /* grouped receives: conn.h, LG_MAX_RECVS */
-    props->netDeviceType = NCCL_NET_DEVICE_HOST;
-    props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
-    props->vProps.ndevs = 1;
-    props->vProps.devs[0] = dev;
-    props->maxP2pBytes = LG_MAX_MSG_BYTES;
-    props->maxCollBytes = LG_MAX_MSG_BYTES;
-    props->maxMultiRequestSize = 1;
-    props->railId = NCCL_NET_ID_UNDEF;
-    props->planeId = NCCL_NET_ID_UNDEF;
-    return ncclSuccess;
+    return lg_transport_select()->get_properties(dev, props);
 }
 
 int lg_core_conn_ready(struct lg_conn *c)
@@ -303,23 +224,15 @@ static ncclResult_t reg_mr(void *comm, void *data, size_t size, int type, uint64
     struct lg_conn *c = as_conn(comm, 0, fd >= 0 ? "regMrDmaBuf" : "regMr");
     if (!c)
         return ncclInternalError;
-    const int ptr = c->wrap ? lg_wrap->props[c->dev].ptrSupport : NCCL_PTR_HOST;
-    if (!(type & ptr) || (fd >= 0 && !(ptr & NCCL_PTR_DMABUF))) {
-        LG_WARN("%s: memory type %d is not supported by dev %d (ptrSupport 0x%x)",
-                fd >= 0 ? "regMrDmaBuf" : "regMr", type, c->dev, ptr);
-        return ncclInternalError;
-    }
     struct lg_mr *mr = calloc(1, sizeof(*mr));
     if (!mr)
         return ncclSystemError;
-    if (c->wrap) { /* with the inner comm of every path, now and after rebuilds */
-        ncclResult_t rc = lg_wrap_reg_mr(c, data, size, type, offset, fd, &mr->imr);
-        if (rc != ncclSuccess) {
-            free(mr);
-            return rc;
-        }
+    /* The transport checks the memory type and registers what it must (TCP: nothing). */
+    ncclResult_t rc = c->tr->reg_mr(c, data, size, type, offset, fd, &mr->imr);
+    if (rc != ncclSuccess) {
+        free(mr);
+        return rc;
     }
-    /* TCP needs no registration. */
     mr->magic = LG_MR_MAGIC;
     mr->conn = c;
     mr->data = data;
@@ -352,7 +265,7 @@ ncclResult_t lg_core_dereg_mr(void *comm, void *mhandle)
         LG_WARN("deregMr: not a linkguard memory handle");
         return ncclInternalError;
     }
-    ncclResult_t rc = mr->imr ? lg_wrap_dereg_mr(mr->conn, mr->imr) : ncclSuccess;
+    ncclResult_t rc = mr->conn->tr->dereg_mr(mr->conn, mr->imr);
     __atomic_sub_fetch(&mr->conn->nmr, 1, __ATOMIC_RELAXED);
     mr->magic = 0;
     free(mr);
@@ -409,12 +322,10 @@ ncclResult_t lg_core_iflush(void *recv_comm, int n, void **data, int *sizes, voi
     *request = NULL;
     if (!c || n < 1 || n > NCCL_PROXY_MAX_SUBS)
         return ncclInternalError;
-    if (!c->wrap)
-        return ncclSuccess; /* host memory needs no flush; NULL means "already complete" */
     for (int i = 0; mhandles && i < n; i++)
         if (inner_mr(mhandles[i], "iflush", &imrs[i]) != 0)
             return ncclInternalError;
-    return lg_wrap_iflush(c, n, data, sizes, imrs, request);
+    return c->tr->iflush(c, n, data, sizes, imrs, request);
 }
 
 ncclResult_t lg_core_test(void *request, int *done, int *sizes)
@@ -423,7 +334,7 @@ ncclResult_t lg_core_test(void *request, int *done, int *sizes)
     ncclResult_t frc;
     if (r && r->magic == LG_REQ_MAGIC) /* the common case first: every poll comes here */
         return lg_req_test(r, done, sizes);
-    if (lg_wrap && lg_wrap_flush_test(request, done, &frc))
+    if (lg_transport_select()->flush_test(request, done, &frc))
         return frc;
     LG_WARN("test: not a linkguard request");
     return ncclInternalError;

@@ -369,3 +369,16 @@ void lg_devices_fill_props(struct lg_device_table *t, const char *sysfs_root)
         d->guid = ((uint64_t)(i + 1) << 48) | mac;
     }
 }
+
+static const struct lg_device_table *lg_devices_now;
+
+void lg_devices_publish(const struct lg_device_table *t)
+{
+    __atomic_store_n(&lg_devices_now, t, __ATOMIC_RELEASE);
+}
+
+const struct lg_device *lg_device_get(int dev)
+{
+    const struct lg_device_table *t = __atomic_load_n(&lg_devices_now, __ATOMIC_ACQUIRE);
+    return t && dev >= 0 && dev < t->count ? &t->dev[dev] : NULL;
+}

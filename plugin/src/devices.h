@@ -72,6 +72,10 @@ int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifin
  * device per interface of LGTCP_IFS (or every interface), no backups.
  * Returns the count, or -1 after a WARN naming the problem. */
 int lg_devices_discover(struct lg_device_table *t, int single);
+/* The process's table, once loaded (core.c publishes it; it stays put from then on): device
+ * `dev` of it, or NULL (no table yet, or no such device). */
+void lg_devices_publish(const struct lg_device_table *t);
+const struct lg_device *lg_device_get(int dev);
 
 /* pciPath, speed and guid from sysfs (root from LINKGUARD_SYSFS_ROOT). */
 void lg_devices_fill_props(struct lg_device_table *t, const char *sysfs_root);

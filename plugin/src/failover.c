@@ -3,26 +3,22 @@
  * changes the epoch, the active path or the set of paths happens here. */
 #include "failover.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 
 #include "conn.h"
-#include "core.h"
+#include "devices.h"
 #include "health.h"
 #include "log.h"
-#include "monitor.h"
 #include "params.h"
+#include "proto.h"
 #include "reconnect.h"
 #include "util.h"
-#include "verdict.h"
+#include "wake.h"
 
-#define MS(x) ((uint64_t)(x) * 1000000ull)
 
 /* When a rebuild `delay` from now may start: later by up to LINKGUARD_REJOIN_JITTER_MS, so
  * that connections released together (one daemon UP, one peer heartbeat) spread out. */
@@ -62,21 +58,16 @@ void lg_fo_retire_deferred(void)
 
 static uint64_t rebuild_at(uint64_t now, uint64_t delay)
 {
-    uint64_t j = MS(lg_params.rejoin_jitter_ms);
+    uint64_t j = LG_MS(lg_params.rejoin_jitter_ms);
     return now + delay + (j ? lg_random_u64() % j : 0);
 }
-#define LG_FLAP_WINDOW_NS MS(10000) /* a rebuilt path failing within this doubles the backoff */
+#define LG_FLAP_WINDOW_NS LG_MS(10000) /* a rebuilt path failing within this doubles the backoff */
 
-static const char *kind_str(const struct lg_conn *c)
-{
-    return c->kind == LG_CONN_SEND ? "send" : "recv";
-}
 
-static const char *slot_name(int i) { return i ? "backup" : "primary"; }
 
 static const char *nic_of(const struct lg_conn *c, int i)
 {
-    const struct lg_device *d = lg_core_device(c->dev);
+    const struct lg_device *d = lg_device_get(c->dev);
     return d ? d->nic[i].name : c->paths[i] ? c->paths[i]->nic : "?";
 }
 
@@ -94,7 +85,6 @@ static uint8_t nic_code(uint32_t state)
     return state == LG_NIC_DOWN ? LG_HB_NIC_DOWN : LG_HB_NIC_LEAVE;
 }
 
-static double ms_since(uint64_t t0, uint64_t now) { return t0 && now > t0 ? (now - t0) / 1e6 : 0; }
 
 void lg_fo_init(struct lg_conn *c)
 {
@@ -105,101 +95,9 @@ void lg_fo_init(struct lg_conn *c)
     for (int i = 0; i < LG_NPATHS; i++) {
         fo->slot[i].nic_idx = -1;
         fo->slot[i].local_state = LG_NIC_UNKNOWN;
-        fo->slot[i].delay_ns = MS(lg_params.rejoin_ms);
+        fo->slot[i].delay_ns = LG_MS(lg_params.rejoin_ms);
     }
-}
-
-/* ---- frames from the peer (handlers, any thread) --------------------------------------- */
-
-void lg_fo_on_frame(struct lg_path *p, const struct lg_ctrl *f)
-{
-    struct lg_conn *c = p->conn;
-    struct lg_mailbox *mb = &c->mb;
-    int wake = 0;
-    switch (f->type) {
-    case LG_CTRL_HB:
-        pthread_mutex_lock(&c->mb_mu);
-        if (!mb->hb_valid || mb->hb_flags != f->flags || mb->hb_epoch != f->epoch ||
-            mb->hb_gens != f->value) {
-            mb->hb_flags = f->flags;
-            mb->hb_epoch = f->epoch;
-            mb->hb_gens = f->value;
-            mb->hb_valid = wake = 1;
-        }
-        pthread_mutex_unlock(&c->mb_mu);
-        break;
-    case LG_CTRL_SWITCH:
-        if (f->value != (uint64_t)p->index) {
-            lg_conn_path_failed(p, 0, "SWITCH for another path");
-            return;
-        }
-        uint32_t ours = __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE);
-        if (f->epoch > ours && !lg_epoch_plausible(f->epoch, ours)) {
-            lg_conn_peer_lied(c, "SWITCH to epoch %u, ours is %u", f->epoch, ours);
-            return;
-        }
-        pthread_mutex_lock(&c->mb_mu);
-        if (f->epoch > mb->switch_epoch) {
-            mb->switch_epoch = f->epoch;
-            mb->switch_target = p->index;
-            mb->switch_gen = p->gen;
-            mb->switch_rx_ns = lg_now_ns();
-            wake = 1;
-        }
-        pthread_mutex_unlock(&c->mb_mu);
-        break;
-    case LG_CTRL_DELIVERED:
-        if (!c->wrap || f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
-            lg_conn_peer_lied(c, "DELIVERED for %llu messages, but %s",
-                              (unsigned long long)f->value,
-                              c->wrap ? "fewer receives were posted" : "not in wrap mode");
-            return;
-        }
-        __atomic_store_n(&c->peer_placed, 1, __ATOMIC_RELEASE);
-        pthread_mutex_lock(&c->mb_mu);
-        if (f->value > mb->delivered)
-            mb->delivered = f->value;
-        pthread_mutex_unlock(&c->mb_mu);
-        break;
-    case LG_CTRL_POSTED:
-        /* Not checkable (a sender may run ahead of the receives NCCL posted); a false one
-         * can only make the watchdog fail a path over, never complete or replay anything. */
-        if (!c->wrap) {
-            lg_conn_peer_lied(c, "POSTED, but not in wrap mode");
-            return;
-        }
-        pthread_mutex_lock(&c->mb_mu);
-        if (f->value > mb->peer_posted)
-            mb->peer_posted = f->value;
-        pthread_mutex_unlock(&c->mb_mu);
-        break;
-    case LG_CTRL_RESYNC:
-        if (f->flags != p->index || f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
-            lg_conn_path_failed(p, 0, "RESYNC for another path or unsent messages");
-            return;
-        }
-        pthread_mutex_lock(&c->mb_mu);
-        if (f->epoch > mb->resync_epoch) {
-            mb->resync_epoch = f->epoch;
-            mb->resync_target = p->index;
-            mb->resync_n = f->value;
-            mb->resync_gen = p->gen;
-            mb->resync_rx_ns = lg_now_ns();
-            wake = 1;
-        }
-        pthread_mutex_unlock(&c->mb_mu);
-        break;
-    case LG_CTRL_READY:
-        if (f->value == p->gen) {
-            __atomic_store_n(&p->ready, 1, __ATOMIC_RELEASE);
-            wake = 1;
-        }
-        break;
-    default:
-        break;
-    }
-    if (wake)
-        lg_monitor_wake(c);
+    c->ctrl_fn = lg_proto_ctrl_handler; /* the protocol reads every control channel */
 }
 
 /* ---- what we and the peer know ----------------------------------------------------------- */
@@ -219,7 +117,7 @@ static void eval_health(struct lg_conn *c, uint64_t now)
         uint32_t st = lg_health_state(sl->nic_idx, NULL);
         if (st == sl->local_state)
             continue;
-        LG_TRACE("%s conn %016llx: NIC %s %s -> %s (daemon)", kind_str(c),
+        LG_TRACE("%s conn %016llx: NIC %s %s -> %s (daemon)", lg_conn_kind_str(c),
                  (unsigned long long)c->nonce, nic_of(c, i), state_str(sl->local_state),
                  state_str(st));
         if (st == LG_NIC_UP && !lg_health_usable(sl->local_state))
@@ -277,20 +175,13 @@ static int peer_failed(const struct lg_conn *c, int i)
  * this process was starved, and silence measured across it says nothing about the paths. */
 static uint64_t late_gap_ns(void)
 {
-    return 4 * MS(lg_params.heartbeat_ms) + MS(lg_params.silent_timeout_ms) / 2;
-}
-
-/* Something (a heartbeat at least) was read on the path within a few heartbeat periods. */
-static int heard_recently(const struct lg_path *p, uint64_t now)
-{
-    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
-    return heard >= now || now - heard <= 4 * MS(lg_params.heartbeat_ms);
+    return 4 * LG_MS(lg_params.heartbeat_ms) + LG_MS(lg_params.silent_timeout_ms) / 2;
 }
 
 static int silent(const struct lg_path *p, uint64_t now)
 {
     uint64_t last = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
-    return now > last && now - last > MS(lg_params.silent_timeout_ms);
+    return now > last && now - last > LG_MS(lg_params.silent_timeout_ms);
 }
 
 /* A path that carries: transport up, heard from recently, not declared failed by the peer. */
@@ -310,7 +201,7 @@ static void describe(const struct lg_conn *c, int i, uint64_t now, char *out, si
                                      ? p->why : "failed");
     else if (silent(p, now))
         snprintf(out, len, "silent for %.0f ms",
-                 ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now));
+                 lg_ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now));
     else if (peer_failed(c, i))
         snprintf(out, len, "declared failed by the peer");
     else
@@ -334,11 +225,11 @@ static int note_failures(struct lg_conn *c, uint64_t now)
         if (p == c->active_path) {
             if (!fo->trigger_ns)
                 fo->trigger_ns = p->fail_ns ? p->fail_ns : now;
-            LG_TRACE("%s conn %016llx: active %s path on NIC %s to %s failed: %s", kind_str(c),
-                     (unsigned long long)c->nonce, slot_name(i), p->nic, p->peer, p->why);
+            LG_TRACE("%s conn %016llx: active %s path on NIC %s to %s failed: %s", lg_conn_kind_str(c),
+                     (unsigned long long)c->nonce, lg_slot_name(i), p->nic, p->peer, p->why);
         } else {
             LG_INFO(NCCL_NET, "%s conn %016llx: standby %s path on NIC %s to %s lost (%s); "
-                    "rebuilding it", kind_str(c), (unsigned long long)c->nonce, slot_name(i),
+                    "rebuilding it", lg_conn_kind_str(c), (unsigned long long)c->nonce, lg_slot_name(i),
                     p->nic, p->peer, p->why);
         }
         /* Damping of the rebuild: a path that dies soon after it came back, while it carried
@@ -346,9 +237,9 @@ static int note_failures(struct lg_conn *c, uint64_t now)
          * longer would only leave the active path without a place to go (a failed attempt
          * still doubles the delay). */
         if (sl->up_since_ns && now - sl->up_since_ns < LG_FLAP_WINDOW_NS && p == c->active_path)
-            sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
+            sl->delay_ns = LG_MIN(2 * sl->delay_ns, LG_MS(lg_params.rejoin_max_ms));
         else
-            sl->delay_ns = MS(lg_params.rejoin_ms);
+            sl->delay_ns = LG_MS(lg_params.rejoin_ms);
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
         retire_later(p);
     }
@@ -364,7 +255,7 @@ static int note_failures(struct lg_conn *c, uint64_t now)
             LG_WARN("%s conn %016llx: both paths failed without a goodbye from the peer "
                     "(process exited?) with %llu request(s) in flight: primary path on NIC %s "
                     "to %s (%s); backup path on NIC %s to %s (%s)",
-                    kind_str(c), (unsigned long long)c->nonce,
+                    lg_conn_kind_str(c), (unsigned long long)c->nonce,
                     (unsigned long long)(posted - done), p0->nic, p0->peer, p0->why, p1->nic,
                     p1->peer, p1->why);
         return 1;
@@ -395,7 +286,7 @@ static void silence_between(struct lg_path *quiet, struct lg_path *heard, uint64
         return;
     char why[96];
     snprintf(why, sizeof(why), "%s for %.0f ms", what,
-             ms_since(__atomic_load_n(&quiet->last_rx_ns, __ATOMIC_RELAXED), now));
+             lg_ms_since(__atomic_load_n(&quiet->last_rx_ns, __ATOMIC_RELAXED), now));
     lg_conn_path_failed(quiet, 0, why);
 }
 
@@ -404,227 +295,6 @@ static void check_silence(struct lg_conn *c, uint64_t now)
     struct lg_path *pa = c->paths[c->active], *po = c->paths[1 - c->active];
     silence_between(pa, po, now, "no data and no heartbeat");
     silence_between(po, pa, now, "standby: no heartbeat");
-}
-
-/* A progress watchdog's verdict: logged, reported to the daemon, and the path fails like a
- * dead one (the sender fails over, an unprotected connection reports the error). */
-static void declare_stalled(struct lg_conn *c, struct lg_path *p, const char *why,
-                            uint32_t for_ms)
-{
-    LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s to %s %s", kind_str(c),
-            (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer, why);
-    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_STALLED,
-                                           .path = (uint8_t)p->index, .for_ms = for_ms,
-                                           .conn = c->nonce, .peer = p->peer});
-    lg_conn_path_failed(p, 0, why);
-}
-
-/* Receiver: the progress watchdog. A data stream that stalls alone (one flow blackholed, a
- * policer starving it) leaves its message incomplete while the data around it arrives: later
- * messages complete, or the message itself is partly placed by the other streams. No progress
- * on that oldest incomplete message for LINKGUARD_STALL_MS means the path is stalled: it fails
- * like a dead one (fenced; the sender fails over, or an unprotected connection reports it). A
- * receive NCCL has not posted, or a sender with nothing to send, never looks like this. */
-static void rx_watchdog(struct lg_conn *c, uint64_t now)
-{
-    struct lg_fo *fo = &c->fo;
-    struct lg_path *p = c->active_path;
-    if (c->wrap || !lg_params.stall_ms || !lg_path_up(p))
-        return;
-    pthread_mutex_lock(&c->mu);
-    uint64_t base = c->win.base, later = c->win.bits;
-    pthread_mutex_unlock(&c->mu);
-    const struct lg_req *r = &c->reqs[base % LG_WINDOW];
-    uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-    uint64_t placed = (st & LG_REQ_POSTED) && !(st & LG_REQ_DONE) && r->seq == base
-                          ? __atomic_load_n(&r->placed, __ATOMIC_RELAXED) : 0;
-    int around = base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) && (later || placed);
-    /* Only while the peer is heard (its heartbeats keep coming): a sender, or its host, that
-     * gets no CPU stalls every stream at once, and that is not this path's fault. */
-    if (!heard_recently(p, now))
-        around = 0;
-    /* Chunks test() would place inline are not late when NCCL is not polling. */
-    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
-        fo->wd_polled_ns = now;
-    if (lg_params.poll_inline && now - fo->wd_polled_ns > MS(lg_params.stall_ms) / 2)
-        around = 0;
-    if (!around || base != fo->wd_base || placed != fo->wd_placed || !fo->wd_since) {
-        fo->wd_base = base;
-        fo->wd_placed = placed;
-        fo->wd_since = around ? now : 0;
-        return;
-    }
-    /* Just after a commit the replay has only begun. */
-    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
-    if (now - from < MS(lg_params.stall_ms))
-        return;
-    char why[128];
-    snprintf(why, sizeof(why), "stalled: message #%llu got no data for %.0f ms (%llu bytes "
-             "placed) while data around it arrived", (unsigned long long)base,
-             ms_since(fo->wd_since, now), (unsigned long long)placed);
-    uint32_t for_ms = (uint32_t)ms_since(fo->wd_since, now);
-    fo->wd_since = 0;
-    declare_stalled(c, p, why, for_ms);
-}
-
-/* Receiver, wrap mode: the inner plugin's data flows are not ours to read, so progress is
- * judged from its requests. The oldest incomplete message has its inner receive posted, the
- * sender said it handed that message to its inner plugin (POSTED), the peer is heard and NCCL
- * polls (inner completions are seen by its test() calls), and still nothing completes for
- * LINKGUARD_STALL_MS: the inner path is stalled (a hung queue pair, a blackholed flow) and
- * fails like a dead one, long before the inner plugin's own timeouts give up. */
-static void wrap_rx_watchdog(struct lg_conn *c, uint64_t now)
-{
-    struct lg_fo *fo = &c->fo;
-    struct lg_path *p = c->active_path;
-    if (!lg_params.stall_ms || !lg_path_up(p) || !lg_wrap_carries(&p->w))
-        return;
-    uint64_t base = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
-    pthread_mutex_lock(&c->mb_mu);
-    uint64_t sent = c->mb.peer_posted;
-    pthread_mutex_unlock(&c->mb_mu);
-    int waiting = sent > base && base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) &&
-                  heard_recently(p, now);
-    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
-        fo->wd_polled_ns = now;
-    if (now - fo->wd_polled_ns > MS(lg_params.stall_ms) / 2)
-        waiting = 0;
-    if (!waiting || base != fo->wd_base || !fo->wd_since) {
-        fo->wd_base = base;
-        fo->wd_since = waiting ? now : 0;
-        return;
-    }
-    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
-    if (now - from < MS(lg_params.stall_ms))
-        return;
-    char why[128];
-    snprintf(why, sizeof(why), "stalled: the inner receive of message #%llu got nothing for "
-             "%.0f ms although the sender handed it to its inner plugin",
-             (unsigned long long)base, ms_since(from, now));
-    fo->wd_since = 0;
-    declare_stalled(c, p, why, (uint32_t)ms_since(from, now));
-}
-
-/* Sender: the same watchdog, from TCP's side. A data socket with segments in flight and no
- * acknowledgement for LINKGUARD_STALL_MS (tcp(7) TCP_INFO: tcpi_unacked, tcpi_last_ack_recv)
- * is a flow the network stopped: a receiver that merely does not read still acknowledges (its
- * zero window answers our probes). This catches the stall the receiver cannot see, when the
- * stalled stream holds every message in flight. */
-static void tx_watchdog(struct lg_conn *c, uint64_t now)
-{
-    struct lg_path *p = c->active_path;
-    if (c->wrap || !lg_params.stall_ms || !lg_path_up(p) ||
-        __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) >= __atomic_load_n(&c->posted,
-                                                                        __ATOMIC_ACQUIRE))
-        return;
-    /* Only while the peer is heard (its heartbeats keep coming): a peer process or host that
-     * gets no CPU is silence, judged elsewhere, not a stalled flow. */
-    if (!heard_recently(p, now))
-        return;
-    for (int k = 0; k < p->nstreams; k++) {
-        struct tcp_info ti;
-        socklen_t len = sizeof(ti);
-        /* ... and only once TCP itself gave up waiting (a retransmission timeout fired): late
-         * acknowledgements alone are a slow peer, not a dropped flow. */
-        if (getsockopt(p->data[k].task.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-            ti.tcpi_unacked == 0 || ti.tcpi_last_ack_recv < (uint32_t)lg_params.stall_ms ||
-            (ti.tcpi_retrans == 0 && ti.tcpi_backoff == 0))
-            continue;
-        char why[128];
-        snprintf(why, sizeof(why), "stalled: data stream %d: no TCP acknowledgement for %u ms "
-                 "with %u segment(s) in flight (%u retransmitted)", k + 1,
-                 ti.tcpi_last_ack_recv, ti.tcpi_unacked, ti.tcpi_retrans);
-        declare_stalled(c, p, why, ti.tcpi_last_ack_recv);
-        return;
-    }
-}
-
-/* Sender: goodput health (goodput.h). The active path's data sockets are read once a window;
- * two lossy windows in a row hold the path off for LINKGUARD_GRAY_HOLD_MS (doubling on a repeat
- * within 10 minutes), and the switch decision leaves a held-off path like a DEGRADED NIC. A
- * held-off path that is standby still carries heartbeats: every segment its control channel
- * retransmits meanwhile restarts the hold, so a link that still drops frames keeps itself out
- * and one that is clean again is taken back (reintegration) once the hold ends. */
-#define LG_GRAY_REPEAT_NS (600ull * 1000000000ull)
-#define LG_GRAY_HOLD_MAX 32
-
-static void gray_hold(struct lg_conn *c, struct lg_fo_slot *sl, struct lg_path *p, uint64_t now,
-                      const struct lg_gp_counters *d, unsigned permille)
-{
-    uint64_t base = MS(lg_params.gray_hold_ms);
-    int repeat = sl->gray_last_ns && now - sl->gray_last_ns < LG_GRAY_REPEAT_NS;
-    sl->gray_hold_ns = repeat && sl->gray_hold_ns ? LG_MIN(2 * sl->gray_hold_ns,
-                                                           LG_GRAY_HOLD_MAX * base) : base;
-    sl->gray_last_ns = now;
-    sl->gray_until = now + sl->gray_hold_ns;
-    sl->gray_permille = permille;
-    sl->gray_sent = d->sent;
-    sl->probe_retrans = UINT64_MAX; /* read afresh once it is standby */
-    LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s is lossy: %u.%u %% of %.1f MB "
-            "sent were retransmitted in each of the last 2 windows of %lld ms; held off for "
-            "%.0f s", (unsigned long long)c->nonce, slot_name(p->index), p->nic, p->peer,
-            permille / 10, permille % 10, d->sent / 1e6, (long long)lg_params.gray_window_ms,
-            sl->gray_hold_ns / 1e9);
-    uint64_t window_ns = MS(lg_params.gray_window_ms);
-    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_LOSSY,
-                                           .path = (uint8_t)p->index,
-                                           .for_ms = 2 * (uint32_t)lg_params.gray_window_ms,
-                                           .loss_ppm = permille * 1000,
-                                           .rate_Bps = d->acked * 1000000000ull / window_ns,
-                                           .conn = c->nonce, .peer = p->peer});
-}
-
-static void gray_watch(struct lg_conn *c, uint64_t now)
-{
-    if (c->wrap || !lg_params.gray_retrans_pct)
-        return;
-    for (int i = 0; i < LG_NPATHS; i++) {
-        struct lg_path *p = c->paths[i];
-        struct lg_fo_slot *sl = &c->fo.slot[i];
-        if (!lg_path_up(p))
-            continue;
-        if (p != c->active_path) { /* standby: held off while its heartbeats are lost */
-            struct lg_gp_counters cc;
-            if (now >= sl->gray_until || lg_gp_read(&p->ctrl.task.fd, 1, &cc) != 0)
-                continue;
-            if (sl->probe_retrans != UINT64_MAX && cc.segs_retrans > sl->probe_retrans &&
-                sl->gp_path == p && sl->gp_gen == p->gen)
-                sl->gray_until = now + sl->gray_hold_ns;
-            sl->probe_retrans = cc.segs_retrans;
-            sl->gp_path = p;
-            sl->gp_gen = p->gen;
-            continue;
-        }
-        int fds[LG_MAX_STREAMS];
-        for (int k = 0; k < p->nstreams; k++)
-            fds[k] = p->data[k].task.fd;
-        if (sl->gp_path != p || sl->gp_gen != p->gen || !sl->gp_t0) {
-            if (lg_gp_read(fds, p->nstreams, &sl->gp) == 0) { /* a new window for this path */
-                sl->gp_path = p;
-                sl->gp_gen = p->gen;
-                sl->gp_t0 = now;
-                sl->gp_strikes = 0;
-            }
-            continue;
-        }
-        if (now - sl->gp_t0 < MS(lg_params.gray_window_ms))
-            continue;
-        struct lg_gp_counters cur;
-        if (lg_gp_read(fds, p->nstreams, &cur) != 0)
-            continue;
-        struct lg_gp_counters d = lg_gp_delta(&cur, &sl->gp);
-        unsigned permille;
-        enum lg_gp_verdict v = lg_gp_judge(&d, (uint64_t)lg_params.gray_min_bytes,
-                                           (int)lg_params.gray_retrans_pct, &permille);
-        sl->gp = cur;
-        sl->gp_t0 = now;
-        if (v == LG_GP_HEALTHY)
-            sl->gp_strikes = 0;
-        else if (v == LG_GP_LOSSY && ++sl->gp_strikes >= 2) {
-            sl->gp_strikes = 0;
-            gray_hold(c, sl, p, now, &d, permille);
-        }
-    }
 }
 
 /* ---- heartbeats ----------------------------------------------------------------------------- */
@@ -648,25 +318,12 @@ static void heartbeats(struct lg_conn *c, uint64_t now)
         struct lg_path *p = c->paths[i];
         if (lg_path_up(p) &&
             (force || now - __atomic_load_n(&p->last_tx_ns, __ATOMIC_RELAXED) >=
-                          MS(lg_params.heartbeat_ms)))
+                          LG_MS(lg_params.heartbeat_ms)))
             lg_path_ctrl_send(p, &hb);
     }
     fo->hb_flags = flags;
     fo->hb_force = 0;
-    struct lg_path *pa = c->active_path;
-    if (c->wrap && c->kind == LG_CONN_SEND && lg_path_up(pa) &&
-        now - fo->posted_told_ns >= MS(lg_params.heartbeat_ms)) {
-        /* As often as heartbeats: what the receiver's watchdog needs to tell a stalled inner
-         * path from a quiet one. */
-        fo->posted_told_ns = now;
-        pthread_mutex_lock(&c->mu);
-        uint64_t sent = c->cursor_seq;
-        pthread_mutex_unlock(&c->mu);
-        if (sent > __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)) {
-            struct lg_ctrl posted = {.type = LG_CTRL_POSTED, .value = sent};
-            lg_path_ctrl_send(pa, &posted);
-        }
-    }
+    c->tr->heartbeat(c, now); /* its own periodic frames (wrap mode: POSTED) */
 }
 
 /* Both paths dead for the dead timeout: fail the connection with a WARN naming both. The
@@ -678,7 +335,7 @@ static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
     if (works(c, 0, now) || works(c, 1, now)) {
         if (fo->stall_logged)
             LG_INFO(NCCL_NET, "%s conn %016llx: a path works again after %.1f ms",
-                    kind_str(c), (unsigned long long)c->nonce, ms_since(fo->stall_since, now));
+                    lg_conn_kind_str(c), (unsigned long long)c->nonce, lg_ms_since(fo->stall_since, now));
         fo->stall_since = 0;
         fo->stall_logged = 0;
         return 0;
@@ -691,17 +348,17 @@ static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
         fo->stalled_ns = 0;
         fo->stall_logged = 1;
         for (int i = 0; i < LG_NPATHS; i++) { /* nothing works: rebuild without waiting */
-            fo->slot[i].delay_ns = MS(lg_params.rejoin_ms);
+            fo->slot[i].delay_ns = LG_MS(lg_params.rejoin_ms);
             if (fo->slot[i].next_try_ns > now)
                 fo->slot[i].next_try_ns = now;
         }
         LG_INFO(NCCL_NET, "%s conn %016llx: no working path (primary on %s: %s; backup on "
-                "%s: %s); retrying for up to %lld ms", kind_str(c), (unsigned long long)c->nonce,
+                "%s: %s); retrying for up to %lld ms", lg_conn_kind_str(c), (unsigned long long)c->nonce,
                 nic_of(c, 0), d0, nic_of(c, 1), d1, (long long)lg_params.dead_timeout_ms);
         return 0;
     }
     fo->stalled_ns += LG_MIN(gap, late_gap_ns());
-    if (fo->stalled_ns < MS(lg_params.dead_timeout_ms))
+    if (fo->stalled_ns < LG_MS(lg_params.dead_timeout_ms))
         return 0;
     const char *peer0 = c->paths[0] ? c->paths[0]->peer : "?";
     const char *peer1 = c->paths[1] ? c->paths[1]->peer : "?";
@@ -710,7 +367,7 @@ static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
         LG_WARN("%s conn %016llx on dev %d: no working path for %.0f ms "
                 "(LINKGUARD_DEAD_TIMEOUT_MS=%lld): primary path on NIC %s to %s: %s; backup "
                 "path on NIC %s to %s: %s; failing the connection",
-                kind_str(c), (unsigned long long)c->nonce, c->dev, ms_since(fo->stall_since, now),
+                lg_conn_kind_str(c), (unsigned long long)c->nonce, c->dev, lg_ms_since(fo->stall_since, now),
                 (long long)lg_params.dead_timeout_ms, nic_of(c, 0), peer0, d0, nic_of(c, 1),
                 peer1, d1);
     return 1;
@@ -735,7 +392,7 @@ static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t n
     case LG_WHY_FAILED:
     case LG_WHY_SILENT:
     case LG_WHY_PEER_FAILED:
-        snprintf(out, len, "%s path on %s: %s", slot_name(a), nic_of(c, a), what);
+        snprintf(out, len, "%s path on %s: %s", lg_slot_name(a), nic_of(c, a), what);
         break;
     case LG_WHY_DOWN:
     case LG_WHY_LEAVE:
@@ -748,7 +405,7 @@ static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t n
         break;
     case LG_WHY_GRAY:
         snprintf(out, len, "%s path on NIC %s is lossy (%u.%u %% of %.1f MB retransmitted)",
-                 slot_name(a), nic_of(c, a), fo->slot[a].gray_permille / 10,
+                 lg_slot_name(a), nic_of(c, a), fo->slot[a].gray_permille / 10,
                  fo->slot[a].gray_permille % 10, fo->slot[a].gray_sent / 1e6);
         break;
     case LG_WHY_RESYNC:
@@ -775,12 +432,6 @@ static void set_hold(struct lg_conn *c, int hold)
     pthread_mutex_unlock(&c->mu);
 }
 
-static void kick_streams(struct lg_path *p)
-{
-    for (int k = 0; lg_path_up(p) && k < p->nstreams; k++)
-        lg_task_kick(&p->data[k].task);
-}
-
 static void send_switch(struct lg_conn *c, uint64_t now)
 {
     struct lg_fo *fo = &c->fo;
@@ -788,7 +439,7 @@ static void send_switch(struct lg_conn *c, uint64_t now)
     fo->sw_epoch = fo->proposed = lg_epoch_next(__atomic_load_n(&c->epoch, __ATOMIC_RELAXED),
                                                fo->seen, fo->proposed);
     fo->sw_gen = t->gen;
-    lg_wrap_tx_switching(c, t); /* wrap mode: DELIVERED first (what the receiver must hold) */
+    c->tr->switching(c, t); /* wrap mode: DELIVERED first (what the receiver must hold) */
     struct lg_ctrl f = {.type = LG_CTRL_SWITCH, .epoch = fo->sw_epoch,
                         .value = (uint64_t)fo->sw_target};
     lg_path_ctrl_send(t, &f);
@@ -823,34 +474,30 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
     int later = fo->sw_phase != LG_SW_NONE && fo->sw_epoch > epoch; /* ours is still coming */
     struct lg_path *old = c->active_path;
     int from = c->active;
-    /* Wrap mode: the inner sends are NCCL's thread's; hold it off across the rewind. On the
-     * same comm nothing is sent again: what it carries still arrives, in order. */
-    int wrap_same = c->wrap && old == p;
-    if (c->wrap)
-        pthread_mutex_lock(&c->wmu);
+    /* Whole messages on the same path: nothing is sent again, what it carries still arrives,
+     * in order. The transport holds NCCL's thread off across the rewind (commit_begin). */
+    int same = (c->tr->caps & LG_TR_MSGS) && old == p;
+    c->tr->commit_begin(c, old, p);
     pthread_mutex_lock(&c->mu);
     uint64_t cur = c->cursor_seq > c->sent_hi ? c->cursor_seq : c->sent_hi;
     uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_RELAXED);
     int bad = lg_resync_check(n, acked, cur);
     if (bad) {
         pthread_mutex_unlock(&c->mu);
-        if (c->wrap)
-            pthread_mutex_unlock(&c->wmu);
-        /* With LINKGUARD_INNER_PLACED, completed sends count as acknowledged: a receiver
-         * short of them means the inner plugin completed sends it had not placed. */
-        int placed = c->wrap && lg_params.inner_placed;
+        c->tr->commit_end(c, old, old); /* nothing changed */
+        /* A transport whose completions count as acknowledgements (LINKGUARD_INNER_PLACED)
+         * may be the liar: it completed sends it had not placed. */
         lg_conn_peer_lied(c, "RESYNC at epoch %u to message #%llu, but %s #%llu%s",
                           epoch, (unsigned long long)n,
                           bad == -1 ? "it had acknowledged every message below" :
                                       "we sent only the messages below",
                           (unsigned long long)(bad == -1 ? acked : cur),
-                          bad == -1 && placed ? " (or the inner plugin completed sends it had "
-                                                "not placed: is LINKGUARD_INNER_PLACED=1 true "
-                                                "of it?)" : "");
+                          bad == -1 ? " (or the transport completed sends it had not placed)"
+                                    : "");
         return;
     }
     c->sent_hi = cur;
-    uint64_t replay = wrap_same ? 0 : lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk,
+    uint64_t replay = same ? 0 : lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk,
                                                           &c->acked, n);
     __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
     __atomic_store_n(&c->active, target, __ATOMIC_RELEASE);
@@ -858,24 +505,20 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
     __atomic_store_n(&c->hold, later ? LG_HOLD_ALL : LG_HOLD_NONE, __ATOMIC_RELAXED);
     c->parked = (uint32_t)((1ull << c->nstreams) - 1);
     pthread_mutex_unlock(&c->mu);
-    if (c->wrap) {
-        if (!wrap_same)
-            lg_wrap_tx_forget(c);
-        pthread_mutex_unlock(&c->wmu);
-    }
+    c->tr->commit_end(c, old, p);
     /* The active control channel is read by test(); the others wake a worker. */
     if (old && old != p && lg_path_up(old))
         lg_task_set_events(&old->ctrl.task, lg_path_ctrl_events(old, 0));
     lg_task_set_events(&p->ctrl.task, lg_path_ctrl_events(p, 1));
-    kick_streams(p);
+    c->tr->resume(p);
     uint64_t t0 = fo->sw_trigger_ns ? fo->sw_trigger_ns : rx_ns;
     LG_INFO(NCCL_NET, "send conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s (%s); "
             "epoch %u, replaying %llu message(s) from #%llu (cursor was #%llu); switch took "
-            "%.2f ms", (unsigned long long)c->nonce, switch_word(from, target), slot_name(from),
-            nic_of(c, from), slot_name(target), p->nic,
+            "%.2f ms", (unsigned long long)c->nonce, switch_word(from, target), lg_slot_name(from),
+            nic_of(c, from), lg_slot_name(target), p->nic,
             fo->sw_reason[0] ? fo->sw_reason : "the peer moved", epoch,
             (unsigned long long)replay, (unsigned long long)n, (unsigned long long)cur,
-            ms_since(t0, now));
+            lg_ms_since(t0, now));
     if (!later) {
         fo->sw_phase = LG_SW_NONE;
         fo->sw_reason[0] = 0;
@@ -887,11 +530,11 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         /* Fence the primary we left; it is rebuilt fresh when healthy again. */
         struct lg_fo_slot *sl = &fo->slot[0];
         sl->noted = 1;
-        sl->delay_ns = MS(lg_params.rejoin_ms);
+        sl->delay_ns = LG_MS(lg_params.rejoin_ms);
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
         retire_later(old);
-    } else if (old && old != p && c->wrap && !old->retired) {
-        lg_wrap_rearm(old); /* the backup left at reintegration: a fresh inner comm (wrap.h) */
+    } else if (old && old != p && (c->tr->caps & LG_TR_FRESH_ON_LEAVE) && !old->retired) {
+        c->tr->rearm(old); /* the backup left at reintegration: a fresh comm */
     }
 }
 
@@ -910,13 +553,13 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
             char ports[96];
             lg_path_ports(c->paths[i], ports, sizeof(ports), 0);
             LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s rebuilt (gen %u) in %.1f ms; "
-                    "local ports: %s", (unsigned long long)c->nonce, slot_name(i),
-                    c->paths[i]->nic, c->paths[i]->gen, ms_since(t0, now), ports);
+                    "local ports: %s", (unsigned long long)c->nonce, lg_slot_name(i),
+                    c->paths[i]->nic, c->paths[i]->gen, lg_ms_since(t0, now), ports);
         } else if (rc < 0) {
-            sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
+            sl->delay_ns = LG_MIN(2 * sl->delay_ns, LG_MS(lg_params.rejoin_max_ms));
             sl->next_try_ns = rebuild_at(now, sl->delay_ns);
             LG_INFO(NCCL_NET, "send conn %016llx: rebuilding the %s path on NIC %s failed (%s); "
-                    "next try in %.0f ms", (unsigned long long)c->nonce, slot_name(i),
+                    "next try in %.0f ms", (unsigned long long)c->nonce, lg_slot_name(i),
                     nic_of(c, i), why, sl->delay_ns / 1e6);
         }
         return;
@@ -931,9 +574,9 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
         return;
     int rc = lg_rejoin_tx_start(c, i, now);
     if (rc > 0) {
-        sl->next_try_ns = now + MS(2); /* the process's rebuild budget is spent: its turn comes */
+        sl->next_try_ns = now + LG_MS(2); /* the process's rebuild budget is spent: its turn comes */
     } else if (rc < 0) {
-        sl->delay_ns = LG_MIN(2 * sl->delay_ns, MS(lg_params.rejoin_max_ms));
+        sl->delay_ns = LG_MIN(2 * sl->delay_ns, LG_MS(lg_params.rejoin_max_ms));
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
     }
 }
@@ -964,12 +607,12 @@ static void tx_step(struct lg_conn *c, uint64_t now)
             int drained = c->cursor_chunk == 0 &&
                           __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) >= c->cursor_seq;
             pthread_mutex_unlock(&c->mu);
-            if (drained || now - fo->sw_t0 >= MS(lg_params.quiesce_ms))
+            if (drained || now - fo->sw_t0 >= LG_MS(lg_params.quiesce_ms))
                 send_switch(c, now);
-        } else if (now - fo->sw_sent_ns >= MS(lg_params.switch_timeout_ms)) {
+        } else if (now - fo->sw_sent_ns >= LG_MS(lg_params.switch_timeout_ms)) {
             LG_INFO(NCCL_NET, "send conn %016llx: no RESYNC for epoch %u after %.0f ms; "
                     "proposing again", (unsigned long long)c->nonce, fo->sw_epoch,
-                    ms_since(fo->sw_sent_ns, now));
+                    lg_ms_since(fo->sw_sent_ns, now));
             send_switch(c, now);
         }
     }
@@ -981,9 +624,9 @@ static void tx_step(struct lg_conn *c, uint64_t now)
             struct lg_fo_slot_view *s = &v.slot[i];
             uint8_t local = nic_code(fo->slot[i].local_state);
             uint8_t peer = LG_HB_NIC(fo->peer_flags, i);
-            /* Wrap mode: a path to switch to needs its inner comm; the active one may still
-             * be completing its handshake (connect time). */
-            s->up = lg_path_up(p) && (!c->wrap || i == c->active || lg_wrap_carries(&p->w));
+            /* A path to switch to must carry (wrap mode: its inner comm is up); the active
+             * one may still be completing its handshake (connect time). */
+            s->up = lg_path_up(p) && (i == c->active || c->tr->carries(p));
             s->silent = s->up && !fo->late && silent(p, now);
             s->peer_failed = peer_failed(c, i);
             s->down = local == LG_HB_NIC_DOWN || peer == LG_HB_NIC_DOWN;
@@ -997,7 +640,7 @@ static void tx_step(struct lg_conn *c, uint64_t now)
         else if (__atomic_load_n(&c->hold, __ATOMIC_RELAXED) != LG_HOLD_NONE &&
                  d.action == LG_FO_NONE) {
             set_hold(c, LG_HOLD_NONE); /* an abandoned switch: carry on where we are */
-            kick_streams(c->paths[c->active]);
+            c->tr->resume(c->paths[c->active]);
         }
     }
     for (int i = 0; i < LG_NPATHS; i++)
@@ -1011,29 +654,15 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     struct lg_fo *fo = &c->fo;
     struct lg_path *p = c->paths[target], *old = c->active_path;
     int from = c->active;
-    if (c->wrap) { /* NCCL's thread posts inner receives on the committed path: hold it off */
-        pthread_mutex_lock(&c->wmu);
-        if (old != p) { /* what the sender's inner plugin placed is ours before the fence */
-            pthread_mutex_lock(&c->mb_mu);
-            uint64_t delivered = c->mb.delivered;
-            pthread_mutex_unlock(&c->mb_mu);
-            lg_wrap_rx_hold(c, old, delivered);
-        }
-    }
+    c->tr->commit_begin(c, old, p); /* wrap mode: NCCL's thread held off, what was placed kept */
     pthread_mutex_lock(&c->mu);
     __atomic_store_n(&c->active, target, __ATOMIC_RELEASE);
     c->active_path = p;
     __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->mu);
-    if (c->wrap) {
-        if (old != p)
-            lg_wrap_rx_forget(c);
-        pthread_mutex_unlock(&c->wmu);
-        if (old && old != p)
-            lg_wrap_fence(old); /* before the RESYNC: nothing late lands after it */
-    }
+    c->tr->commit_end(c, old, p); /* before the RESYNC: nothing late lands after it */
     /* From here every reader drops what is not of `epoch`; wait for those inside a step
-     * that began before (seq_cst pairs with gate_enter in conn_recv.c). */
+     * that began before (seq_cst pairs with gate_enter in tcp_recv.c). */
     for (int pi = 0; pi < LG_NPATHS; pi++) {
         struct lg_path *q = c->paths[pi];
         for (int k = 0; q && !q->retired && k < q->nstreams; k++) {
@@ -1052,22 +681,22 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     struct lg_ctrl f = {.type = LG_CTRL_RESYNC, .flags = (uint8_t)target, .epoch = epoch,
                         .value = base};
     lg_path_ctrl_send(p, &f);
-    kick_streams(p);
+    c->tr->resume(p);
     if (old && old != p)
-        kick_streams(old); /* standby again: its streams go back to waking a worker */
+        c->tr->resume(old); /* standby again: its streams go back to waking a worker */
     uint64_t t0 = fo->trigger_ns && fo->trigger_ns < rx_ns ? fo->trigger_ns : rx_ns;
     LG_INFO(NCCL_NET, "recv conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s at epoch "
             "%u (asked by the sender); %d partial receive(s) reset, resuming at message #%llu; "
             "switch took %.2f ms", (unsigned long long)c->nonce, switch_word(from, target),
-            slot_name(from), nic_of(c, from), slot_name(target), p->nic, epoch, reset,
-            (unsigned long long)base, ms_since(t0, now));
+            lg_slot_name(from), nic_of(c, from), lg_slot_name(target), p->nic, epoch, reset,
+            (unsigned long long)base, lg_ms_since(t0, now));
     fo->trigger_ns = 0;
     fo->hb_force = 1;
     if (old && old != p && old->index == 0 && !old->retired) {
         fo->slot[0].noted = 1;
         retire_later(old);
-    } else if (old && old != p && c->wrap && !old->retired) {
-        lg_wrap_rearm(old); /* fenced before the RESYNC; now its next inner comm */
+    } else if (old && old != p && (c->tr->caps & LG_TR_FRESH_ON_LEAVE) && !old->retired) {
+        c->tr->rearm(old); /* fenced before the RESYNC; now its next comm */
     }
 }
 
@@ -1088,7 +717,7 @@ static void rx_step(struct lg_conn *c, uint64_t now)
     }
     for (int i = 0; i < LG_NPATHS; i++) {
         struct lg_rejoin *rj = &fo->slot[i].rj;
-        if (rj->path && now - rj->t0 > MS(lg_params.rejoin_timeout_ms))
+        if (rj->path && now - rj->t0 > LG_MS(lg_params.rejoin_timeout_ms))
             lg_rejoin_abort(c, i);
     }
 }
@@ -1104,14 +733,14 @@ static uint64_t add_backup(struct lg_conn *c, uint64_t now)
     eval_health(c, now);
     if (c->kind == LG_CONN_SEND)
         tx_rejoin(c, 1, now);
-    else if (sl->rj.path && now - sl->rj.t0 > MS(lg_params.rejoin_timeout_ms))
+    else if (sl->rj.path && now - sl->rj.t0 > LG_MS(lg_params.rejoin_timeout_ms))
         lg_rejoin_abort(c, 1);
     /* Heartbeats already: the receiver counts itself protected as soon as it has filed the
      * path, and judges our primary's silence from then on. */
     heartbeats(c, now);
     if (sl->rj.path)
-        return now + MS(2);
-    uint64_t next = now + MS(lg_params.heartbeat_ms);
+        return now + LG_MS(2);
+    uint64_t next = now + LG_MS(lg_params.heartbeat_ms);
     return c->kind == LG_CONN_SEND && sl->next_try_ns > now && sl->next_try_ns < next
                ? sl->next_try_ns : next;
 }
@@ -1127,16 +756,14 @@ static uint64_t add_backup(struct lg_conn *c, uint64_t now)
 static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
 {
     struct lg_fo *fo = &c->fo;
-    uint64_t hb = MS(lg_params.heartbeat_ms);
+    uint64_t hb = LG_MS(lg_params.heartbeat_ms);
     struct lg_path *p = c->paths[c->active];
     uint64_t gap = fo->last_run_ns ? now - fo->last_run_ns : 0;
     fo->last_run_ns = now;
     if (c->kind == LG_CONN_SEND) {
         pump(p); /* test() reads it only while NCCL polls */
-        tx_watchdog(c, now);
-    } else {
-        rx_watchdog(c, now);
     }
+    c->tr->watch(c, now);
     heartbeats(c, now);
     pthread_mutex_lock(&c->mb_mu);
     int heard_hb = c->mb.hb_valid;
@@ -1147,18 +774,18 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
     }
     if (!fo->stall_since) {
         fo->stall_since = now;
-        fo->stalled_ns = MS(lg_params.silent_timeout_ms);
+        fo->stalled_ns = LG_MS(lg_params.silent_timeout_ms);
         return now + hb;
     }
     fo->stalled_ns += LG_MIN(gap, late_gap_ns());
-    if (fo->stalled_ns < MS(lg_params.dead_timeout_ms))
+    if (fo->stalled_ns < LG_MS(lg_params.dead_timeout_ms))
         return now + hb;
-    double quiet = ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now);
+    double quiet = lg_ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now);
     if (lg_conn_fail(c, ncclRemoteError, "nothing heard from the peer for %.0f ms", quiet))
         LG_WARN("%s conn %016llx on dev %d: nothing heard from the peer for %.0f ms on the %s "
                 "path on NIC %s to %s, and the connection has no backup path "
                 "(LINKGUARD_DEAD_TIMEOUT_MS=%lld); failing the connection",
-                kind_str(c), (unsigned long long)c->nonce, c->dev, quiet, slot_name(p->index),
+                lg_conn_kind_str(c), (unsigned long long)c->nonce, c->dev, quiet, lg_slot_name(p->index),
                 p->nic, p->peer, (long long)lg_params.dead_timeout_ms);
     return now + 20 * hb;
 }
@@ -1168,8 +795,8 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
 uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
 {
     struct lg_fo *fo = &c->fo;
-    uint64_t hb = MS(lg_params.heartbeat_ms);
-    int handshaking = lg_wrap_step(c, now); /* wrap mode: inner comms of new paths */
+    uint64_t hb = LG_MS(lg_params.heartbeat_ms);
+    int handshaking = c->tr->step(c, now); /* wrap mode: inner comms of new paths */
     if (__atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
         return now + 20 * hb;
     if (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE)) {
@@ -1178,7 +805,7 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
             uint64_t up = add_backup(c, now);
             next = up < next ? up : next;
         }
-        return handshaking ? now + MS(1) : next;
+        return handshaking ? now + LG_MS(1) : next;
     }
     if (c->kind == LG_CONN_SEND)
         /* test() reads the active control channel only while NCCL polls: read it here too,
@@ -1200,12 +827,9 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
         return now + 20 * hb;
     if (!late) {
         check_silence(c, now);
-        if (c->kind == LG_CONN_RECV)
-            c->wrap ? wrap_rx_watchdog(c, now) : rx_watchdog(c, now);
-        else {
-            tx_watchdog(c, now);
-            gray_watch(c, now);
-        }
+        c->tr->watch(c, now);
+        if (c->kind == LG_CONN_SEND)
+            c->tr->goodput(c, now);
     }
     if (note_failures(c, now))
         return now + 20 * hb;
@@ -1215,18 +839,18 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
         rx_step(c, now);
     heartbeats(c, now);
     if (late)
-        return now + MS(1);
+        return now + LG_MS(1);
     if (dead_check(c, now, gap))
         return now + 20 * hb;
     uint64_t next = now + hb;
     if (fo->sw_phase != LG_SW_NONE || fo->slot[0].rj.path || fo->slot[1].rj.path)
-        next = now + MS(2);
+        next = now + LG_MS(2);
     if (handshaking)
-        next = now + MS(1);
+        next = now + LG_MS(1);
     struct lg_path *pa = c->paths[c->active];
     if (lg_path_up(pa)) { /* wake up right when the active path would count as silent */
         uint64_t due = __atomic_load_n(&pa->last_rx_ns, __ATOMIC_RELAXED) +
-                       MS(lg_params.silent_timeout_ms) + MS(1);
+                       LG_MS(lg_params.silent_timeout_ms) + LG_MS(1);
         if (due > now && due < next)
             next = due;
     }

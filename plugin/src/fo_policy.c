@@ -1,6 +1,6 @@
 /* The sender's switch decision: a pure function of what each slot's path looks like
  * (tests/test_failover.c drives it from tables). */
-#include "failover.h"
+#include "fo_policy.h"
 
 /* 3: healthy; 2: carries, but a daemon wants traffic off it or it loses data; 1: a daemon says
  * DOWN while the transport still looks alive; 0: does not carry. */

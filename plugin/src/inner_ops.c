@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inner.h"
+#include "inner_check.h"
+#include "inner_ops.h"
 #include "inner_props.h"
 #include "log.h"
 

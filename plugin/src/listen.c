@@ -5,6 +5,8 @@
  * announced path is there. The listeners outlive the listen comm (NCCL closes it right after
  * accept) while a protected connection accepted on them lives: rebuilt paths come to them
  * (monitor.c, reconnect.c). */
+#include "listen.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
@@ -17,10 +19,14 @@
 #include "acceptor.h"
 #include "conn.h"
 #include "core.h"
+#include "ctx.h"
+#include "devices.h"
+#include "failover.h"
 #include "handle.h"
 #include "log.h"
 #include "params.h"
 #include "sock.h"
+#include "transport_select.h"
 #include "util.h"
 
 #define LG_LISTEN_MAGIC 0x4c474c49u /* "LGLI" */
@@ -44,7 +50,7 @@ struct lg_listen {
     struct lg_listener *lis[LG_NPATHS]; /* shared with the connections accepted here */
     pthread_mutex_t mu;                 /* groups: filled by the acceptor, taken by accept */
     struct lg_group groups[LG_GROUP_MAX];
-    struct lg_conn *pending; /* wrap mode: built, NCCL gets it once its inner comms are up */
+    struct lg_conn *pending; /* built; NCCL gets it once its transport can take it */
     int warned;
 };
 
@@ -53,7 +59,7 @@ static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t loc
 
 ncclResult_t lg_core_listen_ctx(void *ctx, int dev, void *handle, void **listen_comm)
 {
-    const struct lg_device *d = lg_core_device(dev);
+    const struct lg_device *d = lg_device_get(dev);
     *listen_comm = NULL;
     if (!d) {
         LG_WARN("listen: no device %d", dev);
@@ -123,9 +129,10 @@ static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t loc
                        uint64_t now)
 {
     struct lg_listen *l = arg;
-    const struct lg_device *d = lg_core_device(l->dev);
+    const struct lg_device *d = lg_device_get(l->dev);
     if (!d || h->path >= l->npaths || d->nic[h->path].ip != local_ip ||
-        !(h->flags & LG_HELLO_F_WRAP) != !lg_wrap || /* both wrap an inner plugin, or neither */
+        /* both ends use the same transport (both wrap an inner plugin, or neither) */
+        (h->flags & LG_HELLO_F_WRAP) != lg_transport_select()->hello_flags ||
         h->chunk_size > (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20))
         goto stranger;
     pthread_mutex_lock(&l->mu);
@@ -175,10 +182,12 @@ static int group_complete(const struct lg_group *g)
 
 static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
 {
-    const struct lg_device *d = lg_core_device(l->dev);
-    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, l->dev, g->nstreams, g->chunk_size);
+    const struct lg_device *d = lg_device_get(l->dev);
+    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, l->dev, lg_transport_select(), g->nstreams,
+                                    g->chunk_size);
     if (!c)
         return NULL;
+    lg_fo_init(c);
     c->nonce = g->nonce;
     c->listen_id = l->listen_id;
     c->ctx = lg_ctx_ref(l->ctx);
@@ -229,7 +238,7 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
     uint64_t timeout = (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
     if (l->pending) { /* wrap mode: regMr must find the inner comms there (wrap.h) */
         struct lg_conn *c = l->pending;
-        int usable = lg_wrap_conn_usable(c, lg_now_ns());
+        int usable = c->tr->usable(c, lg_now_ns());
         if (usable == 0)
             return ncclSuccess;
         l->pending = NULL;
@@ -281,12 +290,8 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
         LG_WARN("accept on device %d: cannot set up the connection", l->dev);
         return ncclSystemError;
     }
-    if (c->wrap) {
-        l->pending = c;
-        return lg_core_accept(l, recv_comm);
-    }
-    *recv_comm = c;
-    return ncclSuccess;
+    l->pending = c; /* handed over once the transport can take it (below) */
+    return lg_core_accept(l, recv_comm);
 }
 
 ncclResult_t lg_core_close_listen(void *listen_comm)

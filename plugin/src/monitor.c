@@ -8,59 +8,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "acceptor.h"
 #include "conn.h"
+#include "failover.h"
 #include "health.h"
 #include "log.h"
 #include "params.h"
 #include "reconnect.h"
 #include "sock.h"
 #include "util.h"
+#include "wake.h"
 
 static struct {
     pthread_mutex_t mu; /* the registry; held while a conn is run */
     pthread_t tid;
     int running, stop; /* under mu */
-    int epfd, evfd;
-    int asleep;        /* in epoll_wait (atomic) */
-    int pending;       /* a wake-up since the last pass (atomic) */
-    int wake_all;      /* run every connection at the next pass (atomic) */
-    uint64_t gen_told; /* daemon table generation last announced (atomic) */
+    int epfd;
     struct lg_conn *conns;
-} M = {.mu = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .evfd = -1};
+} M = {.mu = PTHREAD_MUTEX_INITIALIZER, .epfd = -1};
 
-static void wake_thread(void)
-{
-    __atomic_store_n(&M.pending, 1, __ATOMIC_SEQ_CST);
-    int fd = __atomic_load_n(&M.evfd, __ATOMIC_ACQUIRE);
-    if (fd >= 0 && __atomic_load_n(&M.asleep, __ATOMIC_SEQ_CST)) {
-        uint64_t one = 1;
-        ssize_t rc = write(fd, &one, sizeof(one));
-        (void)rc; /* EAGAIN: already signalled */
-    }
-}
-
-void lg_monitor_wake(struct lg_conn *c)
-{
-    if (c)
-        __atomic_store_n(&c->dirty, 1, __ATOMIC_SEQ_CST);
-    else
-        __atomic_store_n(&M.wake_all, 1, __ATOMIC_SEQ_CST);
-    wake_thread();
-}
-
-void lg_monitor_health_poll(void)
-{
-    uint64_t gen = lg_health_poll();
-    if (gen != __atomic_load_n(&M.gen_told, __ATOMIC_RELAXED)) {
-        __atomic_store_n(&M.gen_told, gen, __ATOMIC_RELAXED);
-        lg_monitor_wake(NULL);
-    }
-}
+static void wake_rejoin(void) { lg_wake_monitor(0); }
 
 void lg_monitor_add(struct lg_conn *c)
 {
@@ -114,12 +84,9 @@ static void *monitor_main(void *arg)
     for (;;) {
         uint64_t now = lg_now_ns();
         int timeout = next > now ? (int)((next - now + 999999) / 1000000) : 0;
-        /* Dekker with lg_monitor_wake: it sets `pending` then looks at `asleep`. */
-        __atomic_store_n(&M.asleep, 1, __ATOMIC_SEQ_CST);
-        int busy = __atomic_load_n(&M.pending, __ATOMIC_SEQ_CST);
+        int busy = lg_wake_sleep_begin();
         int n = epoll_wait(M.epfd, evs, 16, busy ? 0 : timeout);
-        __atomic_store_n(&M.asleep, 0, __ATOMIC_SEQ_CST);
-        __atomic_store_n(&M.pending, 0, __ATOMIC_SEQ_CST);
+        lg_wake_sleep_end();
         now = lg_now_ns();
         lg_health_tick(now);
         lg_monitor_health_poll();
@@ -129,15 +96,11 @@ static void *monitor_main(void *arg)
             pthread_mutex_unlock(&M.mu);
             break;
         }
-        for (int i = 0; i < n; i++) {
-            if (!evs[i].data.ptr) {
-                uint64_t v;
-                ssize_t rc = read(M.evfd, &v, sizeof(v));
-                (void)rc;
-            }
-        }
+        for (int i = 0; i < n; i++)
+            if (!evs[i].data.ptr)
+                lg_wake_drain();
         take_rejoins(now);
-        int all = __atomic_exchange_n(&M.wake_all, 0, __ATOMIC_SEQ_CST);
+        int all = lg_wake_take_all();
         next = now + hb;
         for (struct lg_conn *c = M.conns; c; c = c->mon_next) {
             int dirty = __atomic_exchange_n(&c->dirty, 0, __ATOMIC_SEQ_CST);
@@ -161,7 +124,7 @@ int lg_monitor_start(void)
     }
     M.stop = 0;
     M.epfd = epoll_create1(EPOLL_CLOEXEC);
-    int evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    int evfd = lg_wake_open();
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     struct epoll_event acc = {.events = EPOLLIN, .data.ptr = &M};
     int accfd = lg_acceptor_fd();
@@ -171,14 +134,12 @@ int lg_monitor_start(void)
         LG_WARN("cannot start the monitor thread: %s", strerror(errno));
         if (M.epfd >= 0)
             close(M.epfd);
-        if (evfd >= 0)
-            close(evfd);
+        lg_wake_close();
         M.epfd = -1;
         pthread_mutex_unlock(&M.mu);
         return -1;
     }
-    __atomic_store_n(&M.evfd, evfd, __ATOMIC_RELEASE);
-    lg_acceptor_on_rejoin(wake_thread); /* REJOIN sockets wait for take_rejoins */
+    lg_acceptor_on_rejoin(wake_rejoin); /* REJOIN sockets wait for take_rejoins */
     pthread_setname_np(M.tid, "lg-monitor");
     M.running = 1;
     pthread_mutex_unlock(&M.mu);
@@ -195,16 +156,12 @@ void lg_monitor_stop(void)
     M.stop = 1;
     M.running = 0;
     pthread_mutex_unlock(&M.mu);
-    uint64_t one = 1;
-    ssize_t rc = write(M.evfd, &one, sizeof(one));
-    (void)rc;
+    lg_wake_monitor(0);
     pthread_join(M.tid, NULL);
     lg_acceptor_on_rejoin(NULL);
     lg_acceptor_shutdown();
     pthread_mutex_lock(&M.mu);
-    int evfd = M.evfd;
-    __atomic_store_n(&M.evfd, -1, __ATOMIC_RELEASE);
-    close(evfd);
+    lg_wake_close();
     close(M.epfd);
     M.epfd = -1;
     pthread_mutex_unlock(&M.mu);

@@ -20,11 +20,6 @@ void lg_monitor_stop(void);
 void lg_monitor_add(struct lg_conn *c);
 void lg_monitor_remove(struct lg_conn *c);
 
-/* Any thread: look at c soon (NULL: every connection). Cheap when already awake. */
-void lg_monitor_wake(struct lg_conn *c);
-
-/* Hot path (isend/irecv/test): one load of the daemon table's generation; wakes the monitor
- * when it moved. */
-void lg_monitor_health_poll(void);
+/* Waking it: lg_monitor_wake (conn.h) and wake.h. */
 
 #endif

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "conn.h"
-#include "core.h"
+#include "devices.h"
 #include "health.h"
 #include "log.h"
 #include "params.h"
@@ -71,7 +71,7 @@ void lg_rejoin_abort(struct lg_conn *c, int slot)
 
 int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
 {
-    const struct lg_device *d = lg_core_device(c->dev);
+    const struct lg_device *d = lg_device_get(c->dev);
     struct lg_rejoin *rj = &c->fo.slot[slot].rj;
     if (!d || rj->path || !c->peer_ip[slot])
         return -1;
@@ -108,7 +108,7 @@ static int send_hello(struct lg_conn *c, struct lg_rejoin *rj, int k)
                          .nstreams = (uint8_t)c->nstreams,
                          .paths_mask = (uint8_t)(1 | (1 << slot)), .chunk_size = c->chunk_size,
                          .listen_id = c->listen_id, .conn_nonce = c->nonce,
-                         .flags = LG_HELLO_F_REJOIN | (c->wrap ? LG_HELLO_F_WRAP : 0),
+                         .flags = LG_HELLO_F_REJOIN | c->tr->hello_flags,
                          .gen = rj->gen};
     lg_hello_encode(buf, &h);
     while (rj->hello_sent[k] < LG_HELLO_SIZE) {
@@ -167,8 +167,9 @@ int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, 
         lg_rejoin_abort(c, slot);
         return -1;
     }
-    /* Wrap mode: READY says the receiver accepted the inner comm; ours must be there too. */
-    if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) || (c->wrap && !lg_wrap_carries(&p->w)))
+    /* READY says the receiver took the path (wrap mode: accepted its inner comm); ours must
+     * be there too. */
+    if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) || !c->tr->carries(p))
         return 0;
     rj->path = NULL;
     tx_inflight--;
@@ -206,12 +207,7 @@ static void rx_build(struct lg_conn *c, int slot, uint64_t now)
     c->fo.slot[slot].up_since_ns = now;
     c->fo.slot[slot].noted = 0;
     c->fo.hb_force = 1;
-    if (c->wrap) {
-        p->w.ready_owed = 1; /* once the inner comm is accepted (wrap.c) */
-    } else {
-        struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
-        lg_path_ctrl_send(p, &ready);
-    }
+    c->tr->rebuilt(p); /* READY (wrap mode: once the inner comm is accepted) */
     LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s rebuilt (gen %u) from %s",
             (unsigned long long)c->nonce, slot ? "backup" : "primary", p->nic, p->gen, p->peer);
 }
@@ -223,7 +219,7 @@ int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t
      * rebuilt, and match what the connection was built with. */
     if ((!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !c->upgradable) ||
         __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) || local_ip != c->local_ip[h->path] ||
-        !(h->flags & LG_HELLO_F_WRAP) != !c->wrap || h->nstreams != c->nstreams ||
+        (h->flags & LG_HELLO_F_WRAP) != c->tr->hello_flags || h->nstreams != c->nstreams ||
         h->chunk_size != c->chunk_size || h->stream > c->nstreams)
         return -1;
     int slot = h->path;
@@ -237,7 +233,7 @@ int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t
         struct sockaddr_in peer = {0};
         socklen_t len = sizeof(peer);
         getpeername(fd, (struct sockaddr *)&peer, &len);
-        const struct lg_device *d = lg_core_device(c->dev);
+        const struct lg_device *d = lg_device_get(c->dev);
         const char *nic = c->paths[slot] ? c->paths[slot]->nic : d ? d->nic[slot].name : "?";
         rj->path = lg_path_alloc(c, slot, nic,
                                  lg_addr_format(peer.sin_addr.s_addr, ntohs(peer.sin_port)).s);

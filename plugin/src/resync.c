@@ -1,7 +1,8 @@
 /* Resynchronisation accounting and epochs: pure functions over request slots and counters
  * (tests/test_failover.c). */
+#include "resync.h"
+
 #include "conn.h"
-#include "failover.h"
 
 uint32_t lg_epoch_next(uint32_t committed, uint32_t seen, uint32_t proposed)
 {

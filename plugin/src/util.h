@@ -8,9 +8,15 @@
 #define LG_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define LG_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define LG_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define LG_MS(x) ((uint64_t)(x) * 1000000ull) /* milliseconds in lg_now_ns units */
 
 uint64_t lg_now_ns(void); /* CLOCK_MONOTONIC */
 uint64_t lg_random_u64(void);
+/* Milliseconds from t0 to now, for logs (0 when t0 is unset or later). */
+static inline double lg_ms_since(uint64_t t0, uint64_t now)
+{
+    return t0 && now > t0 ? (double)(now - t0) / 1e6 : 0;
+}
 
 /* "a.b.c.d:port" of a network-order IPv4 address and host-order port. */
 struct lg_addr_str {

@@ -1,6 +1,7 @@
-/* Wrap mode, phase 2: the paths of a connection carry data through the inner plugin's comms
- * (inner.h) while linkguard keeps the control channel, sequence numbers, failover, fencing and
- * replay (conn.h). One inner send/recv comm per path:
+/* The inner transport (wrap mode; transport.h): the paths of a connection carry data through
+ * the inner plugin's comms (inner.h, loaded process-wide by inner_dev.h) while linkguard keeps
+ * the control channel, sequence numbers, failover, fencing and replay (conn.h). Its ops table
+ * is inner_transport.c's; wrap.c has the rest. One inner send/recv comm per path:
  *
  *  - Handshake (monitor thread, lg_wrap_step). Once a path's control channel is up (at connect
  *    or after a rebuild) the receiver calls the inner listen on that NIC's inner device and
@@ -18,7 +19,7 @@
  *    (conn.h: what each transport guarantees); the optional-receive-completion marker is never
  *    passed on, so every receive completes only once its data is placed. A flush goes to the
  *    comm of the NIC that placed the receive.
- *  - Contexts. Each NCCL communicator's context (core.h) has its own inner context, in which
+ *  - Contexts. Each NCCL communicator's context (ctx.h) has its own inner context, in which
  *    every listen and connect of its connections is made. connect/accept hand NCCL a
  *    connection only once its inner comms are up, so regMr registers with them at once.
  *  - Switch. The receiver, before its RESYNC, closes the inner comm of the path it leaves
@@ -35,61 +36,22 @@
 
 #include <stdint.h>
 
-#include "devices.h"
-#include "inner.h"
+#include "inner_dev.h"
 #include "inner_mr.h"
+#include "inner_path.h"
+#include "transport.h"
 
 struct lg_conn;
 struct lg_path;
 struct lg_ctrl;
 
-/* Process-wide: the inner plugin and what each linkguard device is made of. */
-struct lg_wrap {
-    struct lg_inner *in;
-    struct lg_inner_ctx *ctx;
-    int inner_dev[LG_MAX_DEVS][2]; /* inner device of the primary / backup NIC (-1: none) */
-    char name[LG_MAX_DEVS][2 * 64 + 2];
-    ncclNetProperties_v12_t props[LG_MAX_DEVS];
-};
-/* NULL in native mode; set once by lg_wrap_start and never freed (the inner's threads may
- * outlive us). */
-extern struct lg_wrap *lg_wrap;
-
-/* Per path (struct lg_path member `w`). */
-struct lg_wpath {
-    void *comm;   /* the inner send/recv comm; set with `ready` under c->mr_mu */
-    int ready;    /* atomic */
-    int dead;     /* atomic, set under c->wmu: no inner call on `comm` from then on */
-    void *lcomm;  /* receiver: the inner listen comm of the handshake */
-    struct lg_inner_connecting *cg; /* sender: connect in progress */
-    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender: from the INNER frames */
-    uint32_t parts; /* sender: frames received, bit i = part i (atomic) */
-    uint32_t parts_igen; /* sender: the inner generation those frames are of (atomic) */
-    uint32_t igen;  /* inner generation: +1 each time the path gets a new inner comm */
-    uint64_t t0;    /* handshake start */
-    int ready_owed; /* receiver, rebuilt path: READY goes out once the comm is accepted */
-};
-
-/* Init of the linkguard flavor with LINKGUARD_INNER set, in two steps around device
- * discovery. lg_wrap_open: opens and starts the inner plugin, and rewrites inner device names
- * in LINKGUARD_PAIRS as the netdevs of their NICs. lg_wrap_start: maps every device's NICs
- * to inner devices and merges their properties; wrap mode is on from then. Both WARN and
- * fail on any problem; without LINKGUARD_INNER both do nothing. */
-ncclResult_t lg_wrap_open(ncclDebugLogger_t logger);
-ncclResult_t lg_wrap_start(struct lg_device_table *t);
-ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props);
-
-/* A path carries data: its comm is there and not fenced. */
-static inline int lg_wrap_carries(const struct lg_wpath *w)
-{
-    return __atomic_load_n(&w->ready, __ATOMIC_ACQUIRE) &&
-           !__atomic_load_n(&w->dead, __ATOMIC_ACQUIRE);
-}
+/* The inner transport's ops table (transport.h). */
+extern const struct lg_transport lg_inner_transport;
 
 /* NCCL's thread: post and complete inner sends/receives on the committed path. */
 void lg_wrap_pump(struct lg_conn *c);
-/* Handlers: an INNER frame on the sender's side. */
-void lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f);
+/* Handlers: an INNER frame on the sender's side; 1 taken, -1 the path failed. */
+int lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f);
 /* Monitor: drives the handshakes; 1 while one is in progress (run again soon). */
 int lg_wrap_step(struct lg_conn *c, uint64_t now);
 /* Closes a path's inner comm (after its registrations) and handshake leftovers; idempotent.
@@ -110,11 +72,6 @@ void lg_wrap_tx_forget(struct lg_conn *c);
  * many, so that its RESYNC covers every send NCCL may have reused. */
 void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target);
 void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered);
-
-/* Contexts (core.h's lg_ctx): the inner plugin's init for one NCCL communicator, with its
- * commId and trafficClass, and the finalize once the last comm made with it is closed. */
-ncclResult_t lg_wrap_ctx_open(uint64_t comm_id, int traffic_class, struct lg_inner_ctx **out);
-void lg_wrap_ctx_close(struct lg_inner_ctx *ctx);
 
 /* connect/accept hand a connection to NCCL only once its inner comms are there, so that
  * regMr registers with them for real (or fails) at once: 1 ready (the active path carries,

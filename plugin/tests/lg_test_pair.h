@@ -7,7 +7,9 @@
 #include <arpa/inet.h>
 #include <string.h>
 
+#include "connect.h"
 #include "core.h"
+#include "listen.h"
 #include "nccl_net_abi.h"
 #include "util.h"
 

@@ -16,6 +16,8 @@
 
 #include "conn.h"
 #include "core.h"
+#include "failover.h"
+#include "tcp.h"
 #include "util.h"
 #include "wire.h"
 
@@ -71,9 +73,10 @@ static __attribute__((unused)) int peer_open(struct lg_peer *pe, enum lg_conn_ki
     memset(pe, 0, sizeof(*pe));
     pe->npaths = npaths;
     pe->nstreams = nstreams;
-    struct lg_conn *c = lg_conn_new(kind, 0, nstreams, chunk);
+    struct lg_conn *c = lg_conn_new(kind, 0, &lg_tcp_transport, nstreams, chunk);
     if (!c)
         return -1;
+    lg_fo_init(c);
     c->nonce = lg_now_ns();
     const struct lg_device *d = lg_core_device(0);
     for (int i = 0; i < npaths; i++) {

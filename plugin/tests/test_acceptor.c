@@ -13,7 +13,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "connect.h"
 #include "core.h"
+#include "listen.h"
 #include "handle.h"
 #include "lg_test.h"
 #include "lg_test_pair.h"

@@ -30,6 +30,9 @@
 #include "params.h"
 #include "util.h"
 #include "conn.h"
+#include "failover.h"
+#include "proto.h"
+#include "window.h"
 #include "wrap.h"
 
 #define MARKER ((void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION)
@@ -400,9 +403,10 @@ static void check_wrap_grouped(void)
     CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
     CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
     CHECK_EQ(in->ops->isend(in, s, b[0], 50, 0, NULL, NULL, &sreq), ncclSuccess); /* sizes[0] */
-    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, 1, 4096);
+    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
+    lg_fo_init(c);
     struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
-    CHECK(c->wrap == 1 && p != NULL);
+    CHECK(c->tr->caps & LG_TR_MSGS && p != NULL);
     p->w.comm = r;
     p->w.ready = 1;
     c->active_path = p;
@@ -451,9 +455,10 @@ static void check_wrap_flush(void)
     CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
     CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
     CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
-    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, 1, 4096);
+    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
+    lg_fo_init(c);
     struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
-    CHECK(c->wrap == 1 && p != NULL);
+    CHECK(c->tr->caps & LG_TR_MSGS && p != NULL);
     p->w.comm = r;
     p->w.ready = 1;
     c->active_path = p;

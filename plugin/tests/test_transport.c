@@ -10,7 +10,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "connect.h"
 #include "core.h"
+#include "listen.h"
 #include "handle.h"
 #include "lg_test.h"
 #include "lg_test_grouped.h"

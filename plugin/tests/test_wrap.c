@@ -23,8 +23,11 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "connect.h"
 #include "core.h"
+#include "listen.h"
 #include "fake_inner.h"
+#include "inner_dev.h"
 #include "lg_test.h"
 #include "lg_test_build.h"
 #include "lg_test_pair.h"

@@ -5,7 +5,9 @@
 #ifndef LG_NET_TABLES_H
 #define LG_NET_TABLES_H
 
+#include "connect.h"
 #include "core.h"
+#include "listen.h"
 #include "nccl_net_abi.h"
 
 #define LG_EXPORT __attribute__((visibility("default")))

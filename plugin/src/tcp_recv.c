@@ -1,5 +1,6 @@
-/* Receive side of a connection: irecv, the data stream readers that place chunks straight
- * into posted buffers, and the acks. */
+/* The TCP transport, receive side: the data stream readers that place chunks straight into
+ * posted buffers (completion by coverage, epochs checked at every placement step), and the
+ * transport ops of a receiving connection (tcp.h). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,13 +11,14 @@
 
 #include "conn.h"
 #include "log.h"
-#include "monitor.h"
 #include "params.h"
+#include "resync.h"
 #include "sock.h"
+#include "tcp.h"
 #include "util.h"
+#include "window.h"
 
-#define LG_TOTAL_UNKNOWN UINT64_MAX
-#define LG_WORKER_RUN_BYTES (8u << 20)
+#define LG_WORKER_RUN_BYTES (8u << 20) /* a worker yields after placing this much */
 
 static uint32_t waiter_bit(const struct lg_stream *s)
 {
@@ -62,125 +64,6 @@ static void kick_waiters(struct lg_conn *c)
                 lg_task_kick(&p->data[i].task);
     }
     lg_conn_exit(c, ph);
-}
-
-ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
-                           struct lg_inner_mr **imrs, void **request)
-{
-    if (n < 1 || n > LG_MAX_RECVS) {
-        LG_WARN("irecv with %d buffers: at most %d can be grouped", n, LG_MAX_RECVS);
-        return ncclInternalError;
-    }
-    int err = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
-    if (err)
-        return (ncclResult_t)err;
-    lg_monitor_health_poll();
-    /* NCCL presets *request to this marker for receives it can complete by itself (LL);
-     * completing them normally is always allowed. */
-    int optional = *request == (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION;
-    size_t maxcap = 0;
-    for (int i = 0; i < n; i++)
-        maxcap = LG_MAX(maxcap, sizes[i]);
-    pthread_mutex_lock(&c->mu);
-    uint64_t seq = c->next_seq;
-    for (int i = 0; i < n; i++)
-        if (__atomic_load_n(&c->reqs[(seq + (uint64_t)i) % LG_WINDOW].state, __ATOMIC_ACQUIRE)) {
-            pthread_mutex_unlock(&c->mu);
-            *request = NULL; /* the window has no room for the group: NCCL retries */
-            return ncclSuccess;
-        }
-    struct lg_req *head = &c->reqs[seq % LG_WINDOW];
-    for (int i = 0; i < n; i++) {
-        struct lg_req *r = &c->reqs[(seq + (uint64_t)i) % LG_WINDOW];
-        /* Any sub-receive's message may be bound to any buffer: track the largest. */
-        if (!c->wrap && cover_prepare(r, lg_chunk_count(maxcap, c->chunk_size)) != 0) {
-            pthread_mutex_unlock(&c->mu);
-            LG_WARN("recv conn %016llx: no memory to track a receive of %zu bytes",
-                    (unsigned long long)c->nonce, maxcap);
-            return ncclSystemError;
-        }
-        head->sub[i] = (struct lg_subrecv){.buf = data[i], .cap = sizes[i],
-                                           .tag = tags ? tags[i] : 0,
-                                           .imr = imrs ? imrs[i] : NULL};
-        r->seq = seq + (uint64_t)i;
-        r->g_head = seq;
-        r->g_n = i ? 0 : n;
-        r->g_tag_known = 0;
-        /* A single receive takes the next message whatever its tag (as NCCL's socket
-         * transport does); wrap mode leaves the matching to the inner plugin. */
-        int bound = n == 1 || c->wrap;
-        __atomic_store_n(&r->g_sub, bound ? i : -1, __ATOMIC_RELAXED);
-        r->buf = bound ? data[i] : NULL;
-        r->cap = bound ? sizes[i] : 0;
-        head->sub[i].bound = bound;
-        r->tag = head->sub[i].tag;
-        r->optional = optional;
-        r->imr = head->sub[i].imr;
-        __atomic_store_n(&r->placed, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->chunks, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->total, LG_TOTAL_UNKNOWN, __ATOMIC_RELAXED);
-    }
-    for (int i = 0; i < n; i++)
-        __atomic_store_n(&c->reqs[(seq + (uint64_t)i) % LG_WINDOW].state, LG_REQ_POSTED,
-                         __ATOMIC_RELEASE);
-    c->next_seq = seq + (uint64_t)n;
-    __atomic_store_n(&c->posted, seq + (uint64_t)n, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&c->mu);
-    *request = head;
-    if (c->wrap) {
-        lg_wrap_pump(c);
-        return ncclSuccess;
-    }
-    /* Streams that hold a chunk header for a receive not posted yet sleep until now. */
-    kick_waiters(c);
-    return ncclSuccess;
-}
-
-/* Acks are cumulative, so a stream that places several messages in one run sends one ack
- * when it is about to sleep; big messages (or a long run) are acked at once so that the
- * sender's window keeps moving. */
-#define LG_ACK_NOW_BYTES (256u << 10)
-#define LG_ACK_NOW_MSGS 4
-
-void lg_recv_flush_ack(struct lg_path *p)
-{
-    struct lg_conn *c = p->conn;
-    uint64_t placed = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
-    uint64_t sent = __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE);
-    while (placed > sent) {
-        if (__atomic_compare_exchange_n(&c->ack_sent, &sent, placed, 0, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE)) {
-            struct lg_ctrl ack = {.type = LG_CTRL_ACK, .value = placed};
-            lg_path_ctrl_send(p, &ack);
-            return;
-        }
-    }
-}
-
-/* Inside a placement step. -1 on a protocol error (the path failed). */
-int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
-{
-    struct lg_conn *c = p->conn;
-    uint64_t seq = r->seq; /* read before DONE: the slot may be reused right after */
-    /* Counted as placed before NCCL can see it done: a caller that closes right after its
-     * last receive says in its BYE that it holds everything it saw complete. */
-    pthread_mutex_lock(&c->mu);
-    int adv = lg_seqwin_mark(&c->win, seq);
-    uint64_t placed = c->win.base;
-    if (adv > 0)
-        __atomic_store_n(&c->placed, placed, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&c->mu);
-    if (adv < 0) {
-        lg_conn_path_failed(p, 0, "message completed twice");
-        return -1;
-    }
-    /* What test() reports for the buffer the message filled (bound before any placement). */
-    lg_req_group(c, r)->sub[__atomic_load_n(&r->g_sub, __ATOMIC_ACQUIRE)].size = size;
-    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
-    if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
-                    placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >= LG_ACK_NOW_MSGS))
-        lg_recv_flush_ack(p);
-    return 0;
 }
 
 /* A placement step (a socket read into a posted buffer, or the accounting of a chunk) is
@@ -495,7 +378,7 @@ static void recv_stream_run(struct lg_task *t)
     }
 }
 
-void lg_recv_stream_handler(struct lg_task *t, uint32_t events)
+void lg_tcp_recv_handler(struct lg_task *t, uint32_t events)
 {
     (void)events; /* errors and EOF surface through the reads */
     struct lg_stream *s = lg_stream_of(t);
@@ -505,100 +388,23 @@ void lg_recv_stream_handler(struct lg_task *t, uint32_t events)
     lg_recv_flush_ack(s->path);
 }
 
-static void on_recv_ctrl(struct lg_path *p, const struct lg_ctrl *f)
+int lg_tcp_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
 {
-    if (f->type == LG_CTRL_HB || f->type == LG_CTRL_SWITCH || f->type == LG_CTRL_DELIVERED ||
-        f->type == LG_CTRL_POSTED) {
-        lg_fo_on_frame(p, f);
-        return;
-    }
-    lg_conn_path_failed(p, 0, "unexpected control frame");
+    /* Any sub-receive's message may be bound to any buffer: track the largest. */
+    return cover_prepare(r, lg_chunk_count(maxcap, c->chunk_size));
 }
 
-void lg_recv_ctrl_handler(struct lg_task *t, uint32_t events)
-{
-    struct lg_stream *s = lg_stream_of(t);
-    if (events & EPOLLOUT)
-        lg_path_ctrl_flush(s->path);
-    if (__atomic_load_n(&s->path->state, __ATOMIC_ACQUIRE) != LG_PATH_UP)
-        return;
-    lg_path_ctrl_read(s, on_recv_ctrl);
-}
+/* Streams that hold a chunk header for a receive not posted yet sleep until it is. */
+void lg_tcp_recv_posted(struct lg_conn *c) { kick_waiters(c); }
 
-static int req_complete(struct lg_req *r)
-{
-    if (r->conn->kind == LG_CONN_SEND) {
-        /* Placed at the receiver (acked), and no writer reads its buffer any more (so NCCL
-         * may reuse it as soon as we say done). In wrap mode the writer's hold is the inner
-         * send, which nobody tests once the peer has closed: a message the peer placed was
-         * read whole by then (placement comes after the last byte is read). */
-        return __atomic_load_n(&r->conn->acked, __ATOMIC_ACQUIRE) > r->seq &&
-               (__atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0 ||
-                (r->conn->wrap && __atomic_load_n(&r->conn->peer_closed, __ATOMIC_ACQUIRE)));
-    }
-    /* A grouped receive: every message of the group is placed. */
-    struct lg_conn *c = r->conn;
-    for (int i = 0; i < r->g_n; i++)
-        if (!(__atomic_load_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state,
-                              __ATOMIC_ACQUIRE) & LG_REQ_DONE))
-            return 0;
-    return 1;
-}
-
-/* NCCL's thread polls test() while requests are outstanding: let it do the socket work of
- * this connection instead of waking a worker (bounded; see the handlers). */
-static void poll_inline(struct lg_conn *c)
+/* NCCL's thread polls test() while receives are outstanding: it places the small chunks of
+ * the active path itself instead of waking a worker (bounded; see recv_stream_run). */
+void lg_tcp_recv_progress(struct lg_conn *c)
 {
     uint32_t ph = lg_conn_enter(c);
     struct lg_path *p = lg_conn_active_path(c);
-    if (lg_path_up(p)) {
-        if (c->kind == LG_CONN_SEND) {
-            lg_task_run(&p->ctrl.task, EPOLLIN);
-        } else {
-            for (int i = 0; i < p->nstreams; i++)
-                if (!__atomic_load_n(&p->data[i].rx.big, __ATOMIC_ACQUIRE))
-                    lg_task_run(&p->data[i].task, 0);
-        }
-    }
+    for (int i = 0; lg_path_up(p) && i < p->nstreams; i++)
+        if (!__atomic_load_n(&p->data[i].rx.big, __ATOMIC_ACQUIRE))
+            lg_task_run(&p->data[i].task, 0);
     lg_conn_exit(c, ph);
-}
-
-ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
-{
-    struct lg_conn *c = r->conn;
-    lg_monitor_health_poll();
-    /* One load per poll (a store only after the monitor cleared it): no clock on this path. */
-    if (c->kind == LG_CONN_RECV && !__atomic_load_n(&c->polled, __ATOMIC_RELAXED))
-        __atomic_store_n(&c->polled, 1, __ATOMIC_RELAXED);
-    int complete = req_complete(r);
-    if (!complete && c->wrap) {
-        lg_wrap_pump(c);
-        /* A send waits for the inner completion, then for our ack: read the control channel
-         * only once the inner is done with it (one syscall less per poll before that). */
-        if (c->kind == LG_CONN_SEND && __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0)
-            poll_inline(c);
-        complete = req_complete(r);
-    } else if (!complete && lg_params.poll_inline) {
-        poll_inline(c);
-        complete = req_complete(r);
-    }
-    if (complete) {
-        *done = 1;
-        if (c->kind == LG_CONN_SEND) {
-            if (sizes)
-                sizes[0] = (int)r->size;
-            __atomic_store_n(&r->state, 0, __ATOMIC_RELEASE);
-            return ncclSuccess;
-        }
-        /* sizes[i]: what the sender sent into buffer i (never more than posted). */
-        for (int i = r->g_n - 1; i >= 0; i--) {
-            if (sizes)
-                sizes[i] = (int)r->sub[i].size;
-            __atomic_store_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state, 0,
-                             __ATOMIC_RELEASE);
-        }
-        return ncclSuccess;
-    }
-    *done = 0;
-    return (ncclResult_t)__atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
 }

@@ -1,4 +1,5 @@
-/* Send side of a connection: isend, the data stream writers and ack handling. */
+/* The TCP transport, send side: the data stream writers that take chunks from the
+ * connection's cursor, and the transport ops of a sending connection (tcp.h). */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -7,81 +8,17 @@
 
 #include "conn.h"
 #include "log.h"
-#include "monitor.h"
 #include "params.h"
 #include "sock.h"
+#include "tcp.h"
 #include "util.h"
 
 #define LG_WORKER_RUN_CHUNKS 16
-
-ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
-                           struct lg_inner_mr *imr, void **request)
-{
-    int err = __atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
-    if (err)
-        return (ncclResult_t)err;
-    lg_monitor_health_poll();
-    pthread_mutex_lock(&c->mu);
-    uint64_t seq = c->next_seq;
-    struct lg_req *r = &c->reqs[seq % LG_WINDOW];
-    if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != 0) {
-        pthread_mutex_unlock(&c->mu);
-        *request = NULL; /* window full: NCCL retries */
-        return ncclSuccess;
-    }
-    r->seq = seq;
-    r->data = data;
-    r->size = size;
-    r->tag = tag;
-    r->imr = imr;
-    r->nchunks = lg_chunk_count(size, c->chunk_size);
-    __atomic_store_n(&r->writers, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
-    c->next_seq = seq + 1;
-    __atomic_store_n(&c->posted, seq + 1, __ATOMIC_RELEASE);
-    /* Wake as many parked streams as the message has chunks; busy streams take more
-     * chunks by themselves when they finish their current one. */
-    uint64_t want = LG_MIN(lg_chunk_count(size, c->chunk_size), (uint64_t)c->nstreams);
-    uint32_t wake = 0;
-    for (int i = 0; i < c->nstreams && want && c->hold == LG_HOLD_NONE && !c->wrap; i++) {
-        int k = (int)((seq + (uint64_t)i) % (uint64_t)c->nstreams);
-        if (c->parked & (1u << k)) {
-            wake |= 1u << k;
-            want--;
-        }
-    }
-    c->parked &= ~wake;
-    pthread_mutex_unlock(&c->mu);
-    *request = r;
-    if (c->wrap) {
-        lg_wrap_pump(c);
-        return ncclSuccess;
-    }
-
-    uint32_t ph = lg_conn_enter(c);
-    struct lg_path *p = lg_conn_active_path(c);
-    int inline_ok = size <= (size_t)lg_params.inline_send && !lg_progress_on_worker();
-    for (int k = 0; p && k < c->nstreams; k++) {
-        if (!(wake & (1u << k)))
-            continue;
-        if (inline_ok) {
-            /* Small message: write it from NCCL's thread, saving a thread hand-off. */
-            lg_task_run(&p->data[k].task, 0);
-            inline_ok = 0;
-        } else {
-            lg_task_kick(&p->data[k].task);
-        }
-    }
-    lg_conn_exit(c, ph);
-    return ncclSuccess;
-}
 
 /* Under mu: stream s may take a new chunk (its path carries the committed epoch and no
  * switch holds chunks back). */
 static int may_grab(struct lg_conn *c, struct lg_stream *s)
 {
-    if (c->wrap) /* the inner plugin carries the data (wrap.c) */
-        return 0;
     if (c->cursor_seq >= __atomic_load_n(&c->posted, __ATOMIC_RELAXED) ||
         c->hold == LG_HOLD_ALL || (c->hold == LG_HOLD_BOUNDARY && c->cursor_chunk == 0))
         return 0;
@@ -156,7 +93,7 @@ static int check_peer(struct lg_stream *s, uint32_t events)
     return 0;
 }
 
-void lg_send_stream_handler(struct lg_task *t, uint32_t events)
+void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
 {
     struct lg_stream *s = lg_stream_of(t);
     struct lg_path *p = s->path;
@@ -205,59 +142,23 @@ void lg_send_stream_handler(struct lg_task *t, uint32_t events)
     }
 }
 
-static void on_send_ctrl(struct lg_path *p, const struct lg_ctrl *f)
+/* isend posted r and unparked the streams in `wake`: a small message is written from NCCL's
+ * thread (saving a thread hand-off), the rest by the workers. */
+void lg_tcp_send_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
 {
-    struct lg_conn *c = p->conn;
-    if (f->type == LG_CTRL_HB || f->type == LG_CTRL_RESYNC || f->type == LG_CTRL_READY) {
-        lg_fo_on_frame(p, f);
-        return;
+    uint32_t ph = lg_conn_enter(c);
+    struct lg_path *p = lg_conn_active_path(c);
+    int inline_ok = r->size <= (size_t)lg_params.inline_send && !lg_progress_on_worker();
+    for (int k = 0; p && k < c->nstreams; k++) {
+        if (!(wake & (1u << k)))
+            continue;
+        if (inline_ok) {
+            /* Small message: write it from NCCL's thread, saving a thread hand-off. */
+            lg_task_run(&p->data[k].task, 0);
+            inline_ok = 0;
+        } else {
+            lg_task_kick(&p->data[k].task);
+        }
     }
-    if (f->type == LG_CTRL_INNER) {
-        lg_wrap_on_frame(p, f);
-        return;
-    }
-    if (f->type != LG_CTRL_ACK) {
-        lg_conn_path_failed(p, 0, "unexpected control frame");
-        return;
-    }
-    if (lg_conn_take_ack(c, f->value) == 0 &&
-        __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_BOUNDARY)
-        lg_monitor_wake(c); /* a graceful switch waits for the last in-flight ack */
-}
-
-int lg_conn_take_ack(struct lg_conn *c, uint64_t n)
-{
-    /* Acks are cumulative and may be read by a worker or by test() (and, with failover, on
-     * either path): keep the maximum. Only messages wholly handed to the transport can have
-     * been placed: an ack beyond the cursor would complete a send whose buffer is still to
-     * be read. Checked and raised under mu, like the cursor's rewind, so neither can slip
-     * between the other's check and store. */
-    pthread_mutex_lock(&c->mu);
-    uint64_t sent = c->cursor_seq > c->sent_hi ? c->cursor_seq : c->sent_hi;
-    int ok = lg_ack_plausible(n, sent);
-    if (ok && n > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
-        __atomic_store_n(&c->acked, n, __ATOMIC_RELEASE);
-    if (ok && !c->wrap && n > c->cursor_seq) {
-        /* After a rewind: the receiver held these (completed out of order before the
-         * switch); nothing below n is sent again. */
-        c->cursor_seq = n;
-        c->cursor_chunk = 0;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (!ok) {
-        lg_conn_peer_lied(c, "ACK of %llu messages, but only %llu were sent",
-                          (unsigned long long)n, (unsigned long long)sent);
-        return -1;
-    }
-    return 0;
-}
-
-void lg_send_ctrl_handler(struct lg_task *t, uint32_t events)
-{
-    struct lg_stream *s = lg_stream_of(t);
-    if (events & EPOLLOUT)
-        lg_path_ctrl_flush(s->path);
-    if (__atomic_load_n(&s->path->state, __ATOMIC_ACQUIRE) != LG_PATH_UP)
-        return;
-    lg_path_ctrl_read(s, on_send_ctrl);
+    lg_conn_exit(c, ph);
 }

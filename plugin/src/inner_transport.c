@@ -1,0 +1,234 @@
+/* The inner transport's ops table (wrap.h): a path's data goes through one inner-plugin comm
+ * (wrap.c: handshakes, the data pump, fences, registrations, flushes) over the inner plugin
+ * the process loaded (inner_dev.c). Here: the table, the receiver's progress watchdog, the
+ * sender's POSTED and DELIVERED frames, and the commit hooks. */
+#include <stdio.h>
+
+#include "conn.h"
+#include "inner_dev.h"
+#include "log.h"
+#include "params.h"
+#include "util.h"
+#include "wrap.h"
+
+static int inner_nstreams(void)
+{
+    return 1; /* one idle data socket per path keeps the hello format (nstreams >= 1) */
+}
+
+static ncclResult_t inner_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
+                                 uint64_t offset, int fd, struct lg_inner_mr **out)
+{
+    const int ptr = lg_wrap->props[c->dev].ptrSupport;
+    *out = NULL;
+    if (!(type & ptr) || (fd >= 0 && !(ptr & NCCL_PTR_DMABUF))) {
+        LG_WARN("%s: memory type %d is not supported by dev %d (ptrSupport 0x%x)",
+                fd >= 0 ? "regMrDmaBuf" : "regMr", type, c->dev, ptr);
+        return ncclInternalError;
+    }
+    /* with the inner comm of every path, now and after rebuilds */
+    return lg_wrap_reg_mr(c, data, size, type, offset, fd, out);
+}
+
+static void inner_release(struct lg_conn *c)
+{
+    while (c->mrs) { /* NCCL deregisters before it closes; this is a leak guard */
+        struct lg_inner_mr *mr = c->mrs;
+        c->mrs = mr->next;
+        lg_inner_mr_dereg(lg_wrap->in, mr);
+    }
+}
+
+static int inner_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
+{
+    (void)c;
+    (void)r;
+    (void)maxcap;
+    return 0; /* the inner plugin places whole messages: no coverage to track */
+}
+
+static void inner_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
+{
+    (void)r;
+    (void)wake;
+    lg_wrap_pump(c);
+}
+
+static void inner_progress(struct lg_conn *c, struct lg_req *r)
+{
+    lg_wrap_pump(c);
+    /* A send waits for the inner completion, then for our ack: read the control channel
+     * only once the inner is done with it (one syscall less per poll before that). */
+    if (c->kind == LG_CONN_SEND && __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0)
+        lg_conn_poll_ctrl(c);
+}
+
+static int inner_carries(const struct lg_path *p) { return lg_wrap_carries(&p->w); }
+
+/* Receiver: the inner plugin's data flows are not ours to read, so progress is judged from
+ * its requests. The oldest incomplete message has its inner receive posted, the sender said
+ * it handed that message to its inner plugin (POSTED), the peer is heard and NCCL polls
+ * (inner completions are seen by its test() calls), and still nothing completes for
+ * LINKGUARD_STALL_MS: the inner path is stalled (a hung queue pair, a blackholed flow) and
+ * fails like a dead one, long before the inner plugin's own timeouts give up. */
+static void inner_watch(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *p = c->active_path;
+    if (c->kind != LG_CONN_RECV || !lg_params.stall_ms || !lg_path_up(p) ||
+        !lg_wrap_carries(&p->w))
+        return;
+    uint64_t base = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&c->mb_mu);
+    uint64_t sent = c->mb.peer_posted;
+    pthread_mutex_unlock(&c->mb_mu);
+    int waiting = sent > base && base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) &&
+                  lg_path_heard_recently(p, now);
+    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
+        fo->wd_polled_ns = now;
+    if (now - fo->wd_polled_ns > LG_MS(lg_params.stall_ms) / 2)
+        waiting = 0;
+    if (!waiting || base != fo->wd_base || !fo->wd_since) {
+        fo->wd_base = base;
+        fo->wd_since = waiting ? now : 0;
+        return;
+    }
+    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
+    if (now - from < LG_MS(lg_params.stall_ms))
+        return;
+    char why[128];
+    snprintf(why, sizeof(why), "stalled: the inner receive of message #%llu got nothing for "
+             "%.0f ms although the sender handed it to its inner plugin",
+             (unsigned long long)base, lg_ms_since(from, now));
+    fo->wd_since = 0;
+    lg_path_stalled(p, why, (uint32_t)lg_ms_since(from, now));
+}
+
+static void inner_goodput(struct lg_conn *c, uint64_t now)
+{
+    (void)c;
+    (void)now; /* not judged yet: the inner plugin's flows are not ours to read */
+}
+
+/* Sender: POSTED as often as heartbeats, what the receiver's watchdog needs to tell a stalled
+ * inner path from a quiet one. */
+static void inner_heartbeat(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *pa = c->active_path;
+    if (c->kind != LG_CONN_SEND || !lg_path_up(pa) ||
+        now - fo->posted_told_ns < LG_MS(lg_params.heartbeat_ms))
+        return;
+    fo->posted_told_ns = now;
+    pthread_mutex_lock(&c->mu);
+    uint64_t sent = c->cursor_seq;
+    pthread_mutex_unlock(&c->mu);
+    if (sent > __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)) {
+        struct lg_ctrl posted = {.type = LG_CTRL_POSTED, .value = sent};
+        lg_path_ctrl_send(pa, &posted);
+    }
+}
+
+/* Its frames: INNER (sender: the receiver's inner handle), DELIVERED and POSTED (receiver). */
+static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
+{
+    struct lg_conn *c = p->conn;
+    struct lg_mailbox *mb = &c->mb;
+    switch (f->type) {
+    case LG_CTRL_INNER:
+        return lg_wrap_on_frame(p, f);
+    case LG_CTRL_DELIVERED:
+        if (f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
+            lg_conn_peer_lied(c, "DELIVERED for %llu messages, but fewer receives were posted",
+                              (unsigned long long)f->value);
+            return -1;
+        }
+        __atomic_store_n(&c->peer_placed, 1, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->value > mb->delivered)
+            mb->delivered = f->value;
+        pthread_mutex_unlock(&c->mb_mu);
+        return 1;
+    case LG_CTRL_POSTED:
+        /* Not checkable (a sender may run ahead of the receives NCCL posted); a false one
+         * can only make the watchdog fail a path over, never complete or replay anything. */
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->value > mb->peer_posted)
+            mb->peer_posted = f->value;
+        pthread_mutex_unlock(&c->mb_mu);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void inner_resume(struct lg_path *p)
+{
+    (void)p; /* NCCL's thread posts on the committed path at its next call */
+}
+
+static void inner_rebuilt(struct lg_path *p)
+{
+    p->w.ready_owed = 1; /* READY once the inner comm is accepted (wrap.c) */
+}
+
+/* NCCL's thread posts inner requests on the committed path: it is held off (wmu) across the
+ * change. The receiver first completes what the sender's inner plugin placed (DELIVERED),
+ * so that its RESYNC covers it. */
+static void inner_commit_begin(struct lg_conn *c, struct lg_path *from, struct lg_path *to)
+{
+    pthread_mutex_lock(&c->wmu);
+    if (c->kind == LG_CONN_RECV && from != to) {
+        pthread_mutex_lock(&c->mb_mu);
+        uint64_t delivered = c->mb.delivered;
+        pthread_mutex_unlock(&c->mb_mu);
+        lg_wrap_rx_hold(c, from, delivered);
+    }
+}
+
+/* The inner requests posted on the path left are forgotten (the sender posts them again on
+ * the new one); the receiver fences the comm it left before its RESYNC goes out. */
+static void inner_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_path *to)
+{
+    if (from != to) {
+        if (c->kind == LG_CONN_SEND)
+            lg_wrap_tx_forget(c);
+        else
+            lg_wrap_rx_forget(c);
+    }
+    pthread_mutex_unlock(&c->wmu);
+    if (c->kind == LG_CONN_RECV && from && from != to)
+        lg_wrap_fence(from);
+}
+
+const struct lg_transport lg_inner_transport = {
+    .name = "inner",
+    .caps = LG_TR_MSGS | LG_TR_FRESH_ON_LEAVE,
+    .hello_flags = LG_HELLO_F_WRAP,
+    .stream_fn = {lg_stream_idle_handler, lg_stream_idle_handler},
+    .get_properties = lg_wrap_get_properties,
+    .ctx_open = lg_wrap_ctx_open,
+    .nstreams = inner_nstreams,
+    .usable = lg_wrap_conn_usable,
+    .reg_mr = inner_reg_mr,
+    .dereg_mr = lg_wrap_dereg_mr,
+    .iflush = lg_wrap_iflush,
+    .flush_test = lg_wrap_flush_test,
+    .release = inner_release,
+    .recv_prepare = inner_recv_prepare,
+    .posted = inner_posted,
+    .progress = inner_progress,
+    .step = lg_wrap_step,
+    .carries = inner_carries,
+    .watch = inner_watch,
+    .goodput = inner_goodput,
+    .heartbeat = inner_heartbeat,
+    .on_frame = inner_on_frame,
+    .resume = inner_resume,
+    .fence = lg_wrap_fence,
+    .rearm = lg_wrap_rearm,
+    .rebuilt = inner_rebuilt,
+    .switching = lg_wrap_tx_switching,
+    .commit_begin = inner_commit_begin,
+    .commit_end = inner_commit_end,
+};

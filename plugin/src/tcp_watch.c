@@ -1,0 +1,194 @@
+/* The TCP transport's watch over its paths (monitor thread): the progress watchdogs (a data
+ * stream that stalls while the peer is still heard) and goodput health (a path that loses
+ * data: goodput.h). Their verdicts fail a path (lg_path_stalled) or hold it off (the gray
+ * hold the switch decision reads), never switch anything themselves. */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "conn.h"
+#include "goodput.h"
+#include "log.h"
+#include "params.h"
+#include "tcp.h"
+#include "util.h"
+#include "verdict.h"
+
+/* Receiver: the progress watchdog. A data stream that stalls alone (one flow blackholed, a
+ * policer starving it) leaves its message incomplete while the data around it arrives: later
+ * messages complete, or the message itself is partly placed by the other streams. No progress
+ * on that oldest incomplete message for LINKGUARD_STALL_MS means the path is stalled: it fails
+ * like a dead one (fenced; the sender fails over, or an unprotected connection reports it). A
+ * receive NCCL has not posted, or a sender with nothing to send, never looks like this. */
+static void rx_watchdog(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *p = c->active_path;
+    if (!lg_params.stall_ms || !lg_path_up(p))
+        return;
+    pthread_mutex_lock(&c->mu);
+    uint64_t base = c->win.base, later = c->win.bits;
+    pthread_mutex_unlock(&c->mu);
+    const struct lg_req *r = &c->reqs[base % LG_WINDOW];
+    uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+    uint64_t placed = (st & LG_REQ_POSTED) && !(st & LG_REQ_DONE) && r->seq == base
+                          ? __atomic_load_n(&r->placed, __ATOMIC_RELAXED) : 0;
+    int around = base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) && (later || placed);
+    /* Only while the peer is heard (its heartbeats keep coming): a sender, or its host, that
+     * gets no CPU stalls every stream at once, and that is not this path's fault. */
+    if (!lg_path_heard_recently(p, now))
+        around = 0;
+    /* Chunks test() would place inline are not late when NCCL is not polling. */
+    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
+        fo->wd_polled_ns = now;
+    if (lg_params.poll_inline && now - fo->wd_polled_ns > LG_MS(lg_params.stall_ms) / 2)
+        around = 0;
+    if (!around || base != fo->wd_base || placed != fo->wd_placed || !fo->wd_since) {
+        fo->wd_base = base;
+        fo->wd_placed = placed;
+        fo->wd_since = around ? now : 0;
+        return;
+    }
+    /* Just after a commit the replay has only begun. */
+    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
+    if (now - from < LG_MS(lg_params.stall_ms))
+        return;
+    char why[128];
+    snprintf(why, sizeof(why), "stalled: message #%llu got no data for %.0f ms (%llu bytes "
+             "placed) while data around it arrived", (unsigned long long)base,
+             lg_ms_since(fo->wd_since, now), (unsigned long long)placed);
+    uint32_t for_ms = (uint32_t)lg_ms_since(fo->wd_since, now);
+    fo->wd_since = 0;
+    lg_path_stalled(p, why, for_ms);
+}
+
+/* Sender: the same watchdog, from TCP's side. A data socket with segments in flight and no
+ * acknowledgement for LINKGUARD_STALL_MS (tcp(7) TCP_INFO: tcpi_unacked, tcpi_last_ack_recv)
+ * is a flow the network stopped: a receiver that merely does not read still acknowledges (its
+ * zero window answers our probes). This catches the stall the receiver cannot see, when the
+ * stalled stream holds every message in flight. */
+static void tx_watchdog(struct lg_conn *c, uint64_t now)
+{
+    struct lg_path *p = c->active_path;
+    if (!lg_params.stall_ms || !lg_path_up(p) ||
+        __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) >= __atomic_load_n(&c->posted,
+                                                                        __ATOMIC_ACQUIRE))
+        return;
+    /* Only while the peer is heard (its heartbeats keep coming): a peer process or host that
+     * gets no CPU is silence, judged elsewhere, not a stalled flow. */
+    if (!lg_path_heard_recently(p, now))
+        return;
+    for (int k = 0; k < p->nstreams; k++) {
+        struct tcp_info ti;
+        socklen_t len = sizeof(ti);
+        /* ... and only once TCP itself gave up waiting (a retransmission timeout fired): late
+         * acknowledgements alone are a slow peer, not a dropped flow. */
+        if (getsockopt(p->data[k].task.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+            ti.tcpi_unacked == 0 || ti.tcpi_last_ack_recv < (uint32_t)lg_params.stall_ms ||
+            (ti.tcpi_retrans == 0 && ti.tcpi_backoff == 0))
+            continue;
+        char why[128];
+        snprintf(why, sizeof(why), "stalled: data stream %d: no TCP acknowledgement for %u ms "
+                 "with %u segment(s) in flight (%u retransmitted)", k + 1,
+                 ti.tcpi_last_ack_recv, ti.tcpi_unacked, ti.tcpi_retrans);
+        lg_path_stalled(p, why, ti.tcpi_last_ack_recv);
+        return;
+    }
+}
+
+/* Sender: goodput health (goodput.h). The active path's data sockets are read once a window;
+ * two lossy windows in a row hold the path off for LINKGUARD_GRAY_HOLD_MS (doubling on a repeat
+ * within 10 minutes), and the switch decision leaves a held-off path like a DEGRADED NIC. A
+ * held-off path that is standby still carries heartbeats: every segment its control channel
+ * retransmits meanwhile restarts the hold, so a link that still drops frames keeps itself out
+ * and one that is clean again is taken back (reintegration) once the hold ends. */
+#define LG_GRAY_REPEAT_NS (600ull * 1000000000ull)
+#define LG_GRAY_HOLD_MAX 32
+
+static void gray_hold(struct lg_conn *c, struct lg_fo_slot *sl, struct lg_path *p, uint64_t now,
+                      const struct lg_gp_counters *d, unsigned permille)
+{
+    uint64_t base = LG_MS(lg_params.gray_hold_ms);
+    int repeat = sl->gray_last_ns && now - sl->gray_last_ns < LG_GRAY_REPEAT_NS;
+    sl->gray_hold_ns = repeat && sl->gray_hold_ns ? LG_MIN(2 * sl->gray_hold_ns,
+                                                           LG_GRAY_HOLD_MAX * base) : base;
+    sl->gray_last_ns = now;
+    sl->gray_until = now + sl->gray_hold_ns;
+    sl->gray_permille = permille;
+    sl->gray_sent = d->sent;
+    sl->probe_retrans = UINT64_MAX; /* read afresh once it is standby */
+    LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s is lossy: %u.%u %% of %.1f MB "
+            "sent were retransmitted in each of the last 2 windows of %lld ms; held off for "
+            "%.0f s", (unsigned long long)c->nonce, lg_slot_name(p->index), p->nic, p->peer,
+            permille / 10, permille % 10, d->sent / 1e6, (long long)lg_params.gray_window_ms,
+            sl->gray_hold_ns / 1e9);
+    uint64_t window_ns = LG_MS(lg_params.gray_window_ms);
+    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_LOSSY,
+                                           .path = (uint8_t)p->index,
+                                           .for_ms = 2 * (uint32_t)lg_params.gray_window_ms,
+                                           .loss_ppm = permille * 1000,
+                                           .rate_Bps = d->acked * 1000000000ull / window_ns,
+                                           .conn = c->nonce, .peer = p->peer});
+}
+
+void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
+{
+    if (!lg_params.gray_retrans_pct)
+        return;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_path *p = c->paths[i];
+        struct lg_fo_slot *sl = &c->fo.slot[i];
+        if (!lg_path_up(p))
+            continue;
+        if (p != c->active_path) { /* standby: held off while its heartbeats are lost */
+            struct lg_gp_counters cc;
+            if (now >= sl->gray_until || lg_gp_read(&p->ctrl.task.fd, 1, &cc) != 0)
+                continue;
+            if (sl->probe_retrans != UINT64_MAX && cc.segs_retrans > sl->probe_retrans &&
+                sl->gp_path == p && sl->gp_gen == p->gen)
+                sl->gray_until = now + sl->gray_hold_ns;
+            sl->probe_retrans = cc.segs_retrans;
+            sl->gp_path = p;
+            sl->gp_gen = p->gen;
+            continue;
+        }
+        int fds[LG_MAX_STREAMS];
+        for (int k = 0; k < p->nstreams; k++)
+            fds[k] = p->data[k].task.fd;
+        if (sl->gp_path != p || sl->gp_gen != p->gen || !sl->gp_t0) {
+            if (lg_gp_read(fds, p->nstreams, &sl->gp) == 0) { /* a new window for this path */
+                sl->gp_path = p;
+                sl->gp_gen = p->gen;
+                sl->gp_t0 = now;
+                sl->gp_strikes = 0;
+            }
+            continue;
+        }
+        if (now - sl->gp_t0 < LG_MS(lg_params.gray_window_ms))
+            continue;
+        struct lg_gp_counters cur;
+        if (lg_gp_read(fds, p->nstreams, &cur) != 0)
+            continue;
+        struct lg_gp_counters d = lg_gp_delta(&cur, &sl->gp);
+        unsigned permille;
+        enum lg_gp_verdict v = lg_gp_judge(&d, (uint64_t)lg_params.gray_min_bytes,
+                                           (int)lg_params.gray_retrans_pct, &permille);
+        sl->gp = cur;
+        sl->gp_t0 = now;
+        if (v == LG_GP_HEALTHY)
+            sl->gp_strikes = 0;
+        else if (v == LG_GP_LOSSY && ++sl->gp_strikes >= 2) {
+            sl->gp_strikes = 0;
+            gray_hold(c, sl, p, now, &d, permille);
+        }
+    }
+}
+
+void lg_tcp_watch(struct lg_conn *c, uint64_t now)
+{
+    if (c->kind == LG_CONN_RECV)
+        rx_watchdog(c, now);
+    else
+        tx_watchdog(c, now);
+}

@@ -1,0 +1,139 @@
+/* The message window of a connection, as the transports and test() see it: a receive placed
+ * (lg_recv_complete) and its acks, an ack taken by the sender, and completion (see window.h). */
+#include "window.h"
+
+#include <stdint.h>
+
+#include "conn.h"
+#include "log.h"
+#include "resync.h"
+#include "wake.h"
+
+/* Acks are cumulative, so a stream that places several messages in one run sends one ack
+ * when it is about to sleep; big messages (or a long run) are acked at once so that the
+ * sender's window keeps moving. */
+#define LG_ACK_NOW_BYTES (256u << 10)
+#define LG_ACK_NOW_MSGS 4
+
+void lg_recv_flush_ack(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    uint64_t placed = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+    uint64_t sent = __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE);
+    while (placed > sent) {
+        if (__atomic_compare_exchange_n(&c->ack_sent, &sent, placed, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            struct lg_ctrl ack = {.type = LG_CTRL_ACK, .value = placed};
+            lg_path_ctrl_send(p, &ack);
+            return;
+        }
+    }
+}
+
+/* Inside a placement step. -1 on a protocol error (the path failed). */
+int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size)
+{
+    struct lg_conn *c = p->conn;
+    uint64_t seq = r->seq; /* read before DONE: the slot may be reused right after */
+    /* Counted as placed before NCCL can see it done: a caller that closes right after its
+     * last receive says in its BYE that it holds everything it saw complete. */
+    pthread_mutex_lock(&c->mu);
+    int adv = lg_seqwin_mark(&c->win, seq);
+    uint64_t placed = c->win.base;
+    if (adv > 0)
+        __atomic_store_n(&c->placed, placed, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->mu);
+    if (adv < 0) {
+        lg_conn_path_failed(p, 0, "message completed twice");
+        return -1;
+    }
+    /* What test() reports for the buffer the message filled (bound before any placement). */
+    lg_req_group(c, r)->sub[__atomic_load_n(&r->g_sub, __ATOMIC_ACQUIRE)].size = size;
+    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
+    if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
+                    placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >= LG_ACK_NOW_MSGS))
+        lg_recv_flush_ack(p);
+    return 0;
+}
+
+int lg_conn_take_ack(struct lg_conn *c, uint64_t n)
+{
+    /* Acks are cumulative and may be read by a worker or by test() (and, with failover, on
+     * either path): keep the maximum. Only messages wholly handed to the transport can have
+     * been placed: an ack beyond the cursor would complete a send whose buffer is still to
+     * be read. Checked and raised under mu, like the cursor's rewind, so neither can slip
+     * between the other's check and store. */
+    pthread_mutex_lock(&c->mu);
+    uint64_t sent = c->cursor_seq > c->sent_hi ? c->cursor_seq : c->sent_hi;
+    int ok = lg_ack_plausible(n, sent);
+    if (ok && n > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->acked, n, __ATOMIC_RELEASE);
+    if (ok && !(c->tr->caps & LG_TR_MSGS) && n > c->cursor_seq) {
+        /* After a rewind: the receiver held these (completed out of order before the
+         * switch); nothing below n is sent again. */
+        c->cursor_seq = n;
+        c->cursor_chunk = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!ok) {
+        lg_conn_peer_lied(c, "ACK of %llu messages, but only %llu were sent",
+                          (unsigned long long)n, (unsigned long long)sent);
+        return -1;
+    }
+    return 0;
+}
+
+
+static int req_complete(struct lg_req *r)
+{
+    if (r->conn->kind == LG_CONN_SEND) {
+        /* Placed at the receiver (acked), and no writer reads its buffer any more (so NCCL
+         * may reuse it as soon as we say done). With a whole-message transport the writer's
+         * hold is its request, which nobody tests once the peer has closed: a message the
+         * peer placed was read whole by then (placement comes after the last byte is read). */
+        return __atomic_load_n(&r->conn->acked, __ATOMIC_ACQUIRE) > r->seq &&
+               (__atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0 ||
+                ((r->conn->tr->caps & LG_TR_MSGS) &&
+                 __atomic_load_n(&r->conn->peer_closed, __ATOMIC_ACQUIRE)));
+    }
+    /* A grouped receive: every message of the group is placed. */
+    struct lg_conn *c = r->conn;
+    for (int i = 0; i < r->g_n; i++)
+        if (!(__atomic_load_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state,
+                              __ATOMIC_ACQUIRE) & LG_REQ_DONE))
+            return 0;
+    return 1;
+}
+
+ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
+{
+    struct lg_conn *c = r->conn;
+    lg_monitor_health_poll();
+    /* One load per poll (a store only after the monitor cleared it): no clock on this path. */
+    if (c->kind == LG_CONN_RECV && !__atomic_load_n(&c->polled, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->polled, 1, __ATOMIC_RELAXED);
+    int complete = req_complete(r);
+    if (!complete) {
+        c->tr->progress(c, r); /* the transport moves data on NCCL's thread, bounded */
+        complete = req_complete(r);
+    }
+    if (complete) {
+        *done = 1;
+        if (c->kind == LG_CONN_SEND) {
+            if (sizes)
+                sizes[0] = (int)r->size;
+            __atomic_store_n(&r->state, 0, __ATOMIC_RELEASE);
+            return ncclSuccess;
+        }
+        /* sizes[i]: what the sender sent into buffer i (never more than posted). */
+        for (int i = r->g_n - 1; i >= 0; i--) {
+            if (sizes)
+                sizes[i] = (int)r->sub[i].size;
+            __atomic_store_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state, 0,
+                             __ATOMIC_RELEASE);
+        }
+        return ncclSuccess;
+    }
+    *done = 0;
+    return (ncclResult_t)__atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
+}
