@@ -63,7 +63,7 @@ struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, con
         p->data[i].index = i + 1;
         p->data[i].task.fd = -1;
     }
-    p->last_rx_ns = lg_now_ns();
+    p->last_rx_ns = p->prev_rx_ns = lg_now_ns();
     return p;
 }
 
@@ -462,7 +462,7 @@ int lg_path_ctrl_read(struct lg_stream *s, int (*on_frame)(struct lg_path *, con
             return -1;
         }
         s->crx.got += (size_t)n;
-        __atomic_store_n(&p->last_rx_ns, lg_now_ns(), __ATOMIC_RELAXED);
+        lg_path_note_rx(p, lg_now_ns());
         size_t off = 0;
         for (; s->crx.got - off >= LG_CTRL_SIZE; off += LG_CTRL_SIZE) {
             struct lg_ctrl f;

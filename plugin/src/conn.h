@@ -231,7 +231,8 @@ struct lg_path {
     size_t txq_len, txq_off;
     int txq_last_ack; /* offset of an unsent ACK frame that a newer ack may overwrite, or -1 */
     /* liveness and failure (atomics unless said) */
-    uint64_t last_rx_ns;  /* something was read on one of its sockets */
+    uint64_t last_rx_ns;  /* something was read on one of its sockets (lg_path_note_rx) */
+    uint64_t prev_rx_ns;  /* the reading before that one, at least LG_RX_DISTINCT_NS earlier */
     uint64_t last_tx_ns;  /* a control frame was written */
     uint64_t fail_ns;     /* when it failed */
     int peer_gone;        /* EOF or reset without a BYE */
@@ -438,6 +439,16 @@ static inline void lg_monitor_wake(struct lg_conn *c)
 {
     __atomic_store_n(&c->dirty, 1, __ATOMIC_SEQ_CST);
     lg_wake_monitor(0);
+}
+/* Readings closer than this count as one (a burst of frames, a chunk and its header). */
+#define LG_RX_DISTINCT_NS 1000000ull
+/* Something was read on p now (any thread; relaxed: a heuristic's inputs, each word whole). */
+static inline void lg_path_note_rx(struct lg_path *p, uint64_t now)
+{
+    uint64_t last = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    if (now > last && now - last >= LG_RX_DISTINCT_NS)
+        __atomic_store_n(&p->prev_rx_ns, last, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->last_rx_ns, now, __ATOMIC_RELAXED);
 }
 /* Something (a heartbeat at least) was read on the path within a few heartbeat periods. */
 static inline int lg_path_heard_recently(const struct lg_path *p, uint64_t now)

@@ -271,9 +271,22 @@ static void pump(struct lg_path *p)
         lg_task_run(&p->ctrl.task, EPOLLIN);
 }
 
-/* Path `quiet` heard nothing for the silent timeout while `heard` did: it fails (and is
- * rebuilt), whichever of the two carries the data. A silent standby left alone would sit out
- * its sockets' retransmission backoff and be no target when the active path dies. */
+/* `heard` kept talking after `quiet` fell silent: read on it at two distinct times, the earlier
+ * at least half the silent timeout after quiet's last reading. A peer process that gets no
+ * CPU stops talking on both at once, and on waking talks on both at once; its last words
+ * before (at most a heartbeat apart) and its first after are one reading per path, so it
+ * never looks like this. A path that drops everything while the other carries on does, as
+ * soon as its silence counts (the other's heartbeats come every LINKGUARD_HEARTBEAT_MS). */
+static int kept_talking(const struct lg_path *heard, const struct lg_path *quiet)
+{
+    uint64_t q = __atomic_load_n(&quiet->last_rx_ns, __ATOMIC_RELAXED);
+    uint64_t prev = __atomic_load_n(&heard->prev_rx_ns, __ATOMIC_RELAXED);
+    return prev > q && prev - q >= LG_MS(lg_params.silent_timeout_ms) / 2;
+}
+
+/* Path `quiet` heard nothing for the silent timeout while `heard` kept talking: it fails
+ * (and is rebuilt), whichever of the two carries the data. A silent standby left alone would
+ * sit out its sockets' retransmission backoff and be no target when the active path dies. */
 static void silence_between(struct lg_path *quiet, struct lg_path *heard, uint64_t now,
                             const char *what)
 {
@@ -282,7 +295,8 @@ static void silence_between(struct lg_path *quiet, struct lg_path *heard, uint64
     /* Before blaming the path: heartbeats may sit unread in its socket. */
     pump(quiet);
     pump(heard);
-    if (!lg_path_up(quiet) || !silent(quiet, now) || !lg_path_up(heard) || silent(heard, now))
+    if (!lg_path_up(quiet) || !silent(quiet, now) || !lg_path_up(heard) || silent(heard, now) ||
+        !kept_talking(heard, quiet))
         return;
     char why[96];
     snprintf(why, sizeof(why), "%s for %.0f ms", what,

@@ -46,7 +46,9 @@ void lg_rejoin_publish(struct lg_conn *c, int slot, struct lg_path *p)
         /* A connection built without its backup has it now. Its primary's control channel
          * was quiet until now (no heartbeats while unprotected; in wrap mode no data on our
          * sockets either): silence counts from here. */
-        __atomic_store_n(&c->paths[0]->last_rx_ns, lg_now_ns(), __ATOMIC_RELAXED);
+        uint64_t now_ns = lg_now_ns();
+        __atomic_store_n(&c->paths[0]->last_rx_ns, now_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->paths[0]->prev_rx_ns, now_ns, __ATOMIC_RELAXED);
         c->upgradable = 0;
         __atomic_store_n(&c->protected_, 1, __ATOMIC_RELEASE);
         LG_INFO(NCCL_NET, "%s conn %016llx: backup path on NIC %s built after the start; the "
