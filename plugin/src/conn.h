@@ -348,6 +348,9 @@ struct lg_conn {
     struct lg_fo fo;       /* monitor thread only */
     int dirty;             /* the monitor should look at it (atomic) */
     struct lg_conn *mon_next; /* monitor registry */
+    pthread_mutex_t run_mu;   /* held while the monitor runs it (monitor.c) */
+    int closing;              /* closed: the monitor leaves it alone (set under run_mu) */
+    int refs;                 /* the object's: its owner's, and the monitor's holds (atomic) */
     /* failure */
     int error; /* ncclResult_t once the connection cannot deliver (atomic) */
     int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
@@ -389,7 +392,11 @@ int lg_conn_start(struct lg_conn *c);
 int lg_path_start(struct lg_path *p);
 /* The epoll events a control task wants: the sender's active one is read by test(). */
 uint32_t lg_path_ctrl_events(const struct lg_path *p, int active);
-void lg_conn_free(struct lg_conn *c); /* detaches, closes every fd, frees */
+/* Detaches, closes every fd and drops the owner's reference: the object itself goes with
+ * the last reference (a monitor pass may still hold it, and only looks at `closing`). */
+void lg_conn_free(struct lg_conn *c);
+void lg_conn_hold(struct lg_conn *c);
+void lg_conn_put(struct lg_conn *c);
 /* A path broke: error (errno `err`, 0 for a protocol error) or EOF. Records why, decides
  * nothing but the obvious (a BYE'd close, an unprotected connection) and wakes the monitor,
  * which fails over. Any thread. */

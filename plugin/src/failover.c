@@ -22,9 +22,13 @@
 
 /* When a rebuild `delay` from now may start: later by up to LINKGUARD_REJOIN_JITTER_MS, so
  * that connections released together (one daemon UP, one peer heartbeat) spread out. */
-/* Paths to retire once the monitor's pass is over (monitor thread only). */
+/* Paths to retire once the monitor's pass is over (monitor thread only), each with its
+ * connection held: one closed meanwhile retired its paths itself. */
 static struct {
-    struct lg_path **p;
+    struct later_path {
+        struct lg_path *p;
+        struct lg_conn *c; /* held; p is looked at only while c is not closed */
+    } *e;
     int n, cap;
 } later;
 
@@ -34,24 +38,32 @@ static void retire_later(struct lg_path *p)
         return;
     if (later.n == later.cap) {
         int cap = later.cap ? 2 * later.cap : 64;
-        struct lg_path **np = realloc(later.p, (size_t)cap * sizeof(*np));
-        if (!np) {
+        struct later_path *ne = realloc(later.e, (size_t)cap * sizeof(*ne));
+        if (!ne) {
             lg_path_retire(p, 1); /* no room: at once, as before */
             return;
         }
-        later.p = np;
+        later.e = ne;
         later.cap = cap;
     }
     lg_path_fence_start(p, 1);
     p->retire_queued = 1;
-    later.p[later.n++] = p;
+    lg_conn_hold(p->conn);
+    later.e[later.n++] = (struct later_path){.p = p, .c = p->conn};
 }
 
 void lg_fo_retire_deferred(void)
 {
     for (int i = 0; i < later.n; i++) {
-        later.p[i]->retire_queued = 0;
-        lg_path_retire(later.p[i], 1);
+        struct lg_path *p = later.e[i].p;
+        struct lg_conn *c = later.e[i].c;
+        pthread_mutex_lock(&c->run_mu);
+        if (!c->closing) {
+            p->retire_queued = 0;
+            lg_path_retire(p, 1);
+        }
+        pthread_mutex_unlock(&c->run_mu);
+        lg_conn_put(c);
     }
     later.n = 0;
 }
