@@ -9,7 +9,8 @@ the whole run, and `--burners` busy loops (each its own process, started and sto
 competing for the machine's CPUs. No fault is injected: every switch the plugin logs is a false
 move. Counted from the plugin's own lines: failovers, reintegrations and other switches, and the
 verdicts behind them (stalled, lossy, silent); the rails' counters give the throughput, sampled
-every `--sample-s` seconds, so a quiet stretch shows too.
+every `--sample-s` seconds, so a quiet stretch shows too; the drivers' own end reports say
+whether every byte arrived.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.plugin_driver import LINKGUARD_SO, build_plugin, lab_starter, start_stream_pair
+from bench.plugin_driver import (
+    LINKGUARD_SO,
+    DriverResult,
+    build_plugin,
+    lab_starter,
+    start_stream_pair,
+)
 from linkguard_lab.demo import driver_env, start_daemons
 from linkguard_lab.lab import Lab, unique_prefix
 
@@ -35,6 +42,8 @@ VERDICTS = {"stalled": re.compile(r"stalled: "), "lossy": re.compile(r" is lossy
             "no working path": re.compile(r"no working path")}
 # The sender decides and logs each switch; the receiver logs the same switch again.
 SWITCH = re.compile(r"send conn \w+: (failover|reintegrated|switched): ")
+CHECKS = ("corrupt_messages", "missing_messages", "duplicated_messages", "reordered_messages",
+          "unwritten_messages", "errors")
 
 
 def burner(seconds: float) -> subprocess.Popen:
@@ -58,6 +67,12 @@ def count_lines(lines: list[str]) -> dict[str, Any]:
             switches.get("switched", 0),
             "verdicts": {k: sum(1 for ln in lines if rx.search(ln)) for k, rx in VERDICTS.items()},
             "examples": [ln for ln in lines if SWITCH.search(ln)][:10]}
+
+
+def verdict(r: DriverResult) -> dict[str, Any]:
+    """A driver's end: ok (exit 0 and its own checks), and its verification counters."""
+    return {"ok": r.ok, "returncode": r.returncode,
+            **{k: r.report.get(k) for k in CHECKS}}
 
 
 def run(minutes: float, burners: int, sample_s: float, log: Any) -> dict[str, Any]:
@@ -91,8 +106,10 @@ def run(minutes: float, burners: int, sample_s: float, log: Any) -> dict[str, An
                 log(f"{samples[-1]['t_s']:.0f} s: rail0 {samples[-1]['rail0_mb_s']:.0f} MB/s, "
                     f"rail1 {samples[-1]['rail1_mb_s']:.0f} MB/s")
         ran_s = time.monotonic() - t0
+        # The drivers end by themselves at their --duration-s, just after the loop: their
+        # reports say whether every byte arrived.
+        results = pair.wait(timeout=sample_s + 60)
         lines = [ln.text for ln in pair.stderr_lines()]
-        alive = pair.running()
     finally:
         for p in procs:
             p.kill()  # only the burners this run started
@@ -104,7 +121,9 @@ def run(minutes: float, burners: int, sample_s: float, log: Any) -> dict[str, An
         lab.down()
     total = [s["rail0_mb_s"] + s["rail1_mb_s"] for s in samples]
     out = {"minutes": minutes, "ran_s": round(ran_s, 1), "burners": burners,
-           "driver_alive_at_end": alive, **count_lines(lines),
+           "drivers_ran_through": ran_s >= seconds,
+           "drivers": dict(zip(("server", "client"), map(verdict, results))),
+           **count_lines(lines),
            "throughput_mb_s": {"mean": sum(total) / len(total) if total else 0.0,
                                "min": min(total) if total else 0.0},
            "on_backup_samples": sum(1 for s in samples if s["rail1_mb_s"] > s["rail0_mb_s"]),

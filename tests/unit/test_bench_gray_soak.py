@@ -1,5 +1,6 @@
 """bench.gray_soak's accounting of the plugin's lines: a switch is a false move (no fault is
-injected in the soak), a reintegration is its undo, and each verdict is counted by kind."""
+injected in the soak), a reintegration is its undo, and each verdict is counted by kind; a
+driver's end report gives the soak's verdict on the data."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.gray_soak import count_lines
+from bench.gray_soak import count_lines, verdict
+from bench.plugin_driver import DriverResult
 
 LINES = [
     "[plugin INFO src/core.c:236] NET/linkguard: send conn 0a1b on dev 0: 2 path(s), ...",
@@ -37,3 +39,13 @@ def test_switches_and_verdicts_are_counted_by_kind() -> None:
 def test_a_quiet_run_has_no_false_move() -> None:
     got = count_lines(LINES[:1])
     assert got["false_moves"] == 0 and got["switches"] == {} and got["examples"] == []
+
+
+def test_a_driver_verdict_keeps_its_counters_and_fails_on_any_error() -> None:
+    clean = {"ok": True, "corrupt_messages": 0, "missing_messages": 0, "errors": []}
+    assert verdict(DriverResult(clean, 0, ""))["ok"] is True
+    missing = verdict(DriverResult({**clean, "ok": False, "missing_messages": 3}, 1, ""))
+    assert missing["ok"] is False and missing["missing_messages"] == 3
+    # Killed before its report (no JSON): not ok, and the counters say nothing.
+    killed = verdict(DriverResult({}, -9, ""))
+    assert killed["ok"] is False and killed["corrupt_messages"] is None
