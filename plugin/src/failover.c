@@ -11,6 +11,7 @@
 
 #include "conn.h"
 #include "devices.h"
+#include "gray.h"
 #include "health.h"
 #include "log.h"
 #include "params.h"
@@ -404,9 +405,8 @@ static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t n
                      LG_HB_NIC(fo->peer_flags, i) == LG_HB_NIC_DOWN ? "DOWN" : "out of service");
         break;
     case LG_WHY_GRAY:
-        snprintf(out, len, "%s path on NIC %s is lossy (%u.%u %% of %.1f MB retransmitted)",
-                 lg_slot_name(a), nic_of(c, a), fo->slot[a].gray_permille / 10,
-                 fo->slot[a].gray_permille % 10, fo->slot[a].gray_sent / 1e6);
+        lg_gray_describe(&fo->slot[a].gray_found, what, sizeof(what));
+        snprintf(out, len, "%s path on NIC %s is %s", lg_slot_name(a), nic_of(c, a), what);
         break;
     case LG_WHY_RESYNC:
         snprintf(out, len, "the peer is at epoch %u, we are at %u", fo->seen,
