@@ -35,6 +35,8 @@ struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_tra
     pthread_mutex_init(&c->mb_mu, NULL);
     pthread_mutex_init(&c->wmu, NULL);
     pthread_mutex_init(&c->mr_mu, NULL);
+    pthread_mutex_init(&c->run_mu, NULL);
+    c->refs = 1; /* the owner's: connect/accept, then NCCL until close */
     for (int i = 0; i < LG_WINDOW; i++) {
         c->reqs[i].magic = LG_REQ_MAGIC;
         c->reqs[i].conn = c;
@@ -63,7 +65,7 @@ struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, con
         p->data[i].index = i + 1;
         p->data[i].task.fd = -1;
     }
-    p->last_rx_ns = lg_now_ns();
+    p->last_rx_ns = p->prev_rx_ns = lg_now_ns();
     return p;
 }
 
@@ -243,11 +245,21 @@ void lg_conn_free(struct lg_conn *c)
     for (int i = 0; i < LG_WINDOW; i++)
         free(c->reqs[i].cover_heap);
     lg_ctx_release(c->ctx); /* after the inner comms: the last one may end the inner context */
+    c->magic = 0;
+    lg_conn_put(c);
+}
+
+void lg_conn_hold(struct lg_conn *c) { __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); }
+
+void lg_conn_put(struct lg_conn *c)
+{
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
     pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->wmu);
     pthread_mutex_destroy(&c->mr_mu);
-    c->magic = 0;
+    pthread_mutex_destroy(&c->run_mu);
     free(c);
 }
 
@@ -462,7 +474,7 @@ int lg_path_ctrl_read(struct lg_stream *s, int (*on_frame)(struct lg_path *, con
             return -1;
         }
         s->crx.got += (size_t)n;
-        __atomic_store_n(&p->last_rx_ns, lg_now_ns(), __ATOMIC_RELAXED);
+        lg_path_note_rx(p, lg_now_ns());
         size_t off = 0;
         for (; s->crx.got - off >= LG_CTRL_SIZE; off += LG_CTRL_SIZE) {
             struct lg_ctrl f;

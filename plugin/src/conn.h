@@ -232,7 +232,8 @@ struct lg_path {
     size_t txq_len, txq_off;
     int txq_last_ack; /* offset of an unsent ACK frame that a newer ack may overwrite, or -1 */
     /* liveness and failure (atomics unless said) */
-    uint64_t last_rx_ns;  /* something was read on one of its sockets */
+    uint64_t last_rx_ns;  /* something was read on one of its sockets (lg_path_note_rx) */
+    uint64_t prev_rx_ns;  /* the reading before that one, at least LG_RX_DISTINCT_NS earlier */
     uint64_t last_tx_ns;  /* a control frame was written */
     uint64_t fail_ns;     /* when it failed */
     int peer_gone;        /* EOF or reset without a BYE */
@@ -351,6 +352,9 @@ struct lg_conn {
     struct lg_fo fo;       /* monitor thread only */
     int dirty;             /* the monitor should look at it (atomic) */
     struct lg_conn *mon_next; /* monitor registry */
+    pthread_mutex_t run_mu;   /* held while the monitor runs it (monitor.c) */
+    int closing;              /* closed: the monitor leaves it alone (set under run_mu) */
+    int refs;                 /* the object's: its owner's, and the monitor's holds (atomic) */
     /* failure */
     int error; /* ncclResult_t once the connection cannot deliver (atomic) */
     int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
@@ -395,7 +399,11 @@ int lg_conn_start(struct lg_conn *c);
 int lg_path_start(struct lg_path *p);
 /* The epoll events a control task wants: the sender's active one is read by test(). */
 uint32_t lg_path_ctrl_events(const struct lg_path *p, int active);
-void lg_conn_free(struct lg_conn *c); /* detaches, closes every fd, frees */
+/* Detaches, closes every fd and drops the owner's reference: the object itself goes with
+ * the last reference (a monitor pass may still hold it, and only looks at `closing`). */
+void lg_conn_free(struct lg_conn *c);
+void lg_conn_hold(struct lg_conn *c);
+void lg_conn_put(struct lg_conn *c);
 /* A path broke: error (errno `err`, 0 for a protocol error) or EOF. Records why, decides
  * nothing but the obvious (a BYE'd close, an unprotected connection) and wakes the monitor,
  * which fails over. Any thread. */
@@ -445,6 +453,16 @@ static inline void lg_monitor_wake(struct lg_conn *c)
 {
     __atomic_store_n(&c->dirty, 1, __ATOMIC_SEQ_CST);
     lg_wake_monitor(0);
+}
+/* Readings closer than this count as one (a burst of frames, a chunk and its header). */
+#define LG_RX_DISTINCT_NS 1000000ull
+/* Something was read on p now (any thread; relaxed: a heuristic's inputs, each word whole). */
+static inline void lg_path_note_rx(struct lg_path *p, uint64_t now)
+{
+    uint64_t last = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    if (now > last && now - last >= LG_RX_DISTINCT_NS)
+        __atomic_store_n(&p->prev_rx_ns, last, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->last_rx_ns, now, __ATOMIC_RELAXED);
 }
 /* Something (a heartbeat at least) was read on the path within a few heartbeat periods. */
 static inline int lg_path_heard_recently(const struct lg_path *p, uint64_t now)

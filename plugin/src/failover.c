@@ -23,9 +23,13 @@
 
 /* When a rebuild `delay` from now may start: later by up to LINKGUARD_REJOIN_JITTER_MS, so
  * that connections released together (one daemon UP, one peer heartbeat) spread out. */
-/* Paths to retire once the monitor's pass is over (monitor thread only). */
+/* Paths to retire once the monitor's pass is over (monitor thread only), each with its
+ * connection held: one closed meanwhile retired its paths itself. */
 static struct {
-    struct lg_path **p;
+    struct later_path {
+        struct lg_path *p;
+        struct lg_conn *c; /* held; p is looked at only while c is not closed */
+    } *e;
     int n, cap;
 } later;
 
@@ -35,24 +39,32 @@ static void retire_later(struct lg_path *p)
         return;
     if (later.n == later.cap) {
         int cap = later.cap ? 2 * later.cap : 64;
-        struct lg_path **np = realloc(later.p, (size_t)cap * sizeof(*np));
-        if (!np) {
+        struct later_path *ne = realloc(later.e, (size_t)cap * sizeof(*ne));
+        if (!ne) {
             lg_path_retire(p, 1); /* no room: at once, as before */
             return;
         }
-        later.p = np;
+        later.e = ne;
         later.cap = cap;
     }
     lg_path_fence_start(p, 1);
     p->retire_queued = 1;
-    later.p[later.n++] = p;
+    lg_conn_hold(p->conn);
+    later.e[later.n++] = (struct later_path){.p = p, .c = p->conn};
 }
 
 void lg_fo_retire_deferred(void)
 {
     for (int i = 0; i < later.n; i++) {
-        later.p[i]->retire_queued = 0;
-        lg_path_retire(later.p[i], 1);
+        struct lg_path *p = later.e[i].p;
+        struct lg_conn *c = later.e[i].c;
+        pthread_mutex_lock(&c->run_mu);
+        if (!c->closing) {
+            p->retire_queued = 0;
+            lg_path_retire(p, 1);
+        }
+        pthread_mutex_unlock(&c->run_mu);
+        lg_conn_put(c);
     }
     later.n = 0;
 }
@@ -272,9 +284,22 @@ static void pump(struct lg_path *p)
         lg_task_run(&p->ctrl.task, EPOLLIN);
 }
 
-/* Path `quiet` heard nothing for the silent timeout while `heard` did: it fails (and is
- * rebuilt), whichever of the two carries the data. A silent standby left alone would sit out
- * its sockets' retransmission backoff and be no target when the active path dies. */
+/* `heard` kept talking after `quiet` fell silent: read on it at two distinct times, the earlier
+ * at least half the silent timeout after quiet's last reading. A peer process that gets no
+ * CPU stops talking on both at once, and on waking talks on both at once; its last words
+ * before (at most a heartbeat apart) and its first after are one reading per path, so it
+ * never looks like this. A path that drops everything while the other carries on does, as
+ * soon as its silence counts (the other's heartbeats come every LINKGUARD_HEARTBEAT_MS). */
+static int kept_talking(const struct lg_path *heard, const struct lg_path *quiet)
+{
+    uint64_t q = __atomic_load_n(&quiet->last_rx_ns, __ATOMIC_RELAXED);
+    uint64_t prev = __atomic_load_n(&heard->prev_rx_ns, __ATOMIC_RELAXED);
+    return prev > q && prev - q >= LG_MS(lg_params.silent_timeout_ms) / 2;
+}
+
+/* Path `quiet` heard nothing for the silent timeout while `heard` kept talking: it fails
+ * (and is rebuilt), whichever of the two carries the data. A silent standby left alone would
+ * sit out its sockets' retransmission backoff and be no target when the active path dies. */
 static void silence_between(struct lg_path *quiet, struct lg_path *heard, uint64_t now,
                             const char *what)
 {
@@ -283,7 +308,8 @@ static void silence_between(struct lg_path *quiet, struct lg_path *heard, uint64
     /* Before blaming the path: heartbeats may sit unread in its socket. */
     pump(quiet);
     pump(heard);
-    if (!lg_path_up(quiet) || !silent(quiet, now) || !lg_path_up(heard) || silent(heard, now))
+    if (!lg_path_up(quiet) || !silent(quiet, now) || !lg_path_up(heard) || silent(heard, now) ||
+        !kept_talking(heard, quiet))
         return;
     char why[96];
     snprintf(why, sizeof(why), "%s for %.0f ms", what,

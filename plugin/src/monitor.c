@@ -23,11 +23,13 @@
 #include "wake.h"
 
 static struct {
-    pthread_mutex_t mu; /* the registry; held while a conn is run */
+    pthread_mutex_t mu; /* the registry, briefly: a connection runs under its own run_mu */
     pthread_t tid;
     int running, stop; /* under mu */
     int epfd;
     struct lg_conn *conns;
+    struct lg_conn **due; /* a pass's connections to run, each held (monitor thread only) */
+    int ndue, cap;
 } M = {.mu = PTHREAD_MUTEX_INITIALIZER, .epfd = -1};
 
 static void wake_rejoin(void) { lg_wake_monitor(0); }
@@ -49,25 +51,58 @@ void lg_monitor_remove(struct lg_conn *c)
             *pp = c->mon_next;
             break;
         }
+    pthread_mutex_unlock(&M.mu);
+    /* Waits for this connection's own run at most, never for the rest of a pass: a pass
+     * that still holds c skips it from now on (and the object outlives the hold). */
+    pthread_mutex_lock(&c->run_mu);
+    __atomic_store_n(&c->closing, 1, __ATOMIC_RELEASE);
     lg_rejoin_abort(c, 0);
     lg_rejoin_abort(c, 1);
-    pthread_mutex_unlock(&M.mu);
+    pthread_mutex_unlock(&c->run_mu);
 }
 
-/* Under mu: REJOIN sockets the acceptor queued go to the connection they name. */
+/* REJOIN sockets the acceptor queued go to the connection they name. */
 static void take_rejoins(uint64_t now)
 {
     struct lg_hello h;
     int fd;
     uint32_t ip;
     while (lg_acceptor_take_rejoin(&h, &fd, &ip)) {
+        pthread_mutex_lock(&M.mu);
         struct lg_conn *c = M.conns;
         while (c && !(c->nonce == h.conn_nonce && c->listen_id == h.listen_id &&
                       c->kind == LG_CONN_RECV))
             c = c->mon_next;
-        if (!c || lg_rejoin_file(c, &h, fd, ip, now) != 0)
+        if (c)
+            lg_conn_hold(c);
+        pthread_mutex_unlock(&M.mu);
+        int filed = 0;
+        if (c) {
+            pthread_mutex_lock(&c->run_mu);
+            filed = !c->closing && lg_rejoin_file(c, &h, fd, ip, now) == 0;
+            pthread_mutex_unlock(&c->run_mu);
+            lg_conn_put(c);
+        }
+        if (!filed)
             close(fd);
     }
+}
+
+/* Under mu: c is due (marked, asked for, or its time came); held for the pass. 0, or -1 when
+ * there is no room to note it (it runs at the next pass). */
+static int note_due(struct lg_conn *c)
+{
+    if (M.ndue == M.cap) {
+        int cap = M.cap ? 2 * M.cap : 64;
+        struct lg_conn **nd = realloc(M.due, (size_t)cap * sizeof(*nd));
+        if (!nd)
+            return -1;
+        M.due = nd;
+        M.cap = cap;
+    }
+    lg_conn_hold(c);
+    M.due[M.ndue++] = c;
+    return 0;
 }
 
 /* ---- the thread ------------------------------------------------------------------------ */
@@ -90,27 +125,44 @@ static void *monitor_main(void *arg)
         now = lg_now_ns();
         lg_health_tick(now);
         lg_monitor_health_poll();
-        lg_acceptor_progress(); /* outside mu: NCCL's accept() progresses it too */
-        pthread_mutex_lock(&M.mu);
-        if (M.stop) {
-            pthread_mutex_unlock(&M.mu);
-            break;
-        }
+        lg_acceptor_progress(); /* NCCL's accept() progresses it too */
         for (int i = 0; i < n; i++)
             if (!evs[i].data.ptr)
                 lg_wake_drain();
         take_rejoins(now);
         int all = lg_wake_take_all();
         next = now + hb;
+        /* The registry's lock only to pick the due connections: connect/accept (adding) and
+         * close (removing) never wait behind a pass's failover work. */
+        pthread_mutex_lock(&M.mu);
+        if (M.stop) {
+            pthread_mutex_unlock(&M.mu);
+            break;
+        }
         for (struct lg_conn *c = M.conns; c; c = c->mon_next) {
             int dirty = __atomic_exchange_n(&c->dirty, 0, __ATOMIC_SEQ_CST);
-            if (dirty || all || now >= c->fo.next_run_ns)
-                c->fo.next_run_ns = lg_fo_run(c, now);
+            if ((dirty || all || now >= c->fo.next_run_ns) && note_due(c) == 0)
+                continue;
+            if (dirty)
+                __atomic_store_n(&c->dirty, 1, __ATOMIC_SEQ_CST); /* no room: next pass */
             if (c->fo.next_run_ns < next)
                 next = c->fo.next_run_ns;
         }
-        lg_fo_retire_deferred(); /* every connection switched first */
         pthread_mutex_unlock(&M.mu);
+        for (int i = 0; i < M.ndue; i++) {
+            struct lg_conn *c = M.due[i];
+            pthread_mutex_lock(&c->run_mu);
+            if (!c->closing) {
+                c->fo.next_run_ns = lg_fo_run(c, now);
+                if (c->fo.next_run_ns < next)
+                    next = c->fo.next_run_ns;
+            }
+            pthread_mutex_unlock(&c->run_mu);
+        }
+        lg_fo_retire_deferred(); /* every connection switched first */
+        for (int i = 0; i < M.ndue; i++)
+            lg_conn_put(M.due[i]);
+        M.ndue = 0;
     }
     return NULL;
 }

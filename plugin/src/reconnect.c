@@ -22,7 +22,7 @@
 
 /* Sender rebuilds connecting in this process (monitor thread only): admitted
  * LINKGUARD_REJOIN_BUDGET at a time. */
-static int tx_inflight;
+static int tx_inflight; /* rebuilds under way (atomic: a close aborts its own) */
 
 static int *sock_fd(struct lg_path *p, int k)
 {
@@ -46,7 +46,9 @@ void lg_rejoin_publish(struct lg_conn *c, int slot, struct lg_path *p)
         /* A connection built without its backup has it now. Its primary's control channel
          * was quiet until now (no heartbeats while unprotected; in wrap mode no data on our
          * sockets either): silence counts from here. */
-        __atomic_store_n(&c->paths[0]->last_rx_ns, lg_now_ns(), __ATOMIC_RELAXED);
+        uint64_t now_ns = lg_now_ns();
+        __atomic_store_n(&c->paths[0]->last_rx_ns, now_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->paths[0]->prev_rx_ns, now_ns, __ATOMIC_RELAXED);
         c->upgradable = 0;
         __atomic_store_n(&c->protected_, 1, __ATOMIC_RELEASE);
         LG_INFO(NCCL_NET, "%s conn %016llx: backup path on NIC %s built after the start; the "
@@ -61,7 +63,7 @@ void lg_rejoin_abort(struct lg_conn *c, int slot)
     if (!rj->path)
         return;
     if (c->kind == LG_CONN_SEND)
-        tx_inflight--;
+        __atomic_sub_fetch(&tx_inflight, 1, __ATOMIC_RELAXED);
     lg_path_retire(rj->path, 0);
     lg_path_free(rj->path);
     memset(rj, 0, sizeof(*rj));
@@ -75,7 +77,7 @@ int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
     struct lg_rejoin *rj = &c->fo.slot[slot].rj;
     if (!d || rj->path || !c->peer_ip[slot])
         return -1;
-    if (tx_inflight >= lg_params.rejoin_budget)
+    if (__atomic_load_n(&tx_inflight, __ATOMIC_RELAXED) >= lg_params.rejoin_budget)
         return 1;
     struct lg_path *p = lg_path_alloc(c, slot, d->nic[slot].name,
                                       lg_addr_format(c->peer_ip[slot], c->peer_port[slot]).s);
@@ -83,7 +85,7 @@ int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
         return -1;
     memset(rj, 0, sizeof(*rj));
     rj->path = p;
-    tx_inflight++;
+    __atomic_add_fetch(&tx_inflight, 1, __ATOMIC_RELAXED);
     rj->gen = p->gen = ++c->fo.slot[slot].next_gen;
     rj->t0 = now;
     for (int k = 0; k <= c->nstreams; k++) {
@@ -172,7 +174,7 @@ int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, 
     if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) || !c->tr->carries(p))
         return 0;
     rj->path = NULL;
-    tx_inflight--;
+    __atomic_sub_fetch(&tx_inflight, 1, __ATOMIC_RELAXED);
     lg_rejoin_publish(c, slot, p);
     return 1;
 }

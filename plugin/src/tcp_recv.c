@@ -289,7 +289,7 @@ static void recv_stream_run(struct lg_task *t)
                 lg_conn_path_failed(p, 0, "bad chunk header");
                 return;
             }
-            __atomic_store_n(&p->last_rx_ns, lg_now_ns(), __ATOMIC_RELAXED);
+            lg_path_note_rx(p, lg_now_ns());
             s->rx.have_hdr = 1;
             s->rx.checked = 0;
             s->rx.drop = 0;

@@ -6,5 +6,7 @@
 #include "transport.h"
 
 const struct lg_transport *lg_transport_select(void);
+/* Tests only: every connection made from now on uses `tr` (NULL: back to the choice above). */
+void lg_transport_test_force(const struct lg_transport *tr);
 
 #endif

@@ -5,6 +5,7 @@
 #define LG_TEST_PAIR_H
 
 #include <arpa/inet.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "connect.h"
@@ -28,6 +29,19 @@ static void loopback_devices(const char *nic0, const char *nic1)
     t.dev[0].has_backup = 1;
     t.dev[0].speed_mbps = 10000;
     lg_core_test_set_devices(&t, LG_FLAVOR_LINKGUARD);
+}
+
+/* Timers short enough for failover tests to run in seconds: heartbeats every 20 ms, silence
+ * after 500, rebuilds from 100 ms; the dead timeout as given. Set before lg_core_init. */
+static __attribute__((unused)) void fast_failover_env(const char *dead_timeout_ms)
+{
+    setenv("LINKGUARD_BIND_DEVICE", "0", 1);
+    setenv("LINKGUARD_CONNECT_TIMEOUT_MS", "3000", 1);
+    setenv("LINKGUARD_HEARTBEAT_MS", "20", 1);
+    setenv("LINKGUARD_SILENT_TIMEOUT_MS", "500", 1);
+    setenv("LINKGUARD_DEAD_TIMEOUT_MS", dead_timeout_ms, 1);
+    setenv("LINKGUARD_REJOIN_MS", "100", 1);
+    setenv("LINKGUARD_REJOIN_MAX_MS", "400", 1);
 }
 
 /* 0, or -1 when the pair is not connected within 5 s. Both made in NCCL context `ctx` (a

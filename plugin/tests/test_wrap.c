@@ -524,13 +524,7 @@ int main(void)
     setenv("FAKE_INNER_MODE", "loop", 1);
     setenv("FAKE_INNER_DEVS", "lgt0,lgt1", 1);
     setenv(LG_SHM_PATH_ENV, "/nonexistent/linkguard.shm", 1); /* no daemon */
-    setenv("LINKGUARD_BIND_DEVICE", "0", 1);
-    setenv("LINKGUARD_CONNECT_TIMEOUT_MS", "3000", 1);
-    setenv("LINKGUARD_HEARTBEAT_MS", "20", 1);
-    setenv("LINKGUARD_SILENT_TIMEOUT_MS", "500", 1);
-    setenv("LINKGUARD_DEAD_TIMEOUT_MS", "3000", 1);
-    setenv("LINKGUARD_REJOIN_MS", "100", 1);
-    setenv("LINKGUARD_REJOIN_MAX_MS", "400", 1);
+    fast_failover_env("3000");
     loopback_devices("lgt0", "lgt1");
     CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, logger), ncclSuccess);
     CHECK(lg_wrap != NULL);

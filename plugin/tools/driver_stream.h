@@ -4,9 +4,10 @@
  * wrong messages (duplicated, reordered, never written).
  *
  * Stream mode, per process:
- *   - every comm posts as fast as the window allows (--pace-us: at most one post per comm
- *     every N us) until --duration-s has passed since the first post, the cap (--count) is
- *     reached or SIGUSR1 arrives (a clean early end: a demo stops when its story is told); a
+ *   - every comm posts as fast as the window allows (--pace-us: a send comm's k-th post is due
+ *     k * N us after the start; one that fell behind goes as soon as the window allows) until
+ *     --duration-s has passed since the first post, the cap (--count) is reached or SIGUSR1
+ *     arrives (a clean early end: a demo stops when its story is told); a
  *     send comm then stops posting and waits for what it posted to complete;
  *   - once all its send comms are drained, the process tells the peer over the management
  *     connection how many messages each of them sent ("F" + one u64 per connection); the peer's
@@ -344,11 +345,13 @@ static void stream_run(int mfd, double deadline)
         for (int i = 0; i < D.ncomms; i++) {
             struct drv_comm *m = &D.comms[i];
             if (o->pace_us > 0 && m->send && !S.stopping && m->posted < m->limit) {
-                /* Pacing: a post only when its time has come; completions always. */
-                double due = D.t_start + (double)m->posted * o->pace_us * 1e-6;
+                /* Pacing: post k is due k paces after the start, and a pass posts only what
+                 * is due (not the whole window once the first is: that sent `depth` messages
+                 * back to back every `depth` paces); completions always. */
+                uint64_t due = (uint64_t)((now - D.t_start) / (o->pace_us * 1e-6)) + 1;
                 uint64_t keep = m->limit;
-                if (now < due)
-                    m->limit = m->posted;
+                if (m->limit > due)
+                    m->limit = due;
                 int r = progress_comm(m);
                 m->limit = keep;
                 if (r < 0)

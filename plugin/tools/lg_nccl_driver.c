@@ -49,7 +49,7 @@ struct drv_opts {
     double timeout;
     /* driver_stream.h */
     double duration;    /* > 0: stream mode, seconds of traffic */
-    double pace_us;     /* stream mode: at most one post per send comm every pace_us */
+    double pace_us;     /* stream mode: a send comm's k-th post is due k * pace_us after the start */
     double gap_list_ms; /* list every gap at least this long (< 0: none) */
     int progress_ms;    /* progress line on stderr every N ms (0: none) */
     int idle_us;        /* stream mode: sleep this long after a pass without progress */
@@ -131,7 +131,9 @@ static void usage(void)
             "  [--duration-s S]  continuous traffic for S seconds (--count: hard cap,\n"
             "                    default 100000000 per comm; SIGUSR1 ends it early);\n"
             "                    the peer needs it too\n"
-            "  [--pace-us N]     stream mode: one post per send comm every N us at most\n"
+            "  [--pace-us N]     stream mode: one post per send comm every N us (post k is\n"
+            "                    due k * N us after the start; late ones go as the window\n"
+            "                    allows)\n"
             "  [--idle-us N]     stream mode: sleep N us after a pass without progress\n"
             "                    instead of sched_yield (NCCL's proxy spins; on a few\n"
             "                    shared CPUs spinning drivers starve the daemon)\n"

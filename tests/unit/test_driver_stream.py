@@ -1,7 +1,7 @@
 """lg_nccl_driver's timed mode over loopback (no root): continuous traffic bounded by time and a
 message cap, the peers agreeing on exactly how many messages each direction carried, completion
-gaps in CLOCK_MONOTONIC, the progress line, an early clean stop on SIGUSR1, and a receiver that
-tells a duplicated, reordered or lost message from a flipped byte."""
+gaps in CLOCK_MONOTONIC, pacing, the progress line, an early clean stop on SIGUSR1, and a
+receiver that tells a duplicated, reordered or lost message from a flipped byte."""
 
 from __future__ import annotations
 
@@ -74,6 +74,25 @@ def test_message_cap_ends_a_timed_run() -> None:
     assert srv.ok and cli.ok, (srv.report, cli.report)
     assert srv.report["peer_final_counts"] == [200]
     assert srv.report["comms"][0]["completed"] == 200
+
+
+def test_pacing_posts_one_message_a_pace_with_room_in_the_window() -> None:
+    # Post k is due k paces after the start; once post 0 was due the driver used to post the
+    # whole window, so `depth` messages went back to back every `depth` paces (the bench's
+    # 4-pace completion gaps). Each send completes after its post: lower bounds only, which a
+    # slow machine cannot break (it only posts later).
+    pace_ns, n = 40_000_000, 4
+    srv, cli = stream(["--duration-s", "30", "--count", str(n), "--depth", str(n), "--size", "4096",
+                       "--pace-us", str(pace_ns // 1000), "--gap-list-ms", "0"])
+    assert srv.ok and cli.ok, (srv.report, cli.report)
+    rep = cli.report
+    (comm,) = [c for c in rep["comms"] if c["send"]]
+    assert comm["completed"] == n
+    ends = sorted(g[2] for g in rep["gaps"]["list"] if g[0] == comm["comm"])
+    done = [comm["first_ns"], *ends]
+    assert len(done) == n
+    for k, t in enumerate(done):
+        assert t >= rep["t_start_ns"] + k * pace_ns - 1000, (k, t - rep["t_start_ns"])
 
 
 def test_sigusr1_stops_a_timed_run_cleanly() -> None:

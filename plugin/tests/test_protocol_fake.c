@@ -1,0 +1,168 @@
+/* The failover protocol's real code (the window, SWITCH/RESYNC, replay, fences, epochs, the
+ * monitor, rebuilds through the acceptor) over the fake transport (fake_transport.h), with
+ * path breaks at random: seeded runs of two flows (one comm pair each, messages of many
+ * sizes, DEPTH in flight), and between bursts of traffic a random slot of the shared NICs is
+ * broken (what is in flight on it is lost), the active one or the standby, while the other
+ * stands. Every message must arrive exactly once, in order, every byte verified; no call may
+ * fail while a path works; each break must be survived (both paths back, the connection
+ * protected) before the next. The randomized model of test_failover.c, run as the real thing;
+ * the transport contract (lg_test_contract.h) first. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "core.h"
+#include "fake_transport.h"
+#include "lg_test.h"
+#include "lg_test_contract.h"
+#include "lg_test_flow.h"
+#include "lg_test_pair.h"
+
+#define SEEDS 6
+#define BURST 24    /* messages per flow between two faults */
+#define MESSAGES 240 /* per flow and seed */
+
+/* Both paths up, protected, nothing being rebuilt (read as NCCL's thread may). */
+static int conn_whole(void *comm)
+{
+    struct lg_conn *c = C(comm);
+    uint32_t ph = lg_conn_enter(c);
+    int whole = __atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < LG_NPATHS; i++)
+        whole = whole && lg_path_up(__atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE));
+    lg_conn_exit(c, ph);
+    return whole;
+}
+
+static void fake_break_path(void *comm, int slot)
+{
+    (void)comm; /* a dead NIC: every path in its slot */
+    fake_tr_break(slot);
+}
+
+static struct flow *A, *B;
+
+static int all_whole(void *arg)
+{
+    (void)arg;
+    return conn_whole(A->s) && conn_whole(A->r) && conn_whole(B->s) && conn_whole(B->r);
+}
+
+
+static unsigned rnd(unsigned *state)
+{
+    *state = *state * 1103515245u + 12345u;
+    return (*state >> 16) & 0x7fff;
+}
+
+static int run_seed(unsigned seed, uint64_t *epochs)
+{
+    struct flow a, b;
+    flow_init(&a);
+    flow_init(&b);
+    A = &a;
+    B = &b;
+    a.count = b.count = MESSAGES;
+    int ok = 1, faults = 0;
+    unsigned st = seed;
+    /* Whole before the first fault: the backups come up right after connect. */
+    CHECK(run_while(&a, &b, all_whole, NULL, 10.0) || (ok = 0));
+    a.count = b.count = MESSAGES;
+    while (ok && !(flow_done(&a) && flow_done(&b))) {
+        run_until(&a, &b, LG_MIN(a.done_r + BURST, a.count), LG_MIN(b.done_r + BURST, b.count),
+                  20.0);
+        if (a.errors || b.errors || a.bad || b.bad)
+            break;
+        if (flow_done(&a) && flow_done(&b))
+            break;
+        unsigned pick = rnd(&st) % 4;
+        if (pick == 3)
+            continue; /* a quiet stretch */
+        /* Sends on the wire that no receive has taken: the break loses them, and the protocol
+         * must replay them from NCCL's buffers. */
+        __atomic_store_n(&fake_tr.hold, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < 4; i++) {
+            flow_step(&a);
+            flow_step(&b);
+        }
+        int active = active_of(a.s);
+        fake_tr_break(pick == 2 ? 1 - active : active); /* the standby one time in three */
+        __atomic_store_n(&fake_tr.hold, 0, __ATOMIC_RELEASE);
+        faults++;
+        /* Traffic meanwhile; then both paths back before the next fault (never both down:
+         * that is the dead timeout's business, tested elsewhere). */
+        uint64_t keep_a = a.count, keep_b = b.count;
+        if (!run_while(&a, &b, all_whole, NULL, 30.0)) {
+            fprintf(stderr, "seed %u, fault %d: not whole again: a %d/%d, b %d/%d (send/recv)\n",
+                    seed, faults, conn_whole(a.s), conn_whole(a.r), conn_whole(b.s),
+                    conn_whole(b.r));
+            ok = 0;
+        }
+        CHECK(ok);
+        a.count = LG_MAX(keep_a, a.posted_s);
+        b.count = LG_MAX(keep_b, b.posted_s);
+    }
+    run_until(&a, &b, a.count, b.count, 20.0);
+    *epochs += epoch_of(a.s) + epoch_of(b.s);
+    if (!flow_done(&a) || !flow_done(&b) || a.bad || b.bad || a.errors || b.errors) {
+        fprintf(stderr, "seed %u: a %llu/%llu (bad %d, errors %d, rc %d) b %llu/%llu (bad %d, "
+                "errors %d, rc %d) after %d faults\n", seed, (unsigned long long)a.done_r,
+                (unsigned long long)a.count, a.bad, a.errors, (int)a.last_rc,
+                (unsigned long long)b.done_r, (unsigned long long)b.count, b.bad, b.errors,
+                (int)b.last_rc, faults);
+        ok = 0;
+    }
+    CHECK(ok);
+    CHECK(faults > 0);
+    flow_close(&a);
+    flow_close(&b);
+    return ok;
+}
+
+/* WARNs (a close with receives posted says so; nothing else should), and INFO lines with
+ * LG_TEST_VERBOSE set. */
+static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+                   const char *fmt, ...)
+{
+    (void)flags, (void)file, (void)line;
+    if (level != NCCL_LOG_WARN && (level != NCCL_LOG_INFO || !getenv("LG_TEST_VERBOSE")))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s ", level == NCCL_LOG_WARN ? "WARN" : "INFO");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+int main(void)
+{
+    fast_failover_env("3000");
+    setenv("LINKGUARD_SHM", "/nonexistent/lgtest-fake", 1); /* no daemon: rebuilds probe */
+    loopback_devices("lgf0", "lgf1");
+    fake_tr_install();
+    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, logger), ncclSuccess);
+    /* The transport contract first (lg_test_contract.h; the fake matches no tags). */
+    lg_contract_run(&(struct lg_contract){.transport = "fake", .break_path = fake_break_path,
+                                          .grouped = 0});
+    uint64_t epochs = 0;
+    int passed = 0;
+    for (unsigned seed = 1; seed <= SEEDS; seed++)
+        passed += run_seed(seed, &epochs);
+    CHECK_EQ(passed, SEEDS);
+    CHECK_EQ(lg_core_finalize(), ncclSuccess);
+    /* The fake must actually have been the transport, and the faults real. */
+    printf("fake transport: %llu messages pushed, %llu placed, %llu stale dropped, %llu lost in "
+           "%llu breaks, %llu path failures; %llu epochs\n",
+           (unsigned long long)fake_tr.pushed, (unsigned long long)fake_tr.placed,
+           (unsigned long long)fake_tr.stale, (unsigned long long)fake_tr.lost,
+           (unsigned long long)fake_tr.breaks, (unsigned long long)fake_tr.fails,
+           (unsigned long long)epochs);
+    CHECK(fake_tr.placed >= 2ull * SEEDS * MESSAGES);
+    CHECK(fake_tr.fails > 0 && fake_tr.breaks > 0 && fake_tr.lost > 0 && epochs > 0);
+    fake_tr_reset();
+    LG_TEST_DONE();
+}
