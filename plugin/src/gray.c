@@ -6,6 +6,7 @@
 #include "conn.h"
 #include "goodput.h"
 #include "log.h"
+#include "nic_gray.h"
 #include "params.h"
 #include "util.h"
 #include "verdict.h"
@@ -34,6 +35,11 @@ void lg_gray_hold(struct lg_conn *c, int i, uint64_t now, const struct lg_gray_f
     sl->gray_last_ns = now;
     sl->gray_until = now + sl->gray_hold_ns;
     sl->gray_found = *f;
+    char what[96], why[LG_NIC_GRAY_WHY];
+    lg_gray_describe(f, what, sizeof(what));
+    snprintf(why, sizeof(why), "%s, found by send conn %016llx", what,
+             (unsigned long long)c->nonce);
+    lg_nic_gray_hold(p->nic, sl->gray_until, why); /* every connection on the NIC leaves it */
     sl->probe_retrans = UINT64_MAX; /* read afresh once it is standby */
     if (f->kind == LG_VERDICT_SLOW)
         LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s is slow: %.1f MB/s "
@@ -66,7 +72,10 @@ void lg_gray_probe_standby(struct lg_conn *c, int i, uint64_t now)
         return;
     if (sl->probe_retrans != UINT64_MAX && cc.segs_retrans > sl->probe_retrans &&
         sl->gp_path == p && sl->gp_gen == p->gen)
+    {
         sl->gray_until = now + sl->gray_hold_ns;
+        lg_nic_gray_hold(p->nic, sl->gray_until, NULL);
+    }
     sl->probe_retrans = cc.segs_retrans;
     sl->gp_path = p;
     sl->gp_gen = p->gen;
