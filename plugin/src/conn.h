@@ -435,6 +435,12 @@ void lg_path_note_bye(struct lg_path *p, uint8_t flags);
 void lg_path_retire(struct lg_path *p, int say_bye);
 /* Its first, cheap part: the path fails (no one uses it from now) and the peer is told. */
 void lg_path_fence_start(struct lg_path *p, int say_bye);
+/* A progress watchdog's clock (monitor): `busy` (work waits on the path and the peer is
+ * heard) with its progress marker (base, placed) unchanged since it began. Returns when the
+ * stall counts from (its start, or the last commit if later: a replay has only begun) once
+ * that is LINKGUARD_STALL_MS ago, and starts the clock again; else 0. */
+uint64_t lg_conn_stalled_since(struct lg_conn *c, int busy, uint64_t base, uint64_t placed,
+                               uint64_t now);
 /* A progress watchdog's verdict on path p: logged, reported to the daemon (verdict.h), and the
  * path fails like a dead one (the sender fails over, an unprotected connection reports it). */
 void lg_path_stalled(struct lg_path *p, const char *why, uint32_t for_ms);

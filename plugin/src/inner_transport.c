@@ -244,19 +244,13 @@ static void inner_watch(struct lg_conn *c, uint64_t now)
         fo->wd_polled_ns = now;
     if (now - fo->wd_polled_ns > LG_MS(lg_params.stall_ms) / 2)
         waiting = 0;
-    if (!waiting || base != fo->wd_base || !fo->wd_since) {
-        fo->wd_base = base;
-        fo->wd_since = waiting ? now : 0;
-        return;
-    }
-    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
-    if (now - from < LG_MS(lg_params.stall_ms))
+    uint64_t from = lg_conn_stalled_since(c, waiting, base, 0, now);
+    if (!from)
         return;
     char why[128];
     snprintf(why, sizeof(why), "stalled: the inner receive of message #%llu got nothing for "
              "%.0f ms although the sender handed it to its inner plugin",
              (unsigned long long)base, lg_ms_since(from, now));
-    fo->wd_since = 0;
     lg_path_stalled(p, why, (uint32_t)lg_ms_since(from, now));
 }
 

@@ -45,22 +45,14 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
         fo->wd_polled_ns = now;
     if (lg_params.poll_inline && now - fo->wd_polled_ns > LG_MS(lg_params.stall_ms) / 2)
         around = 0;
-    if (!around || base != fo->wd_base || placed != fo->wd_placed || !fo->wd_since) {
-        fo->wd_base = base;
-        fo->wd_placed = placed;
-        fo->wd_since = around ? now : 0;
-        return;
-    }
-    /* Just after a commit the replay has only begun. */
-    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
-    if (now - from < LG_MS(lg_params.stall_ms))
+    uint64_t since = fo->wd_since;
+    if (!lg_conn_stalled_since(c, around, base, placed, now))
         return;
     char why[128];
     snprintf(why, sizeof(why), "stalled: message #%llu got no data for %.0f ms (%llu bytes "
              "placed) while data around it arrived", (unsigned long long)base,
-             lg_ms_since(fo->wd_since, now), (unsigned long long)placed);
-    uint32_t for_ms = (uint32_t)lg_ms_since(fo->wd_since, now);
-    fo->wd_since = 0;
+             lg_ms_since(since, now), (unsigned long long)placed);
+    uint32_t for_ms = (uint32_t)lg_ms_since(since, now);
     lg_path_stalled(p, why, for_ms);
 }
 

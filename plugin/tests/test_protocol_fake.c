@@ -20,6 +20,7 @@
 #include "lg_test_contract.h"
 #include "lg_test_flow.h"
 #include "lg_test_pair.h"
+#include "lg_test_warn.h"
 #include "nic_gray.h"
 
 #define SEEDS 6
@@ -166,27 +167,13 @@ static void test_nic_hold(void)
     lg_nic_gray_reset();
 }
 
-static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                   const char *fmt, ...)
-{
-    (void)flags, (void)file, (void)line;
-    if (level != NCCL_LOG_WARN && (level != NCCL_LOG_INFO || !getenv("LG_TEST_VERBOSE")))
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s ", level == NCCL_LOG_WARN ? "WARN" : "INFO");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-}
-
 int main(void)
 {
     fast_failover_env("3000");
     setenv("LINKGUARD_SHM", "/nonexistent/lgtest-fake", 1); /* no daemon: rebuilds probe */
     loopback_devices("lgf0", "lgf1");
     fake_tr_install();
-    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, logger), ncclSuccess);
+    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, test_print_logger), ncclSuccess);
     /* The transport contract first (lg_test_contract.h; the fake matches no tags). */
     lg_contract_run(&(struct lg_contract){.transport = "fake", .break_path = fake_break_path,
                                           .grouped = 0});
