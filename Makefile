@@ -102,9 +102,11 @@ bench: build
 bench-failover: build
 	$(PY) -m bench.failover_gap --trials 50
 
-# Gray failures on the primary (lossy, policed, one stalled flow): throughput and failovers.
+# Gray failures on the primary (lossy, policed, one stalled flow): throughput and failovers,
+# on the TCP transport and in wrap mode (lgtcp inside).
 bench-gray: build
 	$(PY) -m bench.gray --trials 5
+	$(PY) -m bench.gray --trials 5 --wrap --faults lossy,slow
 	$(PY) -m bench.gray_soak --minutes 30 --burners 2
 
 bench-soak: build

@@ -1,7 +1,8 @@
 """Gray failures on the primary rail: throughput before, during and after, and where the
 traffic goes.
 
-    python -m bench.gray [--faults lossy,slow,stall] [--trials 3] [--fault-s 4] [--json out.json]
+    python -m bench.gray [--faults lossy,slow,stall] [--trials 3] [--fault-s 4] [--wrap]
+                         [--json out.json]
 
 A throw-away 2-host x 2-rail lab (prefix lggr*), linkguardd in both hosts, one driver pair
 streaming a -> b through libnccl-net-linkguard.so (dev 0 = rail0 primary + rail1 standby, every
@@ -23,6 +24,11 @@ the first connection's failover line, if any. Faults (linkguard-lab, gray.py):
 
 Throughput is bytes leaving host a on both rails per second; "on backup" is rail1's share of
 them. The machine's own noise is the spread of the control windows.
+
+--wrap runs the same in wrap mode: LINKGUARD_INNER is the standalone lgtcp build (the lab's
+stand-in for an RDMA plugin), whose flows linkguard does not read, so what moves the traffic
+is the completion-rate judge (plugin/src/rate.c). It has no stall fault: a stalled flow there
+is the inner plugin's own, which its own watchdog ends.
 """
 
 from __future__ import annotations
@@ -37,16 +43,27 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.plugin_driver import LINKGUARD_SO, build_plugin, lab_starter, start_stream_pair
+from bench.plugin_driver import (
+    LGTCP_SO,
+    LINKGUARD_SO,
+    build_plugin,
+    lab_starter,
+    start_stream_pair,
+)
 from linkguard_lab.demo import driver_env, start_daemons
 from linkguard_lab.lab import Lab, unique_prefix
 from linkguard_lab.timeline import parse_plugin_line
 
 ARGS = ["--conns", "1", "--size", "262144", "--depth", "8", "--verbose", "--timestamps",
         "--gap-list-ms", "-1"]
-# A path left for loss is held off for LINKGUARD_GRAY_HOLD_MS (doubling on a repeat within 10
-# minutes): shortened so that every trial starts back on rail0.
-ENV = {"LINKGUARD_GRAY_HOLD_MS": "3000"}
+# A path left for loss is held off for LINKGUARD_GRAY_HOLD_MS, doubling on a repeat within 10
+# minutes up to 32 times that (every trial repeats): shortened, and the settle below waits out
+# the longest, so that every trial starts back on rail0. Shorter than the fault, it would
+# measure the path's returns to the faulty rail as well.
+HOLD_MS = 3000
+SETTLE_S = 32 * HOLD_MS / 1000 + 3
+ENV = {"LINKGUARD_GRAY_HOLD_MS": str(HOLD_MS)}
+WRAP_ENV = {"LINKGUARD_INNER": str(LGTCP_SO), "LGTCP_IFS": "rail0,rail1"}
 # At connect, and again whenever the primary is rebuilt (new sockets, new ports).
 _PORTS = re.compile(r"send conn (?P<id>[0-9a-f]+)(?: on dev 0: 2 path\(s\)|: primary path on "
                     r"NIC \S+ rebuilt).*local ports: primary ctrl \d+ data (?P<data>[\d,]+)")
@@ -107,7 +124,8 @@ def stall_port(pair: Any) -> int:
     return int(found[-1]["data"].split(",")[0])
 
 
-def run(faults: list[str], trials: int, fault_s: float, log: Any) -> dict[str, Any]:
+def run(faults: list[str], trials: int, fault_s: float, log: Any,
+        wrap: bool = False) -> dict[str, Any]:
     build_plugin()
     lab = Lab(unique_prefix("lggr"), 2, 2)
     lab.up()
@@ -116,10 +134,11 @@ def run(faults: list[str], trials: int, fault_s: float, log: Any) -> dict[str, A
     results: dict[str, list[dict[str, Any]]] = {f: [] for f in faults}
     try:
         daemons = start_daemons(lab, ["--hold-down-ms", "300", "--flap-penalty", "0"])
-        duration = trials * len(faults) * (3 * fault_s + 34) + 30  # settle: up to 30 s
+        duration = trials * len(faults) * (3 * fault_s + SETTLE_S + 4) + 30
         pair = start_stream_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
                                  f"{lab.mgmt_address('b')}:7300", duration_s=duration,
-                                 args=ARGS, env=ENV, server_env=driver_env(lab, "b"),
+                                 args=ARGS, env={**ENV, **(WRAP_ENV if wrap else {})},
+                                 server_env=driver_env(lab, "b"),
                                  client_env=driver_env(lab, "a"), timeout=duration + 60,
                                  plugin=LINKGUARD_SO)
         time.sleep(3)
@@ -137,7 +156,7 @@ def run(faults: list[str], trials: int, fault_s: float, log: Any) -> dict[str, A
                     lab.stall("a", 0, port)
                 during = fault_window(lab, fault_s, before["mb_per_s"])
                 getattr(lab, "un" + fault)("a", 0)
-                settle = time.monotonic() + 30  # the lossy hold, doubled on a repeat
+                settle = time.monotonic() + SETTLE_S  # the hold, doubled on a repeat
                 while window(lab, 0.5)["on_backup"] > 0.1 and time.monotonic() < settle:
                     pass
                 after = window(lab, fault_s)
@@ -156,7 +175,7 @@ def run(faults: list[str], trials: int, fault_s: float, log: Any) -> dict[str, A
         for d in daemons:
             d.stop()
         lab.down()
-    return {"fault_s": fault_s, "trials": trials, "results": results,
+    return {"fault_s": fault_s, "trials": trials, "wrap": wrap, "results": results,
             "summary": {f: summary(rows) for f, rows in results.items()}}
 
 
@@ -179,12 +198,18 @@ def main() -> None:
     ap.add_argument("--faults", default="lossy,slow,stall")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--fault-s", type=float, default=4.0)
+    ap.add_argument("--wrap", action="store_true",
+                    help="wrap mode: LINKGUARD_INNER = the standalone lgtcp build")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     faults = [f for f in a.faults.split(",") if f]
     if not faults or any(f not in ("lossy", "slow", "stall") for f in faults) or a.trials < 1:
         ap.error("--faults: a comma list of lossy, slow, stall; --trials >= 1")
-    out = run(faults, a.trials, a.fault_s, lambda s: print(s, file=sys.stderr, flush=True))
+    if a.wrap and "stall" in faults:
+        ap.error("--wrap: no stall fault (the stalled flow would be the inner plugin's own); "
+                 "use --faults lossy,slow")
+    out = run(faults, a.trials, a.fault_s, lambda s: print(s, file=sys.stderr, flush=True),
+              wrap=a.wrap)
     text = json.dumps(out, indent=2)
     if a.json:
         a.json.write_text(text)

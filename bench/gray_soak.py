@@ -1,7 +1,7 @@
 """A healthy soak under CPU load: how often the gray-failure detectors (progress watchdogs,
 goodput health, silence) move traffic when nothing is wrong.
 
-    python -m bench.gray_soak [--minutes 30] [--burners 2] [--json out.json]
+    python -m bench.gray_soak [--minutes 30] [--burners 2] [--wrap] [--json out.json]
 
 A throw-away 2-host x 2-rail lab (prefix lgsk*), linkguardd in both hosts, one driver pair
 streaming a -> b and b -> a (--bidir) through libnccl-net-linkguard.so, every byte verified, for
@@ -10,7 +10,8 @@ competing for the machine's CPUs. No fault is injected: every switch the plugin 
 move. Counted from the plugin's own lines: failovers, reintegrations and other switches, and the
 verdicts behind them (stalled, lossy, silent); the rails' counters give the throughput, sampled
 every `--sample-s` seconds, so a quiet stretch shows too; the drivers' own end reports say
-whether every byte arrived.
+whether every byte arrived. `--wrap`: the same in wrap mode (the standalone lgtcp build as
+LINKGUARD_INNER), whose goodput health is the completion-rate judge (verdict "slow").
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.gray import WRAP_ENV
 from bench.plugin_driver import (
     LINKGUARD_SO,
     DriverResult,
@@ -38,6 +40,7 @@ from linkguard_lab.lab import Lab, unique_prefix
 ARGS = ["--conns", "4", "--bidir", "--size", "262144", "--depth", "8", "--verbose",
         "--timestamps", "--gap-list-ms", "-1"]
 VERDICTS = {"stalled": re.compile(r"stalled: "), "lossy": re.compile(r" is lossy: "),
+            "slow": re.compile(r" is slow: "),
             "silent": re.compile(r"no data and no heartbeat|standby: no heartbeat"),
             "no working path": re.compile(r"no working path")}
 # The sender decides and logs each switch; the receiver logs the same switch again.
@@ -75,7 +78,8 @@ def verdict(r: DriverResult) -> dict[str, Any]:
             **{k: r.report.get(k) for k in CHECKS}}
 
 
-def run(minutes: float, burners: int, sample_s: float, log: Any) -> dict[str, Any]:
+def run(minutes: float, burners: int, sample_s: float, log: Any,
+        wrap: bool = False) -> dict[str, Any]:
     build_plugin()
     lab = Lab(unique_prefix("lgsk"), 2, 2)
     lab.up()
@@ -87,7 +91,8 @@ def run(minutes: float, burners: int, sample_s: float, log: Any) -> dict[str, An
         daemons = start_daemons(lab, ["--hold-down-ms", "300", "--flap-penalty", "0"])
         pair = start_stream_pair(lab_starter(lab, "b"), lab_starter(lab, "a"),
                                  f"{lab.mgmt_address('b')}:7400", duration_s=seconds + 5,
-                                 args=ARGS, env={}, server_env=driver_env(lab, "b"),
+                                 args=ARGS, env=WRAP_ENV if wrap else {},
+                                 server_env=driver_env(lab, "b"),
                                  client_env=driver_env(lab, "a"), timeout=seconds + 90,
                                  plugin=LINKGUARD_SO)
         time.sleep(3)
@@ -120,7 +125,7 @@ def run(minutes: float, burners: int, sample_s: float, log: Any) -> dict[str, An
             d.stop()
         lab.down()
     total = [s["rail0_mb_s"] + s["rail1_mb_s"] for s in samples]
-    out = {"minutes": minutes, "ran_s": round(ran_s, 1), "burners": burners,
+    out = {"minutes": minutes, "ran_s": round(ran_s, 1), "burners": burners, "wrap": wrap,
            "drivers_ran_through": ran_s >= seconds,
            "drivers": dict(zip(("server", "client"), map(verdict, results))),
            **count_lines(lines),
@@ -136,11 +141,14 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--burners", type=int, default=2)
     ap.add_argument("--sample-s", type=float, default=5.0)
+    ap.add_argument("--wrap", action="store_true",
+                    help="wrap mode: LINKGUARD_INNER = the standalone lgtcp build")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if a.minutes <= 0 or a.minutes > 240 or not 0 <= a.burners <= 16 or a.sample_s <= 0:
         ap.error("--minutes in (0, 240], --burners in [0, 16], --sample-s > 0")
-    out = run(a.minutes, a.burners, a.sample_s, lambda s: print(s, file=sys.stderr, flush=True))
+    out = run(a.minutes, a.burners, a.sample_s, lambda s: print(s, file=sys.stderr, flush=True),
+              wrap=a.wrap)
     if a.json:
         a.json.write_text(json.dumps(out, indent=2))
     print(json.dumps({k: v for k, v in out.items() if k != "samples"}, indent=2))

@@ -490,6 +490,23 @@ int lg_path_ctrl_read(struct lg_stream *s, int (*on_frame)(struct lg_path *, con
     }
 }
 
+uint64_t lg_conn_stalled_since(struct lg_conn *c, int busy, uint64_t base, uint64_t placed,
+                               uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    if (!busy || base != fo->wd_base || placed != fo->wd_placed || !fo->wd_since) {
+        fo->wd_base = base;
+        fo->wd_placed = placed;
+        fo->wd_since = busy ? now : 0;
+        return 0;
+    }
+    uint64_t from = LG_MAX(fo->wd_since, fo->wd_commit_ns);
+    if (now - from < LG_MS(lg_params.stall_ms))
+        return 0;
+    fo->wd_since = 0;
+    return from;
+}
+
 void lg_path_note_bye(struct lg_path *p, uint8_t flags)
 {
     __atomic_store_n(&p->peer_bye, 1 + (flags == LG_BYE_FENCE), __ATOMIC_RELEASE);

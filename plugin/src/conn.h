@@ -56,8 +56,9 @@
  *    heard (both control channels are read first, and a monitor run that was itself starved
  *    judges nothing; a standby silent that long while the active path is heard is lost, and
  *    rebuilt); a stalled stream (the progress watchdogs); a lossy path: the sender's data
- *    sockets retransmit LINKGUARD_GRAY_RETRANS_PCT of what they send (goodput.h; graceful,
- *    held off for a while). Either side detects; the sender decides (fo_policy.c); the receiver
+ *    sockets retransmit LINKGUARD_GRAY_RETRANS_PCT of what they send (goodput.h), or in wrap
+ *    mode a slow one, its inner sends completing under LINKGUARD_GRAY_SLOW_PCT of its own
+ *    baseline (rate.h); graceful, held off for a while (gray.h). Either side detects; the sender decides (fo_policy.c); the receiver
  *    reports (heartbeat flags) and, for silence or errors on its side, fences the path, which
  *    the sender then sees fail too.
  *  - Switch. Sender: hold chunks back (urgent: at once; graceful: from the next message
@@ -292,6 +293,8 @@ struct lg_req {
     struct lg_inner_mr *imr; /* NCCL's registration of the buffer */
     void *ireq;              /* the inner request of its current post, NULL: none */
     int w_slot;              /* receiver: slot of the path whose inner comm placed it */
+    uint64_t w_before[2];    /* sender: {seq + 1, bytes posted before it}, a seqlock pair that
+                              * the goodput judge reads (inner_transport.c; atomics) */
 };
 
 struct lg_conn {
@@ -334,7 +337,8 @@ struct lg_conn {
     uint32_t rx_waiting;   /* data streams waiting for a receive to be posted (atomic bits) */
     int polled;            /* NCCL's thread called test() since the monitor last looked
                             * (atomic): small chunks are placed by those calls, so no
-                            * progress without them is no sign of a stalled path */
+                            * progress without them is no sign of a stalled path (wrap
+                            * mode's sender: of a slow one) */
     uint32_t rx_open;      /* epoch whose partial receives are reset: chunks of the committed
                             * epoch are taken only once it equals it (atomic) */
     /* rebuilding paths */
@@ -369,6 +373,9 @@ struct lg_conn {
     uint64_t w_since;        /* connect/accept first asked for the inner comms (0: not yet) */
     int peer_placed;         /* receiver: the sender said its sends complete on placement
                               * (a DELIVERED came), so acks may wait (atomic) */
+    uint64_t w_bytes[2];     /* sender: {messages posted, their bytes}, likewise */
+    uint64_t w_busy_ns;      /* sender: NCCL's thread last saw a send unfinished (atomic) */
+    uint64_t w_idle_ns;      /* sender: time it had nothing unacknowledged, summed (atomic) */
     int w_frozen;            /* sender, LINKGUARD_INNER_PLACED: a SWITCH told the receiver
                               * what to hold; no inner send completes until the switch ends
                               * (under wmu) */
@@ -428,6 +435,12 @@ void lg_path_note_bye(struct lg_path *p, uint8_t flags);
 void lg_path_retire(struct lg_path *p, int say_bye);
 /* Its first, cheap part: the path fails (no one uses it from now) and the peer is told. */
 void lg_path_fence_start(struct lg_path *p, int say_bye);
+/* A progress watchdog's clock (monitor): `busy` (work waits on the path and the peer is
+ * heard) with its progress marker (base, placed) unchanged since it began. Returns when the
+ * stall counts from (its start, or the last commit if later: a replay has only begun) once
+ * that is LINKGUARD_STALL_MS ago, and starts the clock again; else 0. */
+uint64_t lg_conn_stalled_since(struct lg_conn *c, int busy, uint64_t base, uint64_t placed,
+                               uint64_t now);
 /* A progress watchdog's verdict on path p: logged, reported to the daemon (verdict.h), and the
  * path fails like a dead one (the sender fails over, an unprotected connection reports it). */
 void lg_path_stalled(struct lg_path *p, const char *why, uint32_t for_ms);

@@ -11,8 +11,10 @@
 
 #include "conn.h"
 #include "devices.h"
+#include "gray.h"
 #include "health.h"
 #include "log.h"
+#include "nic_gray.h"
 #include "params.h"
 #include "proto.h"
 #include "reconnect.h"
@@ -430,9 +432,13 @@ static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t n
                      LG_HB_NIC(fo->peer_flags, i) == LG_HB_NIC_DOWN ? "DOWN" : "out of service");
         break;
     case LG_WHY_GRAY:
-        snprintf(out, len, "%s path on NIC %s is lossy (%u.%u %% of %.1f MB retransmitted)",
-                 lg_slot_name(a), nic_of(c, a), fo->slot[a].gray_permille / 10,
-                 fo->slot[a].gray_permille % 10, fo->slot[a].gray_sent / 1e6);
+        if (now < fo->slot[a].gray_until) {
+            lg_gray_describe(&fo->slot[a].gray_found, what, sizeof(what));
+            snprintf(out, len, "%s path on NIC %s is %s", lg_slot_name(a), nic_of(c, a), what);
+        } else {
+            lg_nic_gray_until(nic_of(c, a), what, sizeof(what));
+            snprintf(out, len, "NIC %s is held off: %s", nic_of(c, a), what);
+        }
         break;
     case LG_WHY_RESYNC:
         snprintf(out, len, "the peer is at epoch %u, we are at %u", fo->seen,
@@ -657,7 +663,9 @@ static void tx_step(struct lg_conn *c, uint64_t now)
             s->peer_failed = peer_failed(c, i);
             s->down = local == LG_HB_NIC_DOWN || peer == LG_HB_NIC_DOWN;
             s->leave = local == LG_HB_NIC_LEAVE || peer == LG_HB_NIC_LEAVE;
-            s->gray = now < fo->slot[i].gray_until;
+            /* Its own verdict, or another connection's on the same NIC (nic_gray.h). */
+            s->gray = now < fo->slot[i].gray_until ||
+                      now < lg_nic_gray_until(nic_of(c, i), NULL, 0);
             s->committed = p && p == c->active_path && i == c->active;
         }
         struct lg_fo_decision d = lg_fo_decide(&v);

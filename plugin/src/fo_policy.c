@@ -93,7 +93,7 @@ const char *lg_fo_why_str(enum lg_fo_why why)
     case LG_WHY_RESYNC: return "peer at a newer epoch";
     case LG_WHY_NEW_PATH: return "path rebuilt";
     case LG_WHY_REINTEGRATE: return "primary healthy again";
-    case LG_WHY_GRAY: return "path lossy";
+    case LG_WHY_GRAY: return "path lossy or slow";
     default: return "none";
     }
 }

@@ -38,7 +38,7 @@ enum lg_fo_why {
     LG_WHY_RESYNC,      /* the peer is at a newer epoch */
     LG_WHY_NEW_PATH,    /* the active slot's path was rebuilt: enter it with a new epoch */
     LG_WHY_REINTEGRATE, /* the primary is healthy again */
-    LG_WHY_GRAY,        /* the path loses data (its TCP retransmits; goodput.h) */
+    LG_WHY_GRAY,        /* the path loses data or is slow (gray.h: goodput.h, rate.h) */
 };
 struct lg_fo_decision {
     enum lg_fo_action action;

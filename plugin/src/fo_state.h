@@ -7,9 +7,20 @@
 #include <stdint.h>
 
 #include "goodput.h"
+#include "rate.h"
 #include "wire.h"
 
 struct lg_path;
+
+/* What a goodput judge found (gray.h): a lossy path (TCP retransmissions, goodput.h) or a
+ * slow one (completion rate against its baseline, rate.h). */
+struct lg_gray_found {
+    uint8_t kind;          /* LG_VERDICT_LOSSY or LG_VERDICT_SLOW (verdict.h) */
+    unsigned permille;     /* lossy: share of the bytes sent that were retransmitted, 0.1 % */
+    uint64_t sent;         /* lossy: bytes sent in the window */
+    uint64_t rate_Bps;     /* goodput in the window: acknowledged (lossy), completed (slow) */
+    uint64_t expected_Bps; /* slow: the baseline it was held to */
+};
 
 /* ---- per-connection state, owned by the monitor thread (failover.c) ---------------------- */
 
@@ -42,8 +53,13 @@ struct lg_fo_slot {
     uint64_t gray_hold_ns;    /* the current hold; doubles on a repeat */
     uint64_t gray_last_ns;    /* when it was last found lossy */
     uint64_t probe_retrans;   /* its control channel's retransmitted segments, while held */
-    unsigned gray_permille;   /* the verdict's numbers, for the switch's log line */
-    uint64_t gray_sent;
+    struct lg_gray_found gray_found; /* the verdict's numbers, for the switch's log line */
+    /* sender, wrap mode: the completion-rate window of the path in this slot (rate.h) */
+    struct lg_rate_state rate;     /* its baseline and strikes, kept across rebuilds */
+    const struct lg_path *rw_path; /* the path (and generation) the window belongs to */
+    uint32_t rw_gen;
+    uint64_t rw_t0, rw_seen_ns;    /* the window's start (0: none open); the last look */
+    uint64_t rw_bytes0, rw_idle0;  /* bytes completed and drained time at its start */
 };
 
 struct lg_fo {

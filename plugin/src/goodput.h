@@ -5,7 +5,7 @@
  * collapses long before anything times out. A path whose senders retransmit more than
  * LINKGUARD_GRAY_RETRANS_PCT of the bytes they send, over two windows in a row with real
  * traffic, is lossy: it is left like a DEGRADED NIC (graceful switch) and held off for a while
- * (failover.c, "gray_watch"). */
+ * (tcp_watch.c, lg_tcp_goodput). */
 #ifndef LG_GOODPUT_H
 #define LG_GOODPUT_H
 

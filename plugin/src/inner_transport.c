@@ -1,14 +1,20 @@
 /* The inner transport's ops table (wrap.h): a path's data goes through one inner-plugin comm
  * (wrap.c: handshakes, the data pump, fences, registrations, flushes) over the inner plugin
  * the process loaded (inner_dev.c). Here: the table, the receiver's progress watchdog, the
- * sender's POSTED and DELIVERED frames, and the commit hooks. */
+ * sender's goodput health (completion rates), its POSTED and DELIVERED frames, and the
+ * commit hooks. */
 #include <stdio.h>
+#include <time.h>
 
 #include "conn.h"
+#include "devices.h"
+#include "gray.h"
 #include "inner_dev.h"
 #include "log.h"
 #include "params.h"
+#include "rate.h"
 #include "util.h"
+#include "verdict.h"
 #include "wrap.h"
 
 static int inner_nstreams(void)
@@ -47,15 +53,165 @@ static int inner_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap
     return 0; /* the inner plugin places whole messages: no coverage to track */
 }
 
+/* ---- goodput health: completion rates (rate.h) -------------------------------------------- */
+
+/* A {tag, value} pair one thread writes and another reads without a lock (a seqlock: the tag
+ * is 0 while the value changes, so a reader that finds the tag it wants on both sides of its
+ * read got that tag's value). */
+static void pair_put(uint64_t *t, uint64_t tag, uint64_t v)
+{
+    __atomic_store_n(&t[0], 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&t[1], v, __ATOMIC_RELAXED);
+    __atomic_store_n(&t[0], tag, __ATOMIC_RELEASE);
+}
+
+static int pair_get(const uint64_t *t, uint64_t tag, uint64_t *v)
+{
+    uint64_t before = __atomic_load_n(&t[0], __ATOMIC_ACQUIRE);
+    *v = __atomic_load_n(&t[1], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return before == tag && __atomic_load_n(&t[0], __ATOMIC_RELAXED) == tag;
+}
+
+/* NCCL's thread, sender: when it last saw a send unfinished, on the coarse clock (no
+ * syscall, a few ms of grain: drained moments are weighed against 400 ms windows; this runs
+ * on every test() of an unfinished send). */
+static uint64_t coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void note_busy(struct lg_conn *c, uint64_t now)
+{
+    if (__atomic_load_n(&c->w_busy_ns, __ATOMIC_RELAXED) != now)
+        __atomic_store_n(&c->w_busy_ns, now, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&c->polled, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->polled, 1, __ATOMIC_RELAXED); /* NCCL polls: completions are seen */
+}
+
+/* NCCL's thread, sender: the bytes posted before each message, so that the monitor can turn
+ * a count of completed messages into bytes (the slot of a message not yet acknowledged is
+ * not reused); and a post that finds everything acknowledged ends a drained moment, whose
+ * length (since a send was last seen unfinished) the monitor leaves out of the rate. */
+static void account_send(struct lg_conn *c, uint64_t seq)
+{
+    struct lg_req *r = &c->reqs[seq % LG_WINDOW];
+    uint64_t bytes = __atomic_load_n(&c->w_bytes[1], __ATOMIC_RELAXED); /* only we write it */
+    pair_put(r->w_before, seq + 1, bytes);
+    pair_put(c->w_bytes, seq + 2, bytes + r->size);
+    uint64_t now = coarse_ns(), busy = __atomic_load_n(&c->w_busy_ns, __ATOMIC_RELAXED);
+    if (seq == __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) && busy && now > busy)
+        __atomic_store_n(&c->w_idle_ns, __atomic_load_n(&c->w_idle_ns, __ATOMIC_RELAXED) +
+                                            (now - busy), __ATOMIC_RELEASE);
+    note_busy(c, now);
+}
+
+/* Monitor: the bytes of messages 0 .. n - 1, or -1 when message n - 1 is still being
+ * accounted (look again at the next run). */
+static int bytes_before(struct lg_conn *c, uint64_t n, uint64_t *out)
+{
+    *out = 0;
+    if (n == 0 || pair_get(c->w_bytes, n + 1, out))
+        return 0;
+    return pair_get(c->reqs[n % LG_WINDOW].w_before, n + 1, out) ? 0 : -1;
+}
+
+/* A window is judged only if the monitor looked at least this often: it runs every connection
+ * once a heartbeat, so four heartbeats without a look mean this process was starved, and what
+ * completed meanwhile says nothing about the path. */
+#define LG_RATE_LOOK_GAP_HEARTBEATS 4
+
+/* Sender, the active path in slot i: one look at its window. The window runs while the
+ * sender is backlogged: at every look messages are unacknowledged, NCCL polled since the last
+ * look (inner completions are seen by its test() calls), no switch is under way and the peer
+ * is heard; any look that finds otherwise starts it again. Moments drained between looks
+ * are summed by NCCL's thread (account_send) and left out of the rate. */
+static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
+{
+    struct lg_fo_slot *sl = &c->fo.slot[i];
+    uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE), done;
+    if (bytes_before(c, acked, &done) != 0)
+        return;
+    uint64_t idle = __atomic_load_n(&c->w_idle_ns, __ATOMIC_ACQUIRE);
+    int polled = __atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED);
+    int busy = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) > acked && polled &&
+               __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
+               c->fo.sw_phase == LG_SW_NONE && lg_wrap_carries(&p->w) &&
+               lg_path_heard_recently(p, now);
+    int fresh = sl->rw_path != p || sl->rw_gen != p->gen;
+    uint64_t gap = LG_RATE_LOOK_GAP_HEARTBEATS * LG_MS(lg_params.heartbeat_ms);
+    if (fresh)
+        sl->rate.strikes = 0; /* a new path: its windows start a new run */
+    if (fresh || !sl->rw_t0 || !busy || now - sl->rw_seen_ns > gap) {
+        /* (re)start: from this look on, if it is backlogged */
+        sl->rw_path = p;
+        sl->rw_gen = p->gen;
+        sl->rw_t0 = busy ? now : 0;
+        sl->rw_bytes0 = done;
+        sl->rw_idle0 = idle;
+        sl->rw_seen_ns = now;
+        return;
+    }
+    sl->rw_seen_ns = now;
+    if (now - sl->rw_t0 < LG_MS(lg_params.gray_window_ms))
+        return;
+    const struct lg_device *d = lg_device_get(c->dev); /* its speed: the primary NIC's */
+    struct lg_rate_cfg cfg = {.slow_pct = (unsigned)lg_params.gray_slow_pct,
+                              .min_bytes = (uint64_t)lg_params.gray_min_bytes,
+                              .line_Bps = d && d->speed_mbps > 0 ? (uint64_t)d->speed_mbps * 125000
+                                                                 : 0}; /* Mbit/s -> B/s */
+    struct lg_rate_window w = {.bytes = done - sl->rw_bytes0, .ns = now - sl->rw_t0,
+                               .idle_ns = idle - sl->rw_idle0};
+    uint64_t rate, expected;
+    unsigned learnt = sl->rate.learnt;
+    enum lg_rate_verdict v = lg_rate_judge(&sl->rate, &w, &cfg, &rate, &expected);
+    sl->rw_t0 = now; /* the next window follows on */
+    sl->rw_bytes0 = done;
+    sl->rw_idle0 = idle;
+    if (learnt < LG_RATE_WARMUP && sl->rate.learnt == LG_RATE_WARMUP) /* once per slot */
+        LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s: healthy baseline %.1f MB/s "
+                "(%d backlogged windows of %lld ms); slow below %d %% of it",
+                (unsigned long long)c->nonce, lg_slot_name(i), p->nic, sl->rate.base_Bps / 1e6,
+                LG_RATE_WARMUP, (long long)lg_params.gray_window_ms, (int)lg_params.gray_slow_pct);
+    if (v == LG_RATE_SLOW)
+        lg_gray_hold(c, i, now, &(struct lg_gray_found){.kind = LG_VERDICT_SLOW,
+                                                       .rate_Bps = rate,
+                                                       .expected_Bps = expected});
+}
+
+/* Sender: goodput health from the inner plugin's completions (its flows are not ours to
+ * read): the active path's completion rate against its own baseline; a slow path is held off
+ * like a lossy one (gray.h), and a held-off standby like one of the TCP transport's. */
+static void inner_goodput(struct lg_conn *c, uint64_t now)
+{
+    if (!lg_params.gray_slow_pct)
+        return;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_path *p = c->paths[i];
+        if (!lg_path_up(p))
+            continue;
+        if (p == c->active_path)
+            rate_look(c, i, p, now);
+        else
+            lg_gray_probe_standby(c, i, now);
+    }
+}
+
 static void inner_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
 {
-    (void)r;
     (void)wake;
+    if (c->kind == LG_CONN_SEND)
+        account_send(c, r->seq);
     lg_wrap_pump(c);
 }
 
 static void inner_progress(struct lg_conn *c, struct lg_req *r)
 {
+    if (c->kind == LG_CONN_SEND)
+        note_busy(c, coarse_ns()); /* goodput health: the connection is not drained */
     lg_wrap_pump(c);
     /* A send waits for the inner completion, then for our ack: read the control channel
      * only once the inner is done with it (one syscall less per poll before that). */
@@ -88,26 +244,14 @@ static void inner_watch(struct lg_conn *c, uint64_t now)
         fo->wd_polled_ns = now;
     if (now - fo->wd_polled_ns > LG_MS(lg_params.stall_ms) / 2)
         waiting = 0;
-    if (!waiting || base != fo->wd_base || !fo->wd_since) {
-        fo->wd_base = base;
-        fo->wd_since = waiting ? now : 0;
-        return;
-    }
-    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
-    if (now - from < LG_MS(lg_params.stall_ms))
+    uint64_t from = lg_conn_stalled_since(c, waiting, base, 0, now);
+    if (!from)
         return;
     char why[128];
     snprintf(why, sizeof(why), "stalled: the inner receive of message #%llu got nothing for "
              "%.0f ms although the sender handed it to its inner plugin",
              (unsigned long long)base, lg_ms_since(from, now));
-    fo->wd_since = 0;
     lg_path_stalled(p, why, (uint32_t)lg_ms_since(from, now));
-}
-
-static void inner_goodput(struct lg_conn *c, uint64_t now)
-{
-    (void)c;
-    (void)now; /* not judged yet: the inner plugin's flows are not ours to read */
 }
 
 /* Sender: POSTED as often as heartbeats, what the receiver's watchdog needs to tell a stalled

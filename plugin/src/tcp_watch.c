@@ -1,7 +1,7 @@
 /* The TCP transport's watch over its paths (monitor thread): the progress watchdogs (a data
  * stream that stalls while the peer is still heard) and goodput health (a path that loses
- * data: goodput.h). Their verdicts fail a path (lg_path_stalled) or hold it off (the gray
- * hold the switch decision reads), never switch anything themselves. */
+ * data: goodput.h). Their verdicts fail a path (lg_path_stalled) or hold it off (gray.h),
+ * never switch anything themselves. */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -9,6 +9,7 @@
 
 #include "conn.h"
 #include "goodput.h"
+#include "gray.h"
 #include "log.h"
 #include "params.h"
 #include "tcp.h"
@@ -44,22 +45,14 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
         fo->wd_polled_ns = now;
     if (lg_params.poll_inline && now - fo->wd_polled_ns > LG_MS(lg_params.stall_ms) / 2)
         around = 0;
-    if (!around || base != fo->wd_base || placed != fo->wd_placed || !fo->wd_since) {
-        fo->wd_base = base;
-        fo->wd_placed = placed;
-        fo->wd_since = around ? now : 0;
-        return;
-    }
-    /* Just after a commit the replay has only begun. */
-    uint64_t from = fo->wd_since > fo->wd_commit_ns ? fo->wd_since : fo->wd_commit_ns;
-    if (now - from < LG_MS(lg_params.stall_ms))
+    uint64_t since = fo->wd_since;
+    if (!lg_conn_stalled_since(c, around, base, placed, now))
         return;
     char why[128];
     snprintf(why, sizeof(why), "stalled: message #%llu got no data for %.0f ms (%llu bytes "
              "placed) while data around it arrived", (unsigned long long)base,
-             lg_ms_since(fo->wd_since, now), (unsigned long long)placed);
-    uint32_t for_ms = (uint32_t)lg_ms_since(fo->wd_since, now);
-    fo->wd_since = 0;
+             lg_ms_since(since, now), (unsigned long long)placed);
+    uint32_t for_ms = (uint32_t)lg_ms_since(since, now);
     lg_path_stalled(p, why, for_ms);
 }
 
@@ -98,40 +91,7 @@ static void tx_watchdog(struct lg_conn *c, uint64_t now)
 }
 
 /* Sender: goodput health (goodput.h). The active path's data sockets are read once a window;
- * two lossy windows in a row hold the path off for LINKGUARD_GRAY_HOLD_MS (doubling on a repeat
- * within 10 minutes), and the switch decision leaves a held-off path like a DEGRADED NIC. A
- * held-off path that is standby still carries heartbeats: every segment its control channel
- * retransmits meanwhile restarts the hold, so a link that still drops frames keeps itself out
- * and one that is clean again is taken back (reintegration) once the hold ends. */
-#define LG_GRAY_REPEAT_NS (600ull * 1000000000ull)
-#define LG_GRAY_HOLD_MAX 32
-
-static void gray_hold(struct lg_conn *c, struct lg_fo_slot *sl, struct lg_path *p, uint64_t now,
-                      const struct lg_gp_counters *d, unsigned permille)
-{
-    uint64_t base = LG_MS(lg_params.gray_hold_ms);
-    int repeat = sl->gray_last_ns && now - sl->gray_last_ns < LG_GRAY_REPEAT_NS;
-    sl->gray_hold_ns = repeat && sl->gray_hold_ns ? LG_MIN(2 * sl->gray_hold_ns,
-                                                           LG_GRAY_HOLD_MAX * base) : base;
-    sl->gray_last_ns = now;
-    sl->gray_until = now + sl->gray_hold_ns;
-    sl->gray_permille = permille;
-    sl->gray_sent = d->sent;
-    sl->probe_retrans = UINT64_MAX; /* read afresh once it is standby */
-    LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s to %s is lossy: %u.%u %% of %.1f MB "
-            "sent were retransmitted in each of the last 2 windows of %lld ms; held off for "
-            "%.0f s", (unsigned long long)c->nonce, lg_slot_name(p->index), p->nic, p->peer,
-            permille / 10, permille % 10, d->sent / 1e6, (long long)lg_params.gray_window_ms,
-            sl->gray_hold_ns / 1e9);
-    uint64_t window_ns = LG_MS(lg_params.gray_window_ms);
-    lg_verdict_report(&(struct lg_verdict){.nic = p->nic, .kind = LG_VERDICT_LOSSY,
-                                           .path = (uint8_t)p->index,
-                                           .for_ms = 2 * (uint32_t)lg_params.gray_window_ms,
-                                           .loss_ppm = permille * 1000,
-                                           .rate_Bps = d->acked * 1000000000ull / window_ns,
-                                           .conn = c->nonce, .peer = p->peer});
-}
-
+ * two lossy windows in a row hold the path off (gray.h). */
 void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
 {
     if (!lg_params.gray_retrans_pct)
@@ -142,15 +102,7 @@ void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
         if (!lg_path_up(p))
             continue;
         if (p != c->active_path) { /* standby: held off while its heartbeats are lost */
-            struct lg_gp_counters cc;
-            if (now >= sl->gray_until || lg_gp_read(&p->ctrl.task.fd, 1, &cc) != 0)
-                continue;
-            if (sl->probe_retrans != UINT64_MAX && cc.segs_retrans > sl->probe_retrans &&
-                sl->gp_path == p && sl->gp_gen == p->gen)
-                sl->gray_until = now + sl->gray_hold_ns;
-            sl->probe_retrans = cc.segs_retrans;
-            sl->gp_path = p;
-            sl->gp_gen = p->gen;
+            lg_gray_probe_standby(c, i, now);
             continue;
         }
         int fds[LG_MAX_STREAMS];
@@ -180,7 +132,11 @@ void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
             sl->gp_strikes = 0;
         else if (v == LG_GP_LOSSY && ++sl->gp_strikes >= 2) {
             sl->gp_strikes = 0;
-            gray_hold(c, sl, p, now, &d, permille);
+            uint64_t window_ns = LG_MS(lg_params.gray_window_ms);
+            lg_gray_hold(c, i, now, &(struct lg_gray_found){
+                                        .kind = LG_VERDICT_LOSSY, .permille = permille,
+                                        .sent = d.sent,
+                                        .rate_Bps = d.acked * 1000000000ull / window_ns});
         }
     }
 }

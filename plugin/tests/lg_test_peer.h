@@ -7,6 +7,7 @@
 #define LG_TEST_PEER_H
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -30,6 +31,22 @@ struct lg_peer {
     size_t crx_got[LG_NPATHS];
 };
 
+/* A blocking connect that a signal does not break: interrupted, it goes on in the kernel, and
+ * its outcome is waited for. 0 or -1. */
+static __attribute__((unused)) int peer_connect(int fd, const struct sockaddr_in *a)
+{
+    if (connect(fd, (const struct sockaddr *)a, sizeof(*a)) == 0)
+        return 0;
+    if (errno != EINTR)
+        return -1;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int rc, err = 0;
+    socklen_t len = sizeof(err);
+    while ((rc = poll(&p, 1, 5000)) < 0 && errno == EINTR)
+        ;
+    return rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 ? 0 : -1;
+}
+
 /* A connected loopback TCP pair: sv[0] ours (non-blocking), sv[1] the peer's (blocking, with a
  * receive timeout so that no read can hang a test). 0 or -1. */
 static __attribute__((unused)) int peer_tcp_pair(int sv[2])
@@ -46,9 +63,11 @@ static __attribute__((unused)) int peer_tcp_pair(int sv[2])
         getsockname(l, (struct sockaddr *)&a, &alen) != 0)
         goto out;
     sv[1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (sv[1] < 0 || connect(sv[1], (struct sockaddr *)&a, sizeof(a)) != 0)
+    if (sv[1] < 0 || peer_connect(sv[1], &a) != 0)
         goto out;
-    sv[0] = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    do /* a signal (libFuzzer's timer) may interrupt the wait */
+        sv[0] = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    while (sv[0] < 0 && errno == EINTR);
     struct timeval tv = {.tv_sec = 2};
     int one = 1;
     setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));

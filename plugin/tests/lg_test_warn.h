@@ -5,12 +5,13 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "nccl_net_abi.h"
 
 static char last_warn[2048];
 
-static void test_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+static __attribute__((unused)) void test_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                         const char *fmt, ...)
 {
     (void)flags, (void)file, (void)line;
@@ -21,6 +22,23 @@ static void test_logger(ncclDebugLogLevel level, unsigned long flags, const char
     vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
     va_end(ap);
     fprintf(stderr, "  [expected warn] %s\n", last_warn);
+}
+
+/* A logger for tests that mean no WARN: prints WARNs (and INFO lines with LG_TEST_VERBOSE set)
+ * on stderr as NCCL would. */
+static __attribute__((unused)) void test_print_logger(ncclDebugLogLevel level, unsigned long flags,
+                                                      const char *file, int line,
+                                                      const char *fmt, ...)
+{
+    (void)flags, (void)file, (void)line;
+    if (level != NCCL_LOG_WARN && (level != NCCL_LOG_INFO || !getenv("LG_TEST_VERBOSE")))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s ", level == NCCL_LOG_WARN ? "WARN" : "INFO");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
 }
 
 #endif

@@ -14,22 +14,9 @@
 #include "lg_test_build.h"
 #include "lg_test_contract.h"
 #include "lg_test_pair.h"
+#include "lg_test_warn.h"
 #include "linkguard_shm.h"
 #include "params.h"
-
-static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                   const char *fmt, ...)
-{
-    (void)flags, (void)file, (void)line;
-    if (level != NCCL_LOG_WARN && !getenv("LG_TEST_VERBOSE"))
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s ", level == NCCL_LOG_WARN ? "WARN" : "INFO");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-}
 
 int main(void)
 {
@@ -42,7 +29,7 @@ int main(void)
     setenv(LG_SHM_PATH_ENV, "/nonexistent/linkguard.shm", 1); /* no daemon: rebuilds probe */
     fast_failover_env("3000");
     loopback_devices("lgt0", "lgt1");
-    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, logger), ncclSuccess);
+    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, test_print_logger), ncclSuccess);
     CHECK(lg_wrap != NULL); /* the contract below is the inner transport's, not TCP's */
     if (!lg_wrap)
         LG_TEST_DONE();

@@ -113,27 +113,12 @@ static void daemon_stop(void)
 
 /* ---- scenarios ---------------------------------------------------------------------------- */
 
-/* A transport kill on either side, failover, then (no daemon opinion: a probe) rebuild and
- * reintegration. */
-static void test_kill(int sender_side, int one_stream, const char *what)
-{
-    struct flow a, b;
-    flow_init(&a);
-    flow_init(&b);
-    struct flow *both[2] = {&a, &b};
-    a.count = b.count = 40;
-    run_until(&a, &b, 10, 10, 20);
-    struct moved_arg mv = {both, {epoch_of(a.s), epoch_of(b.s)}};
-    kill_path(sender_side ? a.s : a.r, 0, one_stream);
-    kill_path(sender_side ? b.s : b.r, 0, one_stream);
-    CHECK(run_while(&a, &b, both_moved, &mv, 10));
-    run_until(&a, &b, a.done_r + 10, b.done_r + 10, 20);
-    CHECK(run_while(&a, &b, both_on_fresh_primary, both, 10));
-    finish(&a, &b, what);
-    CHECK_EQ(a.errors + b.errors, 0);
-    flow_close(&a);
-    flow_close(&b);
-}
+/* A transport kill of one data stream only (the sender's watchdog or the EOF), as the
+ * contract's path break (lg_test_contract.h). */
+static void kill_one_stream(void *comm, int slot) { kill_path(comm, slot, 2); }
+
+static const struct lg_contract tcp_contract = {
+    .transport = "tcp", .break_path = contract_shutdown_path, .grouped = 1};
 
 /* Grouped receives (lg_test_grouped.h) across a kill, the failover, the rebuild and the
  * reintegration: a group partly placed when its path dies is completed on the other one. */
@@ -314,11 +299,9 @@ int main(void)
 
     /* The transport contract (lg_test_contract.h), then the TCP transport's own cases. No
      * daemon: transport errors alone, and rebuilds by probing. */
-    lg_contract_run(&(struct lg_contract){.transport = "tcp",
-                                          .break_path = contract_shutdown_path, .grouped = 1});
-    test_kill(1, 0, "kill on the sender's side");
-    test_kill(0, 0, "kill on the receiver's side");
-    test_kill(1, 2, "one data stream killed");
+    lg_contract_run(&tcp_contract);
+    contract_break(&(struct lg_contract){.transport = "tcp, one data stream killed",
+                                         .break_path = kill_one_stream}, 1);
     test_flaps(6);
     test_grouped_kill(1);
     test_grouped_kill(0);
@@ -328,7 +311,7 @@ int main(void)
     usleep(300000); /* picked up at the next health tick */
     CHECK(lg_health_alive());
     test_daemon_states();
-    test_kill(0, 0, "kill with a daemon");
+    contract_break(&tcp_contract, 0); /* with a daemon */
     test_both_dead();
     daemon_stop();
 

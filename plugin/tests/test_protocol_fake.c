@@ -20,6 +20,8 @@
 #include "lg_test_contract.h"
 #include "lg_test_flow.h"
 #include "lg_test_pair.h"
+#include "lg_test_warn.h"
+#include "nic_gray.h"
 
 #define SEEDS 6
 #define BURST 24    /* messages per flow between two faults */
@@ -49,6 +51,24 @@ static int all_whole(void *arg)
 {
     (void)arg;
     return conn_whole(A->s) && conn_whole(A->r) && conn_whole(B->s) && conn_whole(B->r);
+}
+
+static int all_whole_arg(void *arg)
+{
+    struct flow **f = arg;
+    return conn_whole(f[0]->s) && conn_whole(f[0]->r) && conn_whole(f[1]->s) &&
+           conn_whole(f[1]->r);
+}
+
+/* Both flows back on the primary path (not a rebuilt one: a hold moves, nothing fails). */
+static int on_primary_both(void *arg)
+{
+    struct flow **f = arg;
+    for (int i = 0; i < 2; i++)
+        if (active_of(f[i]->s) != 0 || active_of(f[i]->r) != 0 ||
+            epoch_of(f[i]->s) != epoch_of(f[i]->r))
+            return 0;
+    return 1;
 }
 
 
@@ -124,18 +144,27 @@ static int run_seed(unsigned seed, uint64_t *epochs)
 
 /* WARNs (a close with receives posted says so; nothing else should), and INFO lines with
  * LG_TEST_VERBOSE set. */
-static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                   const char *fmt, ...)
+/* Another connection's goodput verdict on a NIC (nic_gray.h) moves every connection off it,
+ * gracefully and without a loss, for as long as the hold lasts; then they come back. */
+static void test_nic_hold(void)
 {
-    (void)flags, (void)file, (void)line;
-    if (level != NCCL_LOG_WARN && (level != NCCL_LOG_INFO || !getenv("LG_TEST_VERBOSE")))
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s ", level == NCCL_LOG_WARN ? "WARN" : "INFO");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
+    struct flow a, b;
+    flow_init(&a);
+    flow_init(&b);
+    struct flow *both[2] = {&a, &b};
+    a.count = b.count = 40;
+    CHECK(run_while(&a, &b, all_whole_arg, both, 10.0));
+    run_until(&a, &b, 8, 8, 20);
+    lg_nic_gray_hold("lgf0", lg_now_ns() + 1500000000ull, "lossy, found by a test");
+    char why[LG_NIC_GRAY_WHY];
+    CHECK(lg_nic_gray_until("lgf0", why, sizeof(why)) > lg_now_ns());
+    CHECK(strcmp(why, "lossy, found by a test") == 0);
+    CHECK(run_while(&a, &b, both_on_backup, both, 10.0));
+    CHECK(run_while(&a, &b, on_primary_both, both, 15.0)); /* the hold ended */
+    finish(&a, &b, "a NIC held off by another connection's verdict");
+    flow_close(&a);
+    flow_close(&b);
+    lg_nic_gray_reset();
 }
 
 int main(void)
@@ -144,10 +173,11 @@ int main(void)
     setenv("LINKGUARD_SHM", "/nonexistent/lgtest-fake", 1); /* no daemon: rebuilds probe */
     loopback_devices("lgf0", "lgf1");
     fake_tr_install();
-    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, logger), ncclSuccess);
+    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, test_print_logger), ncclSuccess);
     /* The transport contract first (lg_test_contract.h; the fake matches no tags). */
     lg_contract_run(&(struct lg_contract){.transport = "fake", .break_path = fake_break_path,
                                           .grouped = 0});
+    test_nic_hold();
     uint64_t epochs = 0;
     int passed = 0;
     for (unsigned seed = 1; seed <= SEEDS; seed++)

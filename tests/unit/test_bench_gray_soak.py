@@ -21,6 +21,9 @@ LINES = [
     "NIC rail0 -> backup path on NIC rail1 at epoch 1 (asked by the sender)"),
     ("[plugin INFO src/failover.c:420] NET/linkguard: send conn 0a1b: primary path on NIC rail0 to "
     "198.18.0.2:4000 is lossy: 2.4 % of 41.2 MB sent were retransmitted"),
+    ("[plugin INFO src/gray.c:39] NET/linkguard: send conn 0c2d: primary path on NIC rail0 to "
+    "198.18.0.2:4001 is slow: 45.0 MB/s completed while backlogged, under 50 % of its baseline "
+    "of 307.8 MB/s in each of the last 2 windows of 400 ms; held off for 10 s"),
     ("[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: reintegrated: backup path on "
     "NIC rail1 -> primary path on NIC rail0 (primary healthy again); epoch 2"),
 ]
@@ -32,6 +35,7 @@ def test_switches_and_verdicts_are_counted_by_kind() -> None:
     # The receiver's line is the same switch; the reintegration undoes it, not a second move.
     assert got["false_moves"] == 1
     assert got["verdicts"]["stalled"] == 1 and got["verdicts"]["lossy"] == 1
+    assert got["verdicts"]["slow"] == 1  # wrap mode's rate judge
     assert got["verdicts"]["silent"] == 0 and got["verdicts"]["no working path"] == 0
     assert len(got["examples"]) == 2
 

@@ -58,7 +58,9 @@ def fact(nic: str = "rail0", verdict: str = "stalled", pid: int = 100, at_s: flo
 
 
 # ---- the datagram ------------------------------------------------------------------------------
-def test_the_c_encoder_round_trips_through_the_daemon_decoder(sock_path: str) -> None:
+@pytest.mark.parametrize("verdict", ["lossy", "slow"])  # slow: wrap mode's rate judge
+def test_the_c_encoder_round_trips_through_the_daemon_decoder(sock_path: str,
+                                                               verdict: str) -> None:
     rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     rx.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     rx.bind(sock_path)
@@ -67,13 +69,13 @@ def test_the_c_encoder_round_trips_through_the_daemon_decoder(sock_path: str) ->
         tool = subprocess.Popen([str(SEND), "--socket", sock_path, "--path", "1", "--for-ms",
                                  "4000000000", "--loss-ppm", "20000", "--rate", str(2**63 + 5),
                                  "--expected", "12500000000", "--conn", "0xc0ffee", "--peer",
-                                 "[fd00::1]:40001", "rail12", "lossy"])
+                                 "[fd00::1]:40001", "rail12", verdict])
         assert tool.wait(timeout=30) == 0
         data, anc, _, _ = rx.recvmsg(wire.SIZE + 1, socket.CMSG_SPACE(12))
     pid, uid, _gid = (int.from_bytes(anc[0][2][i:i + 4], "little") for i in (0, 4, 8))
     got = wire.decode(data, pid, uid, 7)
     assert got == PluginVerdictFact(
-        "rail12", 7, "lossy", tool.pid, os.getuid(), path=1, for_ms=4_000_000_000,
+        "rail12", 7, verdict, tool.pid, os.getuid(), path=1, for_ms=4_000_000_000,
         loss_ppm=20_000, rate_bps=2**63 + 5, expected_bps=12_500_000_000, conn=0xC0FFEE,
         peer="[fd00::1]:40001")
 
