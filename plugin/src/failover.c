@@ -660,6 +660,11 @@ static void tx_step(struct lg_conn *c, uint64_t now)
              * one may still be completing its handshake (connect time). */
             s->up = lg_path_up(p) && (i == c->active || c->tr->carries(p));
             s->silent = s->up && !fo->late && silent(p, now);
+            /* The active path's silence is its fault only if the other kept talking (a
+             * starved peer falls quiet on both, and wakes on both: kept_talking). */
+            if (s->silent && i == c->active && lg_path_up(c->paths[1 - i]) &&
+                !kept_talking(c->paths[1 - i], p))
+                s->silent = 0;
             s->peer_failed = peer_failed(c, i);
             s->down = local == LG_HB_NIC_DOWN || peer == LG_HB_NIC_DOWN;
             s->leave = local == LG_HB_NIC_LEAVE || peer == LG_HB_NIC_LEAVE;
