@@ -616,6 +616,11 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
 static void tx_step(struct lg_conn *c, uint64_t now)
 {
     struct lg_fo *fo = &c->fo;
+    /* A standby the peer declared failed (this generation) is failed here too, so that it is
+     * rebuilt: were its fence's EOF lost, it would stand here as a zombie for good. */
+    for (int i = 0; i < LG_NPATHS; i++)
+        if (i != c->active && lg_path_up(c->paths[i]) && peer_failed(c, i))
+            lg_conn_path_failed(c->paths[i], 0, "declared failed by the peer");
     pthread_mutex_lock(&c->mb_mu);
     uint32_t re = c->mb.resync_epoch, rgen = c->mb.resync_gen;
     int rt = c->mb.resync_target;

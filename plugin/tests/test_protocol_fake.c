@@ -45,6 +45,27 @@ static void fake_break_path(void *comm, int slot)
     fake_tr_break(slot);
 }
 
+/* What keeps a connection from being whole, for the failure message. */
+static void describe_conn(const char *name, void *comm)
+{
+    struct lg_conn *c = C(comm);
+    uint32_t ph = lg_conn_enter(c);
+    fprintf(stderr, "  %s conn %016llx: protected %d active %d epoch %u", name,
+            (unsigned long long)c->nonce, __atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE),
+            active_of(comm), epoch_of(comm));
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_path *p = __atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE);
+        if (p)
+            fprintf(stderr, "; path %d gen %u %s (%s)", i, p->gen,
+                    lg_path_up(p) ? "up" : "failed",
+                    __atomic_load_n(&p->fail_noted, __ATOMIC_ACQUIRE) ? p->why : "");
+        else
+            fprintf(stderr, "; path %d none", i);
+    }
+    fprintf(stderr, "\n");
+    lg_conn_exit(c, ph);
+}
+
 static struct flow *A, *B;
 
 static int all_whole(void *arg)
@@ -119,6 +140,10 @@ static int run_seed(unsigned seed, uint64_t *epochs)
             fprintf(stderr, "seed %u, fault %d: not whole again: a %d/%d, b %d/%d (send/recv)\n",
                     seed, faults, conn_whole(a.s), conn_whole(a.r), conn_whole(b.s),
                     conn_whole(b.r));
+            describe_conn("a send", a.s);
+            describe_conn("a recv", a.r);
+            describe_conn("b send", b.s);
+            describe_conn("b recv", b.r);
             ok = 0;
         }
         CHECK(ok);
