@@ -66,15 +66,7 @@ static void describe_conn(const char *name, void *comm)
     lg_conn_exit(c, ph);
 }
 
-static struct flow *A, *B;
-
 static int all_whole(void *arg)
-{
-    (void)arg;
-    return conn_whole(A->s) && conn_whole(A->r) && conn_whole(B->s) && conn_whole(B->r);
-}
-
-static int all_whole_arg(void *arg)
 {
     struct flow **f = arg;
     return conn_whole(f[0]->s) && conn_whole(f[0]->r) && conn_whole(f[1]->s) &&
@@ -104,13 +96,12 @@ static int run_seed(unsigned seed, uint64_t *epochs)
     struct flow a, b;
     flow_init(&a);
     flow_init(&b);
-    A = &a;
-    B = &b;
+    struct flow *both[2] = {&a, &b};
     a.count = b.count = MESSAGES;
     int ok = 1, faults = 0;
     unsigned st = seed;
     /* Whole before the first fault: the backups come up right after connect. */
-    CHECK(run_while(&a, &b, all_whole, NULL, 10.0) || (ok = 0));
+    CHECK(run_while(&a, &b, all_whole, both, 10.0) || (ok = 0));
     a.count = b.count = MESSAGES;
     while (ok && !(flow_done(&a) && flow_done(&b))) {
         run_until(&a, &b, LG_MIN(a.done_r + BURST, a.count), LG_MIN(b.done_r + BURST, b.count),
@@ -136,7 +127,7 @@ static int run_seed(unsigned seed, uint64_t *epochs)
         /* Traffic meanwhile; then both paths back before the next fault (never both down:
          * that is the dead timeout's business, tested elsewhere). */
         uint64_t keep_a = a.count, keep_b = b.count;
-        if (!run_while(&a, &b, all_whole, NULL, 30.0)) {
+        if (!run_while(&a, &b, all_whole, both, 30.0)) {
             fprintf(stderr, "seed %u, fault %d: not whole again: a %d/%d, b %d/%d (send/recv)\n",
                     seed, faults, conn_whole(a.s), conn_whole(a.r), conn_whole(b.s),
                     conn_whole(b.r));
@@ -178,7 +169,7 @@ static void test_nic_hold(void)
     flow_init(&b);
     struct flow *both[2] = {&a, &b};
     a.count = b.count = 40;
-    CHECK(run_while(&a, &b, all_whole_arg, both, 10.0));
+    CHECK(run_while(&a, &b, all_whole, both, 10.0));
     run_until(&a, &b, 8, 8, 20);
     lg_nic_gray_hold("lgf0", lg_now_ns() + 1500000000ull, "lossy, found by a test");
     char why[LG_NIC_GRAY_WHY];
