@@ -304,6 +304,11 @@ static void op_frame(struct input *in)
     f.value = f.type == LG_CTRL_SWITCH && a & 0x80 ? (uint64_t)(path) : pick_count(in);
     TRACE("frame path %d type %u flags %#x epoch %u value %llu\n", path, f.type, f.flags,
           f.epoch, (unsigned long long)f.value);
+    /* Mostly the path's channel; now and then the session's own or one nobody has. */
+    uint8_t ch = in_u8(in);
+    f.chan = ch < 224 ? LG_PEER_CHAN : ch < 240 ? 0 : ch;
+    if (f.chan != LG_PEER_CHAN)
+        st.acks_unjudged = 1;
     uint8_t b[LG_CTRL_SIZE];
     lg_ctrl_encode(b, &f);
     if (f.type == 0 || f.type >= LG_CTRL_TYPE_MAX)

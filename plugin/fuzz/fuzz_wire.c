@@ -1,7 +1,7 @@
 /* Fuzzes every decoder of the TCP transport's wire formats (src/wire.c) with bytes a peer (or
  * a stranger on the listening port) can send.
  * Input: one byte choosing the decoder, then its bytes (zero-padded to the format's size):
- *   0 hello (48 bytes), 1 control frame (16), 2 chunk header (40, then a 4-byte max_len and a
+ *   0 hello (48 bytes), 1 control frame (24), 2 chunk header (40, then a 4-byte max_len and a
  *   4-byte chunk size), 3 sequence window (an 8-byte base, then one seq offset per byte).
  * Checks: what decodes obeys the documented field rules and encodes back to the same fields
  * (a control frame byte for byte); a chunk's offset + len never exceeds its total and
@@ -33,16 +33,24 @@ static void fuzz_hello(const uint8_t *data, size_t size)
     struct lg_hello h, back;
     if (lg_hello_decode(in, &h) != 0)
         return;
-    FUZZ_ASSERT(h.path < LG_NPATHS);
-    FUZZ_ASSERT(h.nstreams >= 1 && h.nstreams <= LG_MAX_STREAMS && h.stream <= h.nstreams);
-    FUZZ_ASSERT(h.chunk_size >= 1 && (h.paths_mask & 1) && !(h.paths_mask >> LG_NPATHS));
-    FUZZ_ASSERT(!(h.flags & ~(LG_HELLO_F_REJOIN | LG_HELLO_F_WRAP)));
+    if (h.flags & LG_HELLO_F_SESSION) { /* a session's: its id, every other field 0 */
+        FUZZ_ASSERT(h.flags == LG_HELLO_F_SESSION && !h.path && !h.stream && !h.nstreams);
+        FUZZ_ASSERT(!h.paths_mask && !h.chunk_size && !h.listen_id && !h.gen && !h.session &&
+                    !h.chan);
+    } else {
+        FUZZ_ASSERT(h.path < LG_NPATHS && h.chan != 0);
+        FUZZ_ASSERT(h.nstreams >= 1 && h.nstreams <= LG_MAX_STREAMS && h.stream >= 1 &&
+                    h.stream <= h.nstreams);
+        FUZZ_ASSERT(h.chunk_size >= 1 && (h.paths_mask & 1) && !(h.paths_mask >> LG_NPATHS));
+        FUZZ_ASSERT(!(h.flags & ~(LG_HELLO_F_REJOIN | LG_HELLO_F_WRAP)));
+    }
     lg_hello_encode(out, &h);
     FUZZ_ASSERT(lg_hello_decode(out, &back) == 0);
     FUZZ_ASSERT(back.path == h.path && back.stream == h.stream && back.nstreams == h.nstreams);
     FUZZ_ASSERT(back.paths_mask == h.paths_mask && back.chunk_size == h.chunk_size);
     FUZZ_ASSERT(back.listen_id == h.listen_id && back.conn_nonce == h.conn_nonce);
     FUZZ_ASSERT(back.flags == h.flags && back.gen == h.gen);
+    FUZZ_ASSERT(back.session == h.session && back.chan == h.chan);
 }
 
 static void fuzz_ctrl(const uint8_t *data, size_t size)

@@ -69,11 +69,13 @@ static void put_wire(const char *name, uint8_t sel, const uint8_t *b, size_t n)
 static void seeds_wire(void)
 {
     uint8_t b[256];
-    struct lg_hello h = {.path = 0, .stream = 0, .nstreams = 2, .paths_mask = 3,
+    lg_hello_encode(b, &(struct lg_hello){.flags = LG_HELLO_F_SESSION, .conn_nonce = 5});
+    put_wire("hello-session", 0, b, LG_HELLO_SIZE);
+    struct lg_hello h = {.path = 0, .stream = 1, .nstreams = 2, .paths_mask = 3,
                          .chunk_size = 524288, .listen_id = 0x1122334455667788ull,
-                         .conn_nonce = 0x99aabbccddeeff00ull};
+                         .conn_nonce = 0x99aabbccddeeff00ull, .session = 5, .chan = 1};
     lg_hello_encode(b, &h);
-    put_wire("hello-ctrl", 0, b, LG_HELLO_SIZE);
+    put_wire("hello-data", 0, b, LG_HELLO_SIZE);
     h.path = 1, h.stream = 2, h.flags = LG_HELLO_F_REJOIN, h.gen = 3;
     lg_hello_encode(b, &h);
     put_wire("hello-rejoin", 0, b, LG_HELLO_SIZE);
@@ -82,7 +84,8 @@ static void seeds_wire(void)
     put_wire("hello-wrap-max-streams", 0, b, LG_HELLO_SIZE);
 
     static const struct { const char *name; struct lg_ctrl c; } ctrl[] = {
-        {"ack", {LG_CTRL_ACK, 0, 0, 17}},
+        {"ack", {LG_CTRL_ACK, 0, 0, 17, 1}},
+        {"session-hb", {LG_CTRL_HB, 0, 0, 0, 0}},
         {"bye-fence", {LG_CTRL_BYE, LG_BYE_FENCE, 0, 0}},
         {"hb", {LG_CTRL_HB, LG_HB_NIC_DOWN | LG_HB_PATH_FAILED(1), 4, 1ull | 2ull << 32}},
         {"switch", {LG_CTRL_SWITCH, 0, 5, 1}},

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "params.h"
+#include "session.h"
 #include "sock.h"
 #include "util.h"
 
@@ -196,6 +197,8 @@ static int route(struct waiting *w, uint64_t now)
     struct lg_hello h;
     if (lg_hello_decode(w->buf, &h) != 0)
         return -1;
+    if (h.flags & LG_HELLO_F_SESSION)
+        return lg_session_accept(w->fd, &h, w->local_ip);
     if (h.flags & LG_HELLO_F_REJOIN) {
         if (!GROW(A.rj, A.nrj, A.caprj))
             return -1;

@@ -56,10 +56,7 @@ struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, con
     snprintf(p->nic, sizeof(p->nic), "%s", nic);
     snprintf(p->peer, sizeof(p->peer), "%s", peer);
     pthread_mutex_init(&p->ctrl_mu, NULL);
-    p->txq_last_ack = -1;
-    p->ctrl.path = p;
-    p->ctrl.index = 0;
-    p->ctrl.task.fd = -1;
+    p->ack_off = -1;
     for (int i = 0; i < LG_MAX_STREAMS; i++) {
         p->data[i].path = p;
         p->data[i].index = i + 1;
@@ -80,23 +77,12 @@ struct lg_path *lg_path_new(struct lg_conn *c, int index, const char *nic, const
     return p;
 }
 
-uint32_t lg_path_ctrl_events(const struct lg_path *p, int active)
-{
-    /* The sender's acks are read by test() on NCCL's thread, which polls while sends are
-     * outstanding: no worker wake-up per ack on the active path. Workers still see hang-ups
-     * and errors, and the standby's frames (a RESYNC, heartbeats). */
-    int inline_read = p->conn->kind == LG_CONN_SEND && lg_params.poll_inline && active;
-    return EPOLLOUT | (inline_read ? 0 : EPOLLIN);
-}
-
 int lg_path_start(struct lg_path *p)
 {
     struct lg_conn *c = p->conn;
     int send = c->kind == LG_CONN_SEND;
     int active = p->index == c->active && c->paths[p->index] == p;
-    p->ctrl.task.fn = c->ctrl_fn;
-    if (lg_task_attach(&p->ctrl.task, lg_path_ctrl_events(p, active)) != 0)
-        return -1;
+    p->started = 1;
     for (int i = 0; i < p->nstreams; i++) {
         p->data[i].task.fn = c->tr->stream_fn[send ? 0 : 1];
         /* Data arriving for a posted receive on the active path is placed by test() when
@@ -135,31 +121,37 @@ static void drain_close(int fd)
 static int path_tasks(struct lg_path *p, struct lg_task **tasks)
 {
     int n = 0;
-    if (p->ctrl.task.worker)
-        tasks[n++] = &p->ctrl.task;
     for (int i = 0; i < LG_MAX_STREAMS; i++)
         if (p->data[i].task.worker)
             tasks[n++] = &p->data[i].task;
     return n;
 }
 
-/* Closes the fds of a path whose tasks are detached (or were never attached). Every fd is
- * taken out under ctrl_mu (lg_path_ctrl_send checks the control fd under it, and a holder of
- * it sees fds that stay open until it lets go), then closed. */
+/* Closes the fds of a path whose tasks are detached (or were never attached), and takes it
+ * off its session. Every fd is taken out under ctrl_mu (a holder of it sees fds that stay
+ * open until it lets go), then closed. */
 static void path_close_fds(struct lg_path *p)
 {
-    int fds[LG_MAX_STREAMS + 1];
+    int fds[LG_MAX_STREAMS];
+    lg_session_detach(p);
     pthread_mutex_lock(&p->ctrl_mu);
-    fds[0] = p->ctrl.task.fd;
-    p->ctrl.task.fd = -1;
     for (int i = 0; i < LG_MAX_STREAMS; i++) {
-        fds[i + 1] = p->data[i].task.fd;
+        fds[i] = p->data[i].task.fd;
         p->data[i].task.fd = -1;
     }
     pthread_mutex_unlock(&p->ctrl_mu);
-    for (int i = 0; i < LG_MAX_STREAMS + 1; i++)
+    for (int i = 0; i < LG_MAX_STREAMS; i++)
         if (fds[i] >= 0)
             drain_close(fds[i]);
+}
+
+/* The object goes: its session's hold with it (NCCL's thread may have used the session
+ * through the path until the path was unpublished and quiesced). */
+static void path_destroy(struct lg_path *p)
+{
+    pthread_mutex_destroy(&p->ctrl_mu);
+    lg_session_put(p->sess);
+    free(p);
 }
 
 void lg_path_fence_start(struct lg_path *p, int say_bye)
@@ -171,7 +163,7 @@ void lg_path_fence_start(struct lg_path *p, int say_bye)
         p->fail_ns = lg_now_ns();
         __atomic_store_n(&p->fail_noted, 1, __ATOMIC_RELEASE);
     }
-    if (say_bye && !p->bye_sent && p->ctrl.task.fd >= 0) {
+    if (say_bye && !p->bye_sent && __atomic_load_n(&p->attached, __ATOMIC_ACQUIRE)) {
         /* Best effort: the peer then takes our EOF for a fence, not for our death. */
         struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_FENCE};
         lg_path_ctrl_send(p, &bye);
@@ -212,8 +204,7 @@ void lg_path_free(struct lg_path *p)
     if (n)
         lg_tasks_detach(tasks, n);
     path_close_fds(p);
-    pthread_mutex_destroy(&p->ctrl_mu);
-    free(p);
+    path_destroy(p);
 }
 
 void lg_conn_free(struct lg_conn *c)
@@ -231,13 +222,14 @@ void lg_conn_free(struct lg_conn *c)
         n += path_tasks(all[i], tasks + n);
     if (n)
         lg_tasks_detach(tasks, n);
-    for (int i = 0; i < np; i++)
+    for (int i = 0; i < np; i++) { /* no frame reaches the transport once it is released */
+        lg_session_detach(all[i]);
         c->tr->fence(all[i]);
+    }
     c->tr->release(c);
     for (int i = 0; i < np; i++) {
         path_close_fds(all[i]);
-        pthread_mutex_destroy(&all[i]->ctrl_mu);
-        free(all[i]);
+        path_destroy(all[i]);
     }
     for (int i = 0; i < LG_NPATHS; i++)
         if (c->listener[i])
@@ -287,7 +279,7 @@ size_t lg_path_ports(const struct lg_path *p, char *out, size_t len, int sep)
         return 0;
     size_t n = 0;
     int w = snprintf(out, len, "%s%s ctrl %u data", sep ? "; " : "",
-                     p->index ? "backup" : "primary", lg_sock_local_port(p->ctrl.task.fd));
+                     p->index ? "backup" : "primary", lg_sock_local_port(lg_path_ctrl_fd(p)));
     for (int k = 0; k < p->nstreams && w >= 0 && (size_t)w < len - n; k++) {
         n += (size_t)w;
         w = snprintf(out + n, len - n, "%s%u", k ? "," : " ",
@@ -319,11 +311,10 @@ static uint64_t outstanding(struct lg_conn *c)
 
 static void path_lost(struct lg_path *p, int err, int eof, const char *why)
 {
-    /* A peer that closes says BYE on the control channel first, but a data stream's EOF can
-     * be seen before it: read the control channel now (serialized with its own handler). */
-    if (!err && p->ctrl.task.worker && !__atomic_load_n(&p->peer_bye, __ATOMIC_ACQUIRE) &&
-        __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == LG_PATH_UP)
-        lg_task_run(&p->ctrl.task, EPOLLIN);
+    /* A peer that closes says BYE on the control session first, but a data stream's EOF can
+     * be seen before it: read the session now (serialized with its own handler). */
+    if (!err && !__atomic_load_n(&p->peer_bye, __ATOMIC_ACQUIRE))
+        lg_path_ctrl_pump(p, 0);
     if (__atomic_exchange_n(&p->state, LG_PATH_FAILED, __ATOMIC_ACQ_REL) == LG_PATH_FAILED)
         return;
     struct lg_conn *c = p->conn;
@@ -349,9 +340,10 @@ static void path_lost(struct lg_path *p, int err, int eof, const char *why)
                 LG_INFO(NCCL_NET, "%s conn %016llx: closed by the peer", kind,
                         (unsigned long long)c->nonce);
         }
-    } else if (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) &&
+    } else if (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && p->started &&
                __atomic_load_n(&c->paths[p->index], __ATOMIC_ACQUIRE) == p) {
-        /* (A path still being built is not the connection's: its attempt just fails.) */
+        /* (A path still being built is not the connection's: its attempt just fails; a
+         * connect or accept in progress sees it failed.) */
         /* Built without a standby path: nothing to fail over to. An EOF with nothing in
          * flight is a close whose BYE lost the race to a data stream's EOF (e.g. an inner
          * comm that linkguard fenced, in wrap mode): noted quietly, the next call fails. */
@@ -381,114 +373,6 @@ void lg_conn_quiesce_inline(struct lg_conn *c)
 
 void lg_conn_path_failed(struct lg_path *p, int err, const char *why) { path_lost(p, err, 0, why); }
 void lg_conn_path_eof(struct lg_path *p, const char *why) { path_lost(p, 0, 1, why); }
-
-/* ---- control channel ----------------------------------------------------------------- */
-
-static void txq_send_locked(struct lg_path *p)
-{
-    while (p->txq_off < p->txq_len) {
-        struct iovec iov = {p->txq + p->txq_off, p->txq_len - p->txq_off};
-        ssize_t n = lg_sock_writev(p->ctrl.task.fd, &iov, 1);
-        if (n < 0)
-            return; /* EAGAIN: EPOLLOUT brings the owner back; errors show up on read */
-        p->txq_off += (size_t)n;
-    }
-    p->txq_off = p->txq_len = 0;
-    p->txq_last_ack = -1;
-}
-
-void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f)
-{
-    pthread_mutex_lock(&p->ctrl_mu);
-    if (p->ctrl.task.fd < 0) { /* retired */
-        pthread_mutex_unlock(&p->ctrl_mu);
-        return;
-    }
-    __atomic_store_n(&p->last_tx_ns, lg_now_ns(), __ATOMIC_RELAXED);
-    /* Acks are cumulative: an unsent one is simply updated. */
-    if (f->type == LG_CTRL_ACK && p->txq_last_ack >= (int)p->txq_off) {
-        lg_ctrl_encode(p->txq + p->txq_last_ack, f);
-        pthread_mutex_unlock(&p->ctrl_mu);
-        return;
-    }
-    if (p->txq_len + LG_CTRL_SIZE > sizeof(p->txq)) {
-        memmove(p->txq, p->txq + p->txq_off, p->txq_len - p->txq_off);
-        p->txq_last_ack -= p->txq_last_ack >= 0 ? (int)p->txq_off : 0;
-        p->txq_len -= p->txq_off;
-        p->txq_off = 0;
-    }
-    if (p->txq_len + LG_CTRL_SIZE > sizeof(p->txq)) {
-        pthread_mutex_unlock(&p->ctrl_mu);
-        lg_conn_path_failed(p, 0, "control channel stalled");
-        return;
-    }
-    if (f->type == LG_CTRL_ACK)
-        p->txq_last_ack = (int)p->txq_len;
-    lg_ctrl_encode(p->txq + p->txq_len, f);
-    p->txq_len += LG_CTRL_SIZE;
-    txq_send_locked(p);
-    pthread_mutex_unlock(&p->ctrl_mu);
-}
-
-void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms)
-{
-    uint64_t end = lg_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    for (;;) {
-        pthread_mutex_lock(&p->ctrl_mu);
-        int fd = p->ctrl.task.fd;
-        if (fd >= 0)
-            txq_send_locked(p);
-        int left = fd >= 0 && p->txq_off < p->txq_len;
-        pthread_mutex_unlock(&p->ctrl_mu);
-        if (!left || lg_now_ns() >= end)
-            return;
-        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        poll(&pfd, 1, 10);
-    }
-}
-
-void lg_path_ctrl_flush(struct lg_path *p)
-{
-    pthread_mutex_lock(&p->ctrl_mu);
-    if (p->ctrl.task.fd >= 0)
-        txq_send_locked(p);
-    pthread_mutex_unlock(&p->ctrl_mu);
-}
-
-int lg_path_ctrl_read(struct lg_stream *s, int (*on_frame)(struct lg_path *, const struct lg_ctrl *))
-{
-    struct lg_path *p = s->path;
-    for (;;) {
-        struct iovec iov = {s->crx.buf + s->crx.got, sizeof(s->crx.buf) - s->crx.got};
-        ssize_t n = lg_sock_readv(s->task.fd, &iov, 1);
-        if (n == 0) {
-            int bye = __atomic_load_n(&p->peer_bye, __ATOMIC_ACQUIRE);
-            lg_conn_path_eof(p, bye == 1 + LG_BYE_FENCE ? "fenced by peer"
-                                : bye ? "closed by peer" : "connection closed by peer");
-            return -1;
-        }
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return 0;
-            lg_conn_path_failed(p, errno, "control channel");
-            return -1;
-        }
-        s->crx.got += (size_t)n;
-        lg_path_note_rx(p, lg_now_ns());
-        size_t off = 0;
-        for (; s->crx.got - off >= LG_CTRL_SIZE; off += LG_CTRL_SIZE) {
-            struct lg_ctrl f;
-            if (lg_ctrl_decode(s->crx.buf + off, &f) != 0) {
-                lg_conn_path_failed(p, 0, "garbage on the control channel");
-                return -1;
-            }
-            if (on_frame(p, &f) != 0)
-                return -1;
-        }
-        memmove(s->crx.buf, s->crx.buf + off, s->crx.got - off);
-        s->crx.got -= off;
-    }
-}
 
 uint64_t lg_conn_stalled_since(struct lg_conn *c, int busy, uint64_t base, uint64_t placed,
                                uint64_t now)
@@ -547,8 +431,6 @@ void lg_stream_idle_handler(struct lg_task *t, uint32_t events)
 void lg_conn_poll_ctrl(struct lg_conn *c)
 {
     uint32_t ph = lg_conn_enter(c);
-    struct lg_path *p = lg_conn_active_path(c);
-    if (lg_path_up(p))
-        lg_task_run(&p->ctrl.task, EPOLLIN);
+    lg_path_ctrl_pump(lg_conn_active_path(c), lg_now_ns());
     lg_conn_exit(c, ph);
 }

@@ -1,9 +1,10 @@
 /* Connections, their paths and requests, and the lossless failover protocol they run.
  *
  * A connection (send or receive side of one NCCL comm) has up to two paths: slot [0] on the
- * primary NIC, slot [1] on the backup NIC. A path is a control channel plus `nstreams` data
- * streams, each one TCP socket driven by a progress task. One path, `active`, carries data;
- * the other stands by and carries heartbeats only.
+ * primary NIC, slot [1] on the backup NIC. A path is a channel on a control session
+ * (session.h: one socket per NIC pair and process pair, shared by every path between them)
+ * plus `nstreams` data streams, each one TCP socket driven by a progress task. One path,
+ * `active`, carries data; the other stands by.
  *
  * Data. Messages carry sequence numbers 0, 1, 2 ... in posted order. The sender cuts each into
  * chunks (struct lg_chunk_hdr + payload, the header carrying the epoch's low 16 bits) and hands
@@ -28,10 +29,12 @@
  * disagree on the tag are a lie. Wrap mode hands the group to the inner plugin as one irecv.
  *
  * Failover protocol (DESIGN.md "Lossless failover"; failover.c runs it, fo_policy.c decides,
- * resync.c does the accounting, reconnect.c rebuilds paths). Control frames (wire.h):
+ * resync.c does the accounting, reconnect.c rebuilds paths). Control frames (wire.h), each on
+ * its path's channel of a control session (session.h):
  *   ACK(n)              recv->send  n messages placed (cumulative; accepted from any path)
- *   HB(flags, E, gens)  both ways   heartbeat, every LINKGUARD_HEARTBEAT_MS on every live path
- *                                   (unless an ack went out), at once when flags change: the
+ *   HB(flags, E, gens)  both ways   the connection's heartbeat, on every live path at once when
+ *                                   any field changes, else refreshed every 20 heartbeat
+ *                                   periods (liveness is the sessions': session.h): the
  *                                   sender's daemon view of both NICs (OK/LEAVE/DOWN), which
  *                                   of its paths it declared failed, its committed epoch E
  *   SWITCH(E, T)        send->recv  on path T: "move data to path T at epoch E"
@@ -157,6 +160,7 @@
 #include "nccl_net_abi.h"
 #include "params.h"
 #include "progress.h"
+#include "session.h"
 #include "transport.h"
 #include "wake.h"
 #include "wire.h"
@@ -206,11 +210,6 @@ struct lg_stream {
         size_t done;
     } rx;
     uint32_t placing; /* receive: 0, or inside a placement step of epoch placing - 1 (atomic) */
-    /* control channel: frames being read */
-    struct {
-        uint8_t buf[LG_CTRL_SIZE * 16];
-        size_t got;
-    } crx;
 };
 
 enum lg_path_state { LG_PATH_UP = 1, LG_PATH_FAILED = 2 };
@@ -224,17 +223,21 @@ struct lg_path {
     uint32_t gen; /* generation of this slot's path: 0 at connect, +1 per rebuild */
     char nic[IFNAMSIZ];
     char peer[24];
-    struct lg_stream ctrl;
     struct lg_stream data[LG_MAX_STREAMS];
-    /* control frames waiting for room in the socket; written by any thread under ctrl_mu */
-    pthread_mutex_t ctrl_mu;
-    uint8_t txq[LG_CTRL_SIZE * 64];
-    size_t txq_len, txq_off;
-    int txq_last_ack; /* offset of an unsent ACK frame that a newer ack may overwrite, or -1 */
+    pthread_mutex_t ctrl_mu; /* its data fds are taken out under it (a holder sees them open) */
+    /* its control channel: a channel of a control session, held from attach until freed */
+    struct lg_session *sess;
+    uint32_t chan;
+    int attached;              /* frames flow: attached, not yet detached (atomic) */
+    int sess_busy;             /* frames being handed to it (atomic) */
+    struct lg_path *sess_next; /* the session's channel table (under its ch_mu) */
+    long ack_off;              /* an unsent ACK in the session's queue that a newer ack may */
+    uint32_t ack_gen;          /* overwrite, and the queue generation it is valid in (tx_mu) */
+    int started;               /* its data tasks are with the workers */
     /* liveness and failure (atomics unless said) */
     uint64_t last_rx_ns;  /* something was read on one of its sockets (lg_path_note_rx) */
     uint64_t prev_rx_ns;  /* the reading before that one, at least LG_RX_DISTINCT_NS earlier */
-    uint64_t last_tx_ns;  /* a control frame was written */
+    uint64_t last_tx_ns;  /* a connection heartbeat was queued */
     uint64_t fail_ns;     /* when it failed */
     int peer_gone;        /* EOF or reset without a BYE */
     int fail_noted;       /* `why` is written (release) */
@@ -362,7 +365,9 @@ struct lg_conn {
     int nmr; /* live memory registrations (atomic) */
     struct lg_ctx *ctx; /* NCCL's communicator context (held; core.h), or NULL */
     const struct lg_transport *tr; /* what carries the paths' data (transport.h) */
-    lg_task_fn ctrl_fn; /* the protocol's handler of a control channel (lg_fo_init) */
+    /* the protocol's handler of a control frame for one of its paths (lg_fo_init): 0 go on,
+     * -1 the path or the connection failed */
+    int (*ctrl_frame)(struct lg_path *p, const struct lg_ctrl *f);
     /* the inner transport (wrap.h): data through the inner plugin's comms */
     pthread_mutex_t wmu;     /* inner data calls vs commits and fences */
     pthread_mutex_t mr_mu;   /* mrs, and each path's w.comm/w.ready */
@@ -394,11 +399,10 @@ struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_tra
 struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, const char *peer);
 struct lg_path *lg_path_new(struct lg_conn *c, int index, const char *nic, const char *peer);
 void lg_path_free(struct lg_path *p); /* retired or never started */
-/* Fds must be in path->ctrl.task.fd and data[i].task.fd; registers them with the workers. */
+/* Fds must be in data[i].task.fd and the path attached to its session; registers them with
+ * the workers. */
 int lg_conn_start(struct lg_conn *c);
 int lg_path_start(struct lg_path *p);
-/* The epoll events a control task wants: the sender's active one is read by test(). */
-uint32_t lg_path_ctrl_events(const struct lg_path *p, int active);
 /* Detaches, closes every fd and drops the owner's reference: the object itself goes with
  * the last reference (a monitor pass may still hold it, and only looks at `closing`). */
 void lg_conn_free(struct lg_conn *c);
@@ -420,15 +424,34 @@ int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
  * `sep`) to out, so that an operator or a lab test can tell one flow from another. Returns
  * the length written (out stays terminated). */
 size_t lg_path_ports(const struct lg_path *p, char *out, size_t len, int sep);
-/* Queues/sends a control frame on the path (any thread). */
-void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f);
-void lg_path_ctrl_flush(struct lg_path *p);
-/* Writes what the control channel still queues, waiting at most timeout_ms (close: the BYE
+/* Sends a control frame on the path's channel (any thread); _queue leaves the write to the
+ * monitor's next flush (heartbeat refreshes, batched per session). */
+static inline void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f)
+{
+    lg_session_send(p, f, 0);
+}
+static inline void lg_path_ctrl_queue(struct lg_path *p, const struct lg_ctrl *f)
+{
+    lg_session_send(p, f, 1);
+}
+/* Writes what the path's session still queues, waiting at most timeout_ms (close: the BYE
  * must not be lost to a full socket buffer). */
-void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms);
-/* Reads control frames from a path's ctrl socket; calls `on_frame` for each, which returns 0
- * to go on, -1 to stop (the path or the connection failed). */
-int lg_path_ctrl_read(struct lg_stream *s, int (*on_frame)(struct lg_path *, const struct lg_ctrl *));
+static inline void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms)
+{
+    if (p->sess)
+        lg_session_drain(p->sess, timeout_ms);
+}
+/* Reads what waits on the path's session now (rate-limited when now != 0). */
+static inline void lg_path_ctrl_pump(struct lg_path *p, uint64_t now)
+{
+    if (p && p->sess && __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == LG_PATH_UP)
+        lg_session_pump(p->sess, now);
+}
+/* The fd carrying its control frames (its session's), or -1. */
+static inline int lg_path_ctrl_fd(const struct lg_path *p)
+{
+    return p->sess ? p->sess->task.fd : -1;
+}
 /* The peer said BYE on p (flags LG_BYE_*): EOF follows on purpose. */
 void lg_path_note_bye(struct lg_path *p, uint8_t flags);
 /* Detaches, closes and marks a path retired (monitor or close; never from a handler). */
@@ -470,10 +493,24 @@ static inline void lg_path_note_rx(struct lg_path *p, uint64_t now)
         __atomic_store_n(&p->prev_rx_ns, last, __ATOMIC_RELAXED);
     __atomic_store_n(&p->last_rx_ns, now, __ATOMIC_RELAXED);
 }
+/* When something was last read for p: on its own sockets, or on its session (whose heartbeats
+ * say the NIC pair is alive), and the distinct reading before that (lg_path_note_rx). */
+static inline uint64_t lg_path_rx_ns(const struct lg_path *p)
+{
+    uint64_t own = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    uint64_t ses = p->sess ? __atomic_load_n(&p->sess->last_rx_ns, __ATOMIC_RELAXED) : 0;
+    return own > ses ? own : ses;
+}
+static inline uint64_t lg_path_prev_rx_ns(const struct lg_path *p)
+{
+    uint64_t own = __atomic_load_n(&p->prev_rx_ns, __ATOMIC_RELAXED);
+    uint64_t ses = p->sess ? __atomic_load_n(&p->sess->prev_rx_ns, __ATOMIC_RELAXED) : 0;
+    return own > ses ? own : ses;
+}
 /* Something (a heartbeat at least) was read on the path within a few heartbeat periods. */
 static inline int lg_path_heard_recently(const struct lg_path *p, uint64_t now)
 {
-    uint64_t heard = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    uint64_t heard = lg_path_rx_ns(p);
     return heard >= now || now - heard <= 4 * (uint64_t)lg_params.heartbeat_ms * 1000000ull;
 }
 static inline int lg_path_up(const struct lg_path *p)

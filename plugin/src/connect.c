@@ -1,5 +1,7 @@
-/* Non-blocking connect: every connection opens both paths at once. Progress state lives in
- * a heap object whose address is kept in NCCL's handle memory between calls (handle.h). */
+/* Non-blocking connect: every connection opens both paths at once, each a channel on the
+ * control session to the peer's listener of that NIC (session.h: shared, opened by the first
+ * connection that needs it) and its data sockets. Progress state lives in a heap object
+ * whose address is kept in NCCL's handle memory between calls (handle.h). */
 #include "connect.h"
 
 #include <arpa/inet.h>
@@ -34,7 +36,7 @@ struct lg_connecting {
     uint64_t primary_up_ns; /* when every primary socket was connected; 0 before */
     int started; /* sockets up, the monitor has it; wrap mode: waiting for the inner comms */
     int path_live[LG_NPATHS];
-    int connected[LG_NPATHS][LG_MAX_STREAMS + 1];
+    int connected[LG_NPATHS][LG_MAX_STREAMS + 1]; /* [p][0]: the path's session is up */
     size_t hello_sent[LG_NPATHS][LG_MAX_STREAMS + 1];
     char peer_nic[LG_NPATHS][LG_HANDLE_NIC_LEN]; /* from the handle, for the WARNs */
 };
@@ -65,9 +67,9 @@ static void registry_remove(struct lg_connecting *cg)
     pthread_mutex_unlock(&lg_connecting_mu);
 }
 
-static int *sock_fd(struct lg_conn *c, int p, int k)
+static int *sock_fd(struct lg_conn *c, int p, int k) /* k = 1..nstreams */
 {
-    return k == 0 ? &c->paths[p]->ctrl.task.fd : &c->paths[p]->data[k - 1].task.fd;
+    return &c->paths[p]->data[k - 1].task.fd;
 }
 
 /* Why a path's peer address is unreachable: on another subnet, NCCL paired NICs of different
@@ -111,18 +113,11 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
             "connection runs unprotected until that path can be built",
             (unsigned long long)cg->conn->nonce, p->nic, p->peer, why, err ? ": " : "",
             err ? strerror(err) : "", reach_hint(cg->conn, 1, err));
-    for (int k = 0; k <= p->nstreams; k++) {
-        int *fd = sock_fd(cg->conn, 1, k);
-        if (*fd >= 0)
-            close(*fd);
-        *fd = -1;
-    }
     cg->path_live[1] = 0;
     cg->conn->paths[1] = NULL; /* the connection starts with its primary path only */
     cg->conn->npaths = 1;
     cg->conn->upgradable = 1; /* ... and the monitor adds the backup when it can */
-    pthread_mutex_destroy(&p->ctrl_mu);
-    free(p);
+    lg_path_free(p); /* its sockets, its session's channel */
 }
 
 static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const struct lg_handle *h)
@@ -164,9 +159,17 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
             return NULL;
         }
         cg->path_live[p] = 1;
+        struct lg_session *s = lg_session_open(d->nic[p].name, d->nic[p].ip, h->ip[p],
+                                               h->port[p]);
+        if (s && lg_session_attach(s, path, 0) != 0) {
+            lg_session_put(s);
+            s = NULL;
+            errno = ECONNRESET;
+        }
         for (int k = 0; k <= c->nstreams; k++) {
-            int fd = lg_sock_connect_start(d->nic[p].name, d->nic[p].ip, h->ip[p], h->port[p],
-                                           k ? LG_SOCK_DATA : LG_SOCK_CTRL);
+            int fd = !k ? (s ? 0 : -1)
+                        : lg_sock_connect_start(d->nic[p].name, d->nic[p].ip, h->ip[p],
+                                                h->port[p], LG_SOCK_DATA);
             if (fd < 0) {
                 if (p == 0) {
                     int e = errno;
@@ -179,7 +182,8 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
                 give_up_backup(cg, errno, "socket");
                 break;
             }
-            *sock_fd(c, p, k) = fd;
+            if (k)
+                *sock_fd(c, p, k) = fd;
         }
     }
     pthread_mutex_lock(&lg_connecting_mu);
@@ -196,7 +200,8 @@ static int send_hello(struct lg_connecting *cg, int p, int k)
     struct lg_hello h = {.path = (uint8_t)p, .stream = (uint8_t)k, .nstreams = (uint8_t)c->nstreams,
                          .paths_mask = (uint8_t)(1 | (cg->path_live[1] ? 2 : 0)),
                          .chunk_size = c->chunk_size, .listen_id = c->listen_id,
-                         .conn_nonce = c->nonce, .flags = c->tr->hello_flags};
+                         .conn_nonce = c->nonce, .flags = c->tr->hello_flags,
+                         .session = c->paths[p]->sess->id, .chan = c->paths[p]->chan};
     lg_hello_encode(buf, &h);
     size_t *sent = &cg->hello_sent[p][k];
     while (*sent < LG_HELLO_SIZE) {
@@ -219,15 +224,19 @@ static int connect_progress(struct lg_connecting *cg)
         for (int k = 0; cg->path_live[p] && k <= c->nstreams; k++) {
             int rc = 0, err = 0;
             if (!cg->connected[p][k]) {
-                rc = lg_sock_connect_check(*sock_fd(c, p, k));
+                /* k 0: the session, 1 up, 0 connecting; the data sockets: 0 up, 1 connecting */
+                rc = k ? lg_sock_connect_check(*sock_fd(c, p, k))
+                       : 1 - lg_session_progress(c->paths[p]->sess);
+                rc = rc == 2 ? -1 : rc;
                 err = errno;
                 if (rc == 0)
                     cg->connected[p][k] = 1;
                 else if (rc > 0 && timed_out)
                     rc = -1, err = ETIMEDOUT;
             }
-            /* The primary's control hello goes last: it announces which paths exist. */
-            if (rc == 0 && (p || k) && send_hello(cg, p, k) < 0)
+            /* Data hellos once the path's session is up (the receiver looks it up by them);
+             * the primary's first goes last: it announces which paths exist. */
+            if (rc == 0 && k && (p || k > 1) && cg->connected[p][0] && send_hello(cg, p, k) < 0)
                 rc = -1, err = errno;
             if (rc < 0 && p == 0) {
                 LG_WARN("connect from %s failed: %s%s", path_ends(cg, 0).s, strerror(err),
@@ -238,7 +247,7 @@ static int connect_progress(struct lg_connecting *cg)
                 give_up_backup(cg, err, "connect");
                 break;
             }
-            if (rc > 0 || ((p || k) && cg->hello_sent[p][k] < LG_HELLO_SIZE))
+            if (rc > 0 || (k && (p || k > 1) && cg->hello_sent[p][k] < LG_HELLO_SIZE))
                 all = 0;
         }
     }
@@ -254,9 +263,9 @@ static int connect_progress(struct lg_connecting *cg)
         give_up_backup(cg, ETIMEDOUT, "not connected within LINKGUARD_BACKUP_GRACE_MS");
         return connect_progress(cg);
     }
-    if (!all || !cg->connected[0][0])
+    if (!all || !cg->connected[0][1])
         return 0;
-    int rc = send_hello(cg, 0, 0);
+    int rc = send_hello(cg, 0, 1);
     if (rc < 0) {
         LG_WARN("connect from %s failed: %s", path_ends(cg, 0).s, strerror(errno));
         return -1;

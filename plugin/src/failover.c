@@ -111,7 +111,7 @@ void lg_fo_init(struct lg_conn *c)
         fo->slot[i].local_state = LG_NIC_UNKNOWN;
         fo->slot[i].delay_ns = LG_MS(lg_params.rejoin_ms);
     }
-    c->ctrl_fn = lg_proto_ctrl_handler; /* the protocol reads every control channel */
+    c->ctrl_frame = lg_proto_on_frame; /* the protocol takes every control frame */
 }
 
 /* ---- what we and the peer know ----------------------------------------------------------- */
@@ -194,7 +194,7 @@ static uint64_t late_gap_ns(void)
 
 static int silent(const struct lg_path *p, uint64_t now)
 {
-    uint64_t last = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
+    uint64_t last = lg_path_rx_ns(p);
     return now > last && now - last > LG_MS(lg_params.silent_timeout_ms);
 }
 
@@ -214,8 +214,7 @@ static void describe(const struct lg_conn *c, int i, uint64_t now, char *out, si
         snprintf(out, len, "%s", __atomic_load_n(&p->fail_noted, __ATOMIC_ACQUIRE) && p->why[0]
                                      ? p->why : "failed");
     else if (silent(p, now))
-        snprintf(out, len, "silent for %.0f ms",
-                 lg_ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now));
+        snprintf(out, len, "silent for %.0f ms", lg_ms_since(lg_path_rx_ns(p), now));
     else if (peer_failed(c, i))
         snprintf(out, len, "declared failed by the peer");
     else
@@ -278,12 +277,9 @@ static int note_failures(struct lg_conn *c, uint64_t now)
 }
 
 /* Silent ("gray") failure: the active path hears nothing while the standby does. */
-/* Reads what is waiting on a path's control channel now (workers may lag behind). */
-static void pump(struct lg_path *p)
-{
-    if (lg_path_up(p))
-        lg_task_run(&p->ctrl.task, EPOLLIN);
-}
+/* Reads what is waiting on a path's control session now (workers may lag behind; a session
+ * read empty in the last millisecond is not read again for each of its connections). */
+static void pump(struct lg_path *p, uint64_t now) { lg_path_ctrl_pump(p, now); }
 
 /* `heard` kept talking after `quiet` fell silent: read on it at two distinct times, the earlier
  * at least half the silent timeout after quiet's last reading. A peer process that gets no
@@ -293,8 +289,8 @@ static void pump(struct lg_path *p)
  * soon as its silence counts (the other's heartbeats come every LINKGUARD_HEARTBEAT_MS). */
 static int kept_talking(const struct lg_path *heard, const struct lg_path *quiet)
 {
-    uint64_t q = __atomic_load_n(&quiet->last_rx_ns, __ATOMIC_RELAXED);
-    uint64_t prev = __atomic_load_n(&heard->prev_rx_ns, __ATOMIC_RELAXED);
+    uint64_t q = lg_path_rx_ns(quiet);
+    uint64_t prev = lg_path_prev_rx_ns(heard);
     return prev > q && prev - q >= LG_MS(lg_params.silent_timeout_ms) / 2;
 }
 
@@ -307,14 +303,13 @@ static void silence_between(struct lg_path *quiet, struct lg_path *heard, uint64
     if (!lg_path_up(quiet) || !silent(quiet, now) || !lg_path_up(heard))
         return;
     /* Before blaming the path: heartbeats may sit unread in its socket. */
-    pump(quiet);
-    pump(heard);
+    pump(quiet, now);
+    pump(heard, now);
     if (!lg_path_up(quiet) || !silent(quiet, now) || !lg_path_up(heard) || silent(heard, now) ||
         !kept_talking(heard, quiet))
         return;
     char why[96];
-    snprintf(why, sizeof(why), "%s for %.0f ms", what,
-             lg_ms_since(__atomic_load_n(&quiet->last_rx_ns, __ATOMIC_RELAXED), now));
+    snprintf(why, sizeof(why), "%s for %.0f ms", what, lg_ms_since(lg_path_rx_ns(quiet), now));
     lg_conn_path_failed(quiet, 0, why);
 }
 
@@ -326,6 +321,12 @@ static void check_silence(struct lg_conn *c, uint64_t now)
 }
 
 /* ---- heartbeats ----------------------------------------------------------------------------- */
+
+/* A connection's heartbeat says what it knows (its daemon's view of both NICs, the paths it
+ * declared failed, its epoch, its paths' generations): sent at once on every live path when
+ * that changes, and otherwise only refreshed this often (queued, written with the session's
+ * next flush). Liveness is the sessions' (session.h), so this is no per-connection cost. */
+#define LG_HB_REFRESH_PERIODS 20
 
 static void heartbeats(struct lg_conn *c, uint64_t now)
 {
@@ -339,17 +340,26 @@ static void heartbeats(struct lg_conn *c, uint64_t now)
         if (c->paths[i])
             gens |= (uint64_t)c->paths[i]->gen << (32 * i);
     }
-    int force = fo->hb_force || flags != fo->hb_flags;
-    struct lg_ctrl hb = {.type = LG_CTRL_HB, .flags = flags,
-                         .epoch = __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE), .value = gens};
+    uint32_t epoch = __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE);
+    int force = fo->hb_force || flags != fo->hb_flags || epoch != fo->hb_epoch ||
+                gens != fo->hb_gens;
+    struct lg_ctrl hb = {.type = LG_CTRL_HB, .flags = flags, .epoch = epoch, .value = gens};
     for (int i = 0; i < LG_NPATHS; i++) {
         struct lg_path *p = c->paths[i];
-        if (lg_path_up(p) &&
-            (force || now - __atomic_load_n(&p->last_tx_ns, __ATOMIC_RELAXED) >=
-                          LG_MS(lg_params.heartbeat_ms)))
+        if (!lg_path_up(p))
+            continue;
+        uint64_t sent = __atomic_load_n(&p->last_tx_ns, __ATOMIC_RELAXED);
+        if (force)
             lg_path_ctrl_send(p, &hb);
+        else if (now - sent >= LG_HB_REFRESH_PERIODS * LG_MS(lg_params.heartbeat_ms))
+            lg_path_ctrl_queue(p, &hb);
+        else
+            continue;
+        __atomic_store_n(&p->last_tx_ns, now, __ATOMIC_RELAXED);
     }
     fo->hb_flags = flags;
+    fo->hb_epoch = epoch;
+    fo->hb_gens = gens;
     fo->hb_force = 0;
     c->tr->heartbeat(c, now); /* its own periodic frames (wrap mode: POSTED) */
 }
@@ -538,10 +548,6 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
     c->parked = (uint32_t)((1ull << c->nstreams) - 1);
     pthread_mutex_unlock(&c->mu);
     c->tr->commit_end(c, old, p);
-    /* The active control channel is read by test(); the others wake a worker. */
-    if (old && old != p && lg_path_up(old))
-        lg_task_set_events(&old->ctrl.task, lg_path_ctrl_events(old, 0));
-    lg_task_set_events(&p->ctrl.task, lg_path_ctrl_events(p, 1));
     c->tr->resume(p);
     uint64_t t0 = fo->sw_trigger_ns ? fo->sw_trigger_ns : rx_ns;
     LG_INFO(NCCL_NET, "send conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s (%s); "
@@ -759,11 +765,8 @@ static void rx_step(struct lg_conn *c, uint64_t now)
         else if (e > fo->seen)
             fo->seen = e;
     }
-    for (int i = 0; i < LG_NPATHS; i++) {
-        struct lg_rejoin *rj = &fo->slot[i].rj;
-        if (rj->path && now - rj->t0 > LG_MS(lg_params.rejoin_timeout_ms))
-            lg_rejoin_abort(c, i);
-    }
+    for (int i = 0; i < LG_NPATHS; i++)
+        lg_rejoin_rx_step(c, i, now);
 }
 
 /* ---- a connection built without its backup ------------------------------------------------ */
@@ -777,8 +780,8 @@ static uint64_t add_backup(struct lg_conn *c, uint64_t now)
     eval_health(c, now);
     if (c->kind == LG_CONN_SEND)
         tx_rejoin(c, 1, now);
-    else if (sl->rj.path && now - sl->rj.t0 > LG_MS(lg_params.rejoin_timeout_ms))
-        lg_rejoin_abort(c, 1);
+    else
+        lg_rejoin_rx_step(c, 1, now);
     /* Heartbeats already: the receiver counts itself protected as soon as it has filed the
      * path, and judges our primary's silence from then on. */
     heartbeats(c, now);
@@ -805,7 +808,7 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
     uint64_t gap = fo->last_run_ns ? now - fo->last_run_ns : 0;
     fo->last_run_ns = now;
     if (c->kind == LG_CONN_SEND) {
-        pump(p); /* test() reads it only while NCCL polls */
+        pump(p, now); /* test() reads it only while NCCL polls */
     }
     c->tr->watch(c, now);
     heartbeats(c, now);
@@ -824,7 +827,7 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
     fo->stalled_ns += LG_MIN(gap, late_gap_ns());
     if (fo->stalled_ns < LG_MS(lg_params.dead_timeout_ms))
         return now + hb;
-    double quiet = lg_ms_since(__atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED), now);
+    double quiet = lg_ms_since(lg_path_rx_ns(p), now);
     if (lg_conn_fail(c, ncclRemoteError, "nothing heard from the peer for %.0f ms", quiet))
         LG_WARN("%s conn %016llx on dev %d: nothing heard from the peer for %.0f ms on the %s "
                 "path on NIC %s to %s, and the connection has no backup path "
@@ -855,7 +858,7 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
         /* test() reads the active control channel only while NCCL polls: read it here too,
          * so heartbeats are seen on an idle connection. */
         for (int i = 0; i < LG_NPATHS; i++)
-            pump(c->paths[i]);
+            pump(c->paths[i], now);
     /* A run far behind its schedule means this process was starved (CPU, a stop): silence
      * measured across it says nothing about the paths. Judge at the next run instead. */
     uint64_t gap = fo->last_run_ns ? now - fo->last_run_ns : 0;
@@ -893,8 +896,7 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
         next = now + LG_MS(1);
     struct lg_path *pa = c->paths[c->active];
     if (lg_path_up(pa)) { /* wake up right when the active path would count as silent */
-        uint64_t due = __atomic_load_n(&pa->last_rx_ns, __ATOMIC_RELAXED) +
-                       LG_MS(lg_params.silent_timeout_ms) + LG_MS(1);
+        uint64_t due = lg_path_rx_ns(pa) + LG_MS(lg_params.silent_timeout_ms) + LG_MS(1);
         if (due > now && due < next)
             next = due;
     }

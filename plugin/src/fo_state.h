@@ -30,7 +30,9 @@ struct lg_rejoin {
     uint32_t gen;
     uint64_t t0;
     int nfds;             /* receiver: sockets filed so far */
-    int connected[LG_MAX_STREAMS + 1];
+    uint64_t sess;        /* receiver: the control session and channel its hellos name */
+    uint32_t chan;
+    int connected[LG_MAX_STREAMS + 1]; /* sender: [0] its session is up, [k] data stream k */
     size_t hello_sent[LG_MAX_STREAMS + 1];
 };
 
@@ -68,6 +70,8 @@ struct lg_fo {
     int daemon;            /* a live daemon was seen at the last evaluation */
     uint8_t hb_flags;      /* what our last heartbeat said */
     uint64_t hb_force;     /* send a heartbeat on every path at the next run */
+    uint32_t hb_epoch;     /* the epoch and generations the last heartbeat said */
+    uint64_t hb_gens;
     uint64_t posted_told_ns; /* sender, wrap mode: when POSTED last went out */
     /* what the peer said (copied from the mailbox) */
     uint8_t peer_flags;

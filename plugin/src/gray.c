@@ -68,7 +68,7 @@ void lg_gray_probe_standby(struct lg_conn *c, int i, uint64_t now)
     struct lg_fo_slot *sl = &c->fo.slot[i];
     struct lg_path *p = c->paths[i];
     struct lg_gp_counters cc;
-    if (now >= sl->gray_until || lg_gp_read(&p->ctrl.task.fd, 1, &cc) != 0)
+    if (now >= sl->gray_until || lg_gp_read(&(int){lg_path_ctrl_fd(p)}, 1, &cc) != 0)
         return;
     if (sl->probe_retrans != UINT64_MAX && cc.segs_retrans > sl->probe_retrans &&
         sl->gp_path == p && sl->gp_gen == p->gen)

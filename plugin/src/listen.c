@@ -37,8 +37,10 @@ struct lg_group {
     uint64_t nonce, t0;
     int nstreams;
     uint32_t chunk_size;
-    int mask; /* paths announced by the primary's control hello; 0 until then */
-    int fds[LG_NPATHS][LG_MAX_STREAMS + 1];
+    int mask; /* paths announced by the primary's first data hello; 0 until then */
+    int fds[LG_NPATHS][LG_MAX_STREAMS + 1]; /* [p][k]: data stream k (1..nstreams) */
+    uint64_t sess[LG_NPATHS]; /* the control session each path's hellos name, and its channel */
+    uint32_t chan[LG_NPATHS];
 };
 
 struct lg_listen {
@@ -121,6 +123,7 @@ static void group_drop(struct lg_group *g)
         }
     g->used = 0;
     g->mask = 0;
+    memset(g->chan, 0, sizeof(g->chan));
 }
 
 /* The acceptor's sink (under its lock): files a socket whose hello names this listen comm.
@@ -153,10 +156,13 @@ static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t loc
         g->mask = 0;
     }
     int ok = g && g->nstreams == h->nstreams && g->chunk_size == h->chunk_size &&
-             g->fds[h->path][h->stream] < 0;
+             g->fds[h->path][h->stream] < 0 &&
+             (!g->chan[h->path] || (g->chan[h->path] == h->chan && g->sess[h->path] == h->session));
     if (ok) {
         g->fds[h->path][h->stream] = fd;
-        if (h->path == 0 && h->stream == 0)
+        g->sess[h->path] = h->session;
+        g->chan[h->path] = h->chan;
+        if (h->path == 0 && h->stream == 1)
             g->mask = h->paths_mask;
     }
     pthread_mutex_unlock(&l->mu);
@@ -169,14 +175,24 @@ stranger:
     return -1;
 }
 
-static int group_complete(const struct lg_group *g)
+/* Every socket of every announced path is here, and so is each path's session (its socket
+ * may come in after the data sockets). */
+static int group_complete(const struct lg_listen *l, const struct lg_group *g)
 {
     if (!g->used || !g->mask)
         return 0;
-    for (int p = 0; p < LG_NPATHS; p++)
-        for (int k = 0; (g->mask & (1 << p)) && k <= g->nstreams; k++)
+    const struct lg_device *d = lg_device_get(l->dev);
+    for (int p = 0; p < LG_NPATHS; p++) {
+        if (!(g->mask & (1 << p)))
+            continue;
+        for (int k = 1; k <= g->nstreams; k++)
             if (g->fds[p][k] < 0)
                 return 0;
+        struct lg_session *s = d ? lg_session_find(g->sess[p], d->nic[p].ip) : NULL;
+        lg_session_put(s);
+        if (!s)
+            return 0;
+    }
     return 1;
 }
 
@@ -198,22 +214,24 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
             continue;
         struct sockaddr_in peer = {0};
         socklen_t len = sizeof(peer);
-        getpeername(g->fds[p][0], (struct sockaddr *)&peer, &len);
+        getpeername(g->fds[p][1], (struct sockaddr *)&peer, &len);
         struct lg_path *path = lg_path_new(c, p, d->nic[p].name,
                                            lg_addr_format(peer.sin_addr.s_addr,
                                                           ntohs(peer.sin_port)).s);
-        if (!path) {
+        struct lg_session *s = path ? lg_session_find(g->sess[p], d->nic[p].ip) : NULL;
+        if (s && lg_session_attach(s, path, g->chan[p]) != 0) {
+            lg_session_put(s);
+            s = NULL;
+        }
+        if (!s) { /* (gone since group_complete looked) */
             lg_conn_free(c);
             return NULL;
         }
-        for (int k = 0; k <= g->nstreams; k++) {
+        for (int k = 1; k <= g->nstreams; k++) {
             int fd = g->fds[p][k];
             g->fds[p][k] = -1;
-            lg_sock_setup_accepted(fd, k ? LG_SOCK_DATA : LG_SOCK_CTRL);
-            if (k == 0)
-                path->ctrl.task.fd = fd;
-            else
-                path->data[k - 1].task.fd = fd;
+            lg_sock_setup_accepted(fd, LG_SOCK_DATA);
+            path->data[k - 1].task.fd = fd;
         }
     }
     group_drop(g); /* sockets of paths the connector gave up on */
@@ -259,15 +277,16 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
     uint64_t now = lg_now_ns();
     for (int i = 0; i < LG_GROUP_MAX && !ready.used; i++) {
         struct lg_group *g = &l->groups[i];
-        if (group_complete(g)) {
+        if (group_complete(l, g)) {
             ready = *g; /* taken out: built below, outside the lock the acceptor's sink takes */
             memset(g->fds, -1, sizeof(g->fds));
+            memset(g->chan, 0, sizeof(g->chan));
             g->used = g->mask = 0;
         } else if (g->used && now - g->t0 > timeout) {
             char have[2 * (LG_MAX_STREAMS + 2) + 1];
             int n = 0;
             for (int p = 0; p < LG_NPATHS; p++) {
-                for (int k = 0; k <= g->nstreams; k++)
+                for (int k = 1; k <= g->nstreams; k++)
                     have[n++] = g->fds[p][k] >= 0 ? '+' : '-';
                 have[n++] = p ? 0 : '/';
             }

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "params.h"
 #include "reconnect.h"
+#include "session.h"
 #include "sock.h"
 #include "util.h"
 #include "wake.h"
@@ -163,6 +164,11 @@ static void *monitor_main(void *arg)
         for (int i = 0; i < M.ndue; i++)
             lg_conn_put(M.due[i]);
         M.ndue = 0;
+        /* The sessions' heartbeats, and the pass's queued heartbeat refreshes written out,
+         * one write per session. */
+        uint64_t sess_next = lg_sessions_tick(lg_now_ns());
+        if (sess_next < next)
+            next = sess_next;
     }
     return NULL;
 }
@@ -212,6 +218,7 @@ void lg_monitor_stop(void)
     pthread_join(M.tid, NULL);
     lg_acceptor_on_rejoin(NULL);
     lg_acceptor_shutdown();
+    lg_sessions_shutdown(); /* what the peers left open to us */
     pthread_mutex_lock(&M.mu);
     lg_wake_close();
     close(M.epfd);

@@ -12,13 +12,15 @@
 
 struct lg_conn;
 struct lg_inner_mr;
-struct lg_task;
+struct lg_path;
+struct lg_ctrl;
 
 ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
                            struct lg_inner_mr *imr, void **request);
 ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes, int *tags,
                            struct lg_inner_mr **imrs, void **request);
-/* The handler of every path's control channel (the task of lg_path.ctrl). */
-void lg_proto_ctrl_handler(struct lg_task *t, uint32_t events);
+/* Every control frame for one of a connection's paths (lg_conn.ctrl_frame): 0 go on, -1 the
+ * path or the connection failed. */
+int lg_proto_on_frame(struct lg_path *p, const struct lg_ctrl *f);
 
 #endif

@@ -1,11 +1,10 @@
-/* The protocol's control channel, read by its handler on any thread (a worker, or NCCL's
- * thread when it polls): frames are checked against what an honest peer can say and either
+/* The protocol's control frames, handed over by the path's control session on whichever
+ * thread reads it (a worker, NCCL's thread when it polls, the monitor): frames are checked against what an honest peer can say and either
  * taken at once (ACK, BYE) or stored in the mailbox for the monitor (HB, SWITCH, RESYNC,
  * READY), which it wakes; the transport's own frames go to the transport (on_frame). */
 #include "proto.h"
 
 #include <stdint.h>
-#include <sys/epoll.h>
 
 #include "conn.h"
 #include "log.h"
@@ -93,7 +92,7 @@ static const char *frame_name(uint8_t type)
     }
 }
 
-static int on_frame(struct lg_path *p, const struct lg_ctrl *f)
+int lg_proto_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 {
     struct lg_conn *c = p->conn;
     int send = c->kind == LG_CONN_SEND;
@@ -147,14 +146,4 @@ static int on_frame(struct lg_path *p, const struct lg_ctrl *f)
     }
     lg_conn_path_failed(p, 0, "unexpected control frame");
     return -1;
-}
-
-void lg_proto_ctrl_handler(struct lg_task *t, uint32_t events)
-{
-    struct lg_stream *s = lg_stream_of(t);
-    if (events & EPOLLOUT)
-        lg_path_ctrl_flush(s->path);
-    if (__atomic_load_n(&s->path->state, __ATOMIC_ACQUIRE) != LG_PATH_UP)
-        return;
-    lg_path_ctrl_read(s, on_frame);
 }

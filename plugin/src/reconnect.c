@@ -1,6 +1,8 @@
-/* Rebuilding a path: the sender (connector) connects fresh sockets to the receiver's listening
- * socket for that NIC with REJOIN hellos; the receiver's monitor groups them by connection
- * nonce and generation, builds the path and answers READY on its control channel. */
+/* Rebuilding a path: the sender (connector) takes a channel on a control session to the
+ * receiver's listening socket for that NIC (a new session when the old one is gone or silent)
+ * and connects fresh data sockets there with REJOIN hellos naming it; the receiver's monitor
+ * groups them by connection nonce and generation, builds the path and answers READY on its
+ * channel. */
 #include "reconnect.h"
 
 #include <arpa/inet.h>
@@ -24,9 +26,9 @@
  * LINKGUARD_REJOIN_BUDGET at a time. */
 static int tx_inflight; /* rebuilds under way (atomic: a close aborts its own) */
 
-static int *sock_fd(struct lg_path *p, int k)
+static int *sock_fd(struct lg_path *p, int k) /* k = 1..nstreams */
 {
-    return k == 0 ? &p->ctrl.task.fd : &p->data[k - 1].task.fd;
+    return &p->data[k - 1].task.fd;
 }
 
 void lg_rejoin_publish(struct lg_conn *c, int slot, struct lg_path *p)
@@ -88,9 +90,18 @@ int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
     __atomic_add_fetch(&tx_inflight, 1, __ATOMIC_RELAXED);
     rj->gen = p->gen = ++c->fo.slot[slot].next_gen;
     rj->t0 = now;
-    for (int k = 0; k <= c->nstreams; k++) {
+    struct lg_session *s = lg_session_open(d->nic[slot].name, c->local_ip[slot],
+                                           c->peer_ip[slot], c->peer_port[slot]);
+    if (!s || lg_session_attach(s, p, 0) != 0) {
+        LG_TRACE("send conn %016llx: rebuild of path %d: no control session (%s)",
+                 (unsigned long long)c->nonce, slot, strerror(s ? ECONNRESET : errno));
+        lg_session_put(s);
+        lg_rejoin_abort(c, slot);
+        return -1;
+    }
+    for (int k = 1; k <= c->nstreams; k++) {
         int fd = lg_sock_connect_start(d->nic[slot].name, c->local_ip[slot], c->peer_ip[slot],
-                                       c->peer_port[slot], k ? LG_SOCK_DATA : LG_SOCK_CTRL);
+                                       c->peer_port[slot], LG_SOCK_DATA);
         if (fd < 0) {
             LG_TRACE("send conn %016llx: rebuild of path %d: %s", (unsigned long long)c->nonce,
                      slot, strerror(errno));
@@ -111,7 +122,7 @@ static int send_hello(struct lg_conn *c, struct lg_rejoin *rj, int k)
                          .paths_mask = (uint8_t)(1 | (1 << slot)), .chunk_size = c->chunk_size,
                          .listen_id = c->listen_id, .conn_nonce = c->nonce,
                          .flags = LG_HELLO_F_REJOIN | c->tr->hello_flags,
-                         .gen = rj->gen};
+                         .gen = rj->gen, .session = rj->path->sess->id, .chan = rj->path->chan};
     lg_hello_encode(buf, &h);
     while (rj->hello_sent[k] < LG_HELLO_SIZE) {
         struct iovec iov = {buf + rj->hello_sent[k], LG_HELLO_SIZE - rj->hello_sent[k]};
@@ -130,24 +141,28 @@ int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, 
     if (!p)
         return -1;
     if (now - rj->t0 > (uint64_t)lg_params.rejoin_timeout_ms * 1000000ull) {
-        snprintf(why, len, "%s after %lld ms", p->ctrl.task.worker ? "no READY" : "not connected",
+        snprintf(why, len, "%s after %lld ms", p->started ? "no READY" : "not connected",
                  (long long)lg_params.rejoin_timeout_ms);
         lg_rejoin_abort(c, slot);
         return -1;
     }
-    if (!p->ctrl.task.worker) {
+    if (!p->started) {
         int all = 1;
         for (int k = 0; k <= c->nstreams; k++) {
             if (!rj->connected[k]) {
-                int rc = lg_sock_connect_check(*sock_fd(p, k));
-                if (rc < 0) {
-                    snprintf(why, len, "connect: %s", strerror(errno));
+                /* k 0: the session (1 up); the data sockets (0 connected) */
+                int rc = k ? lg_sock_connect_check(*sock_fd(p, k))
+                           : 1 - lg_session_progress(p->sess);
+                if (rc < 0 || rc == 2) {
+                    snprintf(why, len, "%s: %s", k ? "connect" : "control session",
+                             strerror(errno));
                     lg_rejoin_abort(c, slot);
                     return -1;
                 }
                 rj->connected[k] = rc == 0;
             }
-            int h = rj->connected[k] ? send_hello(c, rj, k) : 0;
+            /* Data hellos once the session is up: the receiver looks it up by them. */
+            int h = !rj->connected[k] ? 0 : !k ? 1 : rj->connected[0] ? send_hello(c, rj, k) : 0;
             if (h < 0) {
                 snprintf(why, len, "hello: %s", strerror(errno));
                 lg_rejoin_abort(c, slot);
@@ -194,9 +209,16 @@ static void rx_build(struct lg_conn *c, int slot, uint64_t now)
         lg_rejoin_abort(c, slot);
         return;
     }
+    struct lg_session *s = lg_session_find(rj->sess, c->local_ip[slot]);
+    if (!s || lg_session_attach(s, p, rj->chan) != 0) {
+        /* Its session's socket may come in after the data sockets: the monitor tries again
+         * (lg_rejoin_rx_step) until the rebuild times out. */
+        lg_session_put(s);
+        return;
+    }
     rj->path = NULL;
-    for (int k = 0; k <= c->nstreams; k++)
-        lg_sock_setup_accepted(*sock_fd(p, k), k ? LG_SOCK_DATA : LG_SOCK_CTRL);
+    for (int k = 1; k <= c->nstreams; k++)
+        lg_sock_setup_accepted(*sock_fd(p, k), LG_SOCK_DATA);
     struct lg_path *old = c->paths[slot];
     if (old && lg_path_up(old))
         lg_conn_path_failed(old, 0, "replaced by a rebuilt path");
@@ -222,7 +244,7 @@ int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t
     if ((!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !c->upgradable) ||
         __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) || local_ip != c->local_ip[h->path] ||
         (h->flags & LG_HELLO_F_WRAP) != c->tr->hello_flags || h->nstreams != c->nstreams ||
-        h->chunk_size != c->chunk_size || h->stream > c->nstreams)
+        h->chunk_size != c->chunk_size || h->stream > c->nstreams || h->stream < 1)
         return -1;
     int slot = h->path;
     struct lg_rejoin *rj = &c->fo.slot[slot].rj;
@@ -244,12 +266,25 @@ int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t
         rj->path->gen = rj->gen = h->gen;
         rj->t0 = now;
         rj->nfds = 0;
+        rj->sess = h->session;
+        rj->chan = h->chan;
     }
+    if (rj->sess != h->session || rj->chan != h->chan)
+        return -1; /* the sockets of one path name one channel */
     int *slot_fd = sock_fd(rj->path, h->stream);
     if (*slot_fd >= 0)
         return -1;
     *slot_fd = fd;
-    if (++rj->nfds == c->nstreams + 1)
+    if (++rj->nfds == c->nstreams)
         rx_build(c, slot, now);
     return 0;
+}
+
+void lg_rejoin_rx_step(struct lg_conn *c, int slot, uint64_t now)
+{
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    if (rj->path && now - rj->t0 > LG_MS(lg_params.rejoin_timeout_ms))
+        lg_rejoin_abort(c, slot);
+    else if (rj->path && rj->nfds == c->nstreams)
+        rx_build(c, slot, now);
 }

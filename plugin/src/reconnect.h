@@ -22,6 +22,9 @@ int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t
                    uint64_t now);
 /* Either side: drops a rebuild in progress. */
 void lg_rejoin_abort(struct lg_conn *c, int slot);
+/* Receiver, each monitor run: a rebuild that timed out goes; one whose sockets are all filed
+ * but whose control session was not here yet is built once it is. */
+void lg_rejoin_rx_step(struct lg_conn *c, int slot, uint64_t now);
 /* Puts `p` into slot `slot`, retiring and freeing the path it replaces. */
 void lg_rejoin_publish(struct lg_conn *c, int slot, struct lg_path *p);
 

@@ -20,6 +20,8 @@ void lg_hello_encode(uint8_t out[LG_HELLO_SIZE], const struct lg_hello *h)
     lg_put64(out + 24, h->conn_nonce);
     out[10] = h->flags;
     lg_put32(out + 32, h->gen);
+    lg_put64(out + 36, h->session);
+    lg_put32(out + 44, h->chan);
 }
 
 int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h)
@@ -35,9 +37,18 @@ int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h)
     h->conn_nonce = lg_get64(in + 24);
     h->flags = in[10];
     h->gen = lg_get32(in + 32);
-    if ((h->flags & ~(LG_HELLO_F_REJOIN | LG_HELLO_F_WRAP)) || h->path >= LG_NPATHS || h->nstreams < 1 || h->nstreams > LG_MAX_STREAMS ||
-        h->stream > h->nstreams || h->chunk_size < 1 || !(h->paths_mask & 1) ||
-        (h->paths_mask >> LG_NPATHS) != 0)
+    h->session = lg_get64(in + 36);
+    h->chan = lg_get32(in + 44);
+    if (h->flags & ~(LG_HELLO_F_REJOIN | LG_HELLO_F_WRAP | LG_HELLO_F_SESSION))
+        return -1;
+    if (h->flags & LG_HELLO_F_SESSION) /* nothing but its id */
+        return h->flags != LG_HELLO_F_SESSION || h->path || h->stream || h->nstreams ||
+                       h->paths_mask || h->listen_id || h->gen || h->session || h->chan ||
+                       h->chunk_size
+                   ? -1 : 0;
+    if (h->path >= LG_NPATHS || h->nstreams < 1 || h->nstreams > LG_MAX_STREAMS ||
+        h->stream < 1 || h->stream > h->nstreams || h->chunk_size < 1 ||
+        !(h->paths_mask & 1) || (h->paths_mask >> LG_NPATHS) != 0 || h->chan == 0)
         return -1;
     return 0;
 }
@@ -49,6 +60,8 @@ void lg_ctrl_encode(uint8_t out[LG_CTRL_SIZE], const struct lg_ctrl *c)
     lg_put16(out + 2, 0);
     lg_put32(out + 4, c->epoch);
     lg_put64(out + 8, c->value);
+    lg_put32(out + 16, c->chan);
+    lg_put32(out + 20, 0);
 }
 
 int lg_ctrl_decode(const uint8_t in[LG_CTRL_SIZE], struct lg_ctrl *c)
@@ -57,7 +70,9 @@ int lg_ctrl_decode(const uint8_t in[LG_CTRL_SIZE], struct lg_ctrl *c)
     c->flags = in[1];
     c->epoch = lg_get32(in + 4);
     c->value = lg_get64(in + 8);
-    if (c->type == 0 || c->type >= LG_CTRL_TYPE_MAX || lg_get16(in + 2) != 0)
+    c->chan = lg_get32(in + 16);
+    if (c->type == 0 || c->type >= LG_CTRL_TYPE_MAX || lg_get16(in + 2) != 0 ||
+        lg_get32(in + 20) != 0)
         return -1;
     return 0;
 }

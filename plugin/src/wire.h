@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LG_WIRE_VERSION 2 /* 2: failover frames, rejoin hellos */
+#define LG_WIRE_VERSION 3 /* 2: failover frames, rejoin hellos; 3: control sessions */
 
 /* ---- hello: first bytes the connector writes on each socket -------------------------- */
 #define LG_HELLO_MAGIC 0x4548474cu /* "LGHE" */
@@ -18,7 +18,7 @@
 
 struct lg_hello {
     uint8_t path;        /* 0 primary, 1 backup */
-    uint8_t stream;      /* 0 = control channel, 1..nstreams = data streams */
+    uint8_t stream;      /* 1..nstreams = data streams (0: a session hello) */
     uint8_t nstreams;    /* data streams per path */
     uint8_t paths_mask;  /* paths the connection has (bit p); authoritative on path 0 ctrl */
     uint32_t chunk_size; /* largest chunk payload the sender will use */
@@ -26,23 +26,30 @@ struct lg_hello {
     uint64_t conn_nonce; /* connector's id: groups the sockets of one connection */
     uint8_t flags;       /* LG_HELLO_F_* */
     uint32_t gen;        /* rejoin: generation of the path being rebuilt (0 at connect) */
+    uint64_t session;    /* the control session the path's frames travel on (session.h) */
+    uint32_t chan;       /* ... and its channel there (never 0) */
 };
 #define LG_HELLO_F_REJOIN 0x1 /* rebuilds one path of a live connection (reconnect.c) */
 #define LG_HELLO_F_WRAP 0x2   /* wrap mode: data goes through the inner plugin (wrap.h); both
                                * sides must agree */
+#define LG_HELLO_F_SESSION 0x4 /* opens a control session (session.h): conn_nonce is its id;
+                                * path, stream, nstreams, paths_mask, listen_id and gen are 0 */
 
 void lg_hello_encode(uint8_t out[LG_HELLO_SIZE], const struct lg_hello *h);
 /* 0, or -1 for a bad magic/version/field (garbage or a stranger on our port). */
 int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h);
 
 /* ---- control frames -------------------------------------------------------------------- */
-#define LG_CTRL_SIZE 16
+/* They travel on a control session (session.h) shared by every path between two processes
+ * over one NIC pair; `chan` says whose. Channel 0 is the session's: heartbeats only. */
+#define LG_CTRL_SIZE 24
 enum lg_ctrl_type {
     LG_CTRL_ACK = 1,    /* recv->send: value = messages placed in posted buffers (cumulative) */
     LG_CTRL_BYE = 2,    /* EOF follows on purpose; flags: LG_BYE_CLOSE or LG_BYE_FENCE; a
                          * closing receiver's BYE(CLOSE) carries value = messages placed */
     LG_CTRL_HB = 3,     /* heartbeat: flags = LG_HB_* (the sender of the frame's view), epoch =
-                         * its committed epoch, value = gen of its path 0 | gen of path 1 << 32 */
+                         * its committed epoch, value = gen of its path 0 | gen of path 1 << 32;
+                         * on channel 0 the session's liveness, every field 0 */
     LG_CTRL_SWITCH = 4, /* send->recv: move data to path `value` at epoch `epoch` */
     LG_CTRL_RESYNC = 5, /* recv->send: committed `epoch` on path `flags`; value = messages
                          * placed: replay from there */
@@ -75,6 +82,7 @@ struct lg_ctrl {
     uint8_t flags;
     uint32_t epoch; /* connection epoch (HB, SWITCH, RESYNC); 0 otherwise */
     uint64_t value;
+    uint32_t chan;  /* the path's channel on its control session; 0: the session's own (HB) */
 };
 void lg_ctrl_encode(uint8_t out[LG_CTRL_SIZE], const struct lg_ctrl *c);
 int lg_ctrl_decode(const uint8_t in[LG_CTRL_SIZE], struct lg_ctrl *c);

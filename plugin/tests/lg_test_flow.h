@@ -217,7 +217,7 @@ static __attribute__((unused)) int both_on_fresh_primary(void *arg)
     return on_fresh_primary(f[0]) && on_fresh_primary(f[1]);
 }
 
-/* shutdown() every socket of a comm's path (or one data stream): the peer sees EOF. */
+/* shutdown() every data socket of a comm's path (or one data stream): the peer sees EOF. */
 static __attribute__((unused)) void kill_path(void *comm, int slot, int only_stream)
 {
     struct lg_path *p = __atomic_load_n(&C(comm)->paths[slot], __ATOMIC_ACQUIRE);
@@ -229,8 +229,7 @@ static __attribute__((unused)) void kill_path(void *comm, int slot, int only_str
     pthread_mutex_lock(&p->ctrl_mu);
     if (only_stream) {
         fds[n++] = p->data[only_stream - 1].task.fd;
-    } else {
-        fds[n++] = p->ctrl.task.fd;
+    } else { /* its data sockets: the control session is shared with other connections */
         for (int i = 0; i < p->nstreams; i++)
             fds[n++] = p->data[i].task.fd;
     }

@@ -22,10 +22,12 @@
 #include "util.h"
 #include "wire.h"
 
+#define LG_PEER_CHAN 7 /* the channel every scripted path has on its session */
+
 struct lg_peer {
     struct lg_conn *c;
     int npaths, nstreams;
-    int ctrl[LG_NPATHS];                    /* the peer's ends */
+    int ctrl[LG_NPATHS];                    /* the peer's ends: each path's control session */
     int data[LG_NPATHS][LG_MAX_STREAMS];
     uint8_t crx[LG_NPATHS][LG_CTRL_SIZE];   /* a control frame being read */
     size_t crx_got[LG_NPATHS];
@@ -103,7 +105,10 @@ static __attribute__((unused)) int peer_open(struct lg_peer *pe, enum lg_conn_ki
         int sv[2];
         if (!p || peer_tcp_pair(sv) != 0)
             return -1;
-        p->ctrl.task.fd = sv[0];
+        /* A session of its own per path, the path on its channel LG_PEER_CHAN. */
+        struct lg_session *s = lg_session_adopt(sv[0], c->nonce + (uint64_t)i);
+        if (!s || lg_session_attach(s, p, LG_PEER_CHAN) != 0)
+            return -1;
         pe->ctrl[i] = sv[1];
         for (int k = 0; k < nstreams; k++) {
             if (peer_tcp_pair(sv) != 0)
@@ -146,6 +151,7 @@ static __attribute__((unused)) int peer_write(int fd, const void *buf, size_t le
 static __attribute__((unused)) int peer_frame(struct lg_peer *pe, int path, struct lg_ctrl f)
 {
     uint8_t b[LG_CTRL_SIZE];
+    f.chan = f.chan ? f.chan : LG_PEER_CHAN;
     lg_ctrl_encode(b, &f);
     return peer_write(pe->ctrl[path], b, sizeof(b));
 }

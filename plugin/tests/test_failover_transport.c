@@ -249,7 +249,7 @@ static void test_both_dead(void)
     static const uint8_t junk[LG_CTRL_SIZE] = {0xee, 0xee, 0xee, 0xee};
     for (int i = 0; i < 2; i++) {
         struct lg_path *p = C(a.s)->paths[i];
-        ssize_t w = write(p->ctrl.task.fd, junk, sizeof(junk));
+        ssize_t w = write(lg_path_ctrl_fd(p), junk, sizeof(junk)); /* its session */
         CHECK_EQ(w, (ssize_t)sizeof(junk));
     }
     uint64_t t0 = lg_now_ns();

@@ -10,7 +10,8 @@ static void test_hello(void)
 {
     struct lg_hello h = {.path = 1, .stream = 3, .nstreams = 4, .paths_mask = 3,
                          .chunk_size = 524288, .listen_id = 0x1122334455667788ull,
-                         .conn_nonce = 0x99aabbccddeeff00ull}, d;
+                         .conn_nonce = 0x99aabbccddeeff00ull, .session = 0x0102030405060708ull,
+                         .chan = 0xa0b0c0d0u}, d;
     uint8_t buf[LG_HELLO_SIZE];
     lg_hello_encode(buf, &h);
     CHECK_EQ(lg_hello_decode(buf, &d), 0);
@@ -21,6 +22,7 @@ static void test_hello(void)
     CHECK_EQ(d.chunk_size, 524288);
     CHECK(d.listen_id == h.listen_id && d.conn_nonce == h.conn_nonce);
     CHECK(d.flags == 0 && d.gen == 0);
+    CHECK(d.session == h.session && d.chan == h.chan);
     /* A rebuild's hello: the flag and the generation. */
     struct lg_hello rj = h, drj;
     rj.flags = LG_HELLO_F_REJOIN;
@@ -41,14 +43,25 @@ static void test_hello(void)
     memcpy(bad, buf, sizeof(bad));
     bad[4] = LG_WIRE_VERSION + 1; /* version */
     CHECK(lg_hello_decode(bad, &d) != 0);
+    /* A session's hello: its id and nothing else. */
+    struct lg_hello sh = {.flags = LG_HELLO_F_SESSION, .conn_nonce = 42}, dsh;
+    lg_hello_encode(buf, &sh);
+    CHECK_EQ(lg_hello_decode(buf, &dsh), 0);
+    CHECK(dsh.flags == LG_HELLO_F_SESSION && dsh.conn_nonce == 42);
     struct lg_hello cases[] = {
-        {.path = 2, .stream = 0, .nstreams = 1, .paths_mask = 1, .chunk_size = 1},
-        {.path = 0, .stream = 2, .nstreams = 1, .paths_mask = 1, .chunk_size = 1},
-        {.path = 0, .stream = 0, .nstreams = 0, .paths_mask = 1, .chunk_size = 1},
-        {.path = 0, .stream = 0, .nstreams = 17, .paths_mask = 1, .chunk_size = 1},
-        {.path = 0, .stream = 0, .nstreams = 1, .paths_mask = 2, .chunk_size = 1},
-        {.path = 0, .stream = 0, .nstreams = 1, .paths_mask = 5, .chunk_size = 1},
-        {.path = 0, .stream = 0, .nstreams = 1, .paths_mask = 1, .chunk_size = 0},
+        {.path = 2, .stream = 1, .nstreams = 1, .paths_mask = 1, .chunk_size = 1, .chan = 1},
+        {.path = 0, .stream = 2, .nstreams = 1, .paths_mask = 1, .chunk_size = 1, .chan = 1},
+        {.path = 0, .stream = 0, .nstreams = 1, .paths_mask = 1, .chunk_size = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 0, .paths_mask = 1, .chunk_size = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 17, .paths_mask = 1, .chunk_size = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 2, .chunk_size = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 5, .chunk_size = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 1, .chunk_size = 0, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 1, .chunk_size = 1}, /* no chan */
+        /* a session hello with anything but its id */
+        {.flags = LG_HELLO_F_SESSION, .stream = 1},
+        {.flags = LG_HELLO_F_SESSION, .chan = 3},
+        {.flags = LG_HELLO_F_SESSION | LG_HELLO_F_REJOIN},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         lg_hello_encode(buf, &cases[i]);
@@ -67,19 +80,23 @@ static void test_hello(void)
 
 static void test_ctrl(void)
 {
-    struct lg_ctrl c = {.type = LG_CTRL_ACK, .epoch = 7, .value = 1ull << 40}, d;
+    struct lg_ctrl c = {.type = LG_CTRL_ACK, .epoch = 7, .value = 1ull << 40, .chan = 0xfeed1234u}, d;
     uint8_t buf[LG_CTRL_SIZE];
     lg_ctrl_encode(buf, &c);
     CHECK_EQ(lg_ctrl_decode(buf, &d), 0);
     CHECK_EQ(d.type, LG_CTRL_ACK);
     CHECK_EQ(d.epoch, 7);
     CHECK(d.value == 1ull << 40);
+    CHECK(d.chan == 0xfeed1234u);
     buf[0] = 0;
     CHECK(lg_ctrl_decode(buf, &d) != 0);
     buf[0] = LG_CTRL_TYPE_MAX;
     CHECK(lg_ctrl_decode(buf, &d) != 0);
     lg_ctrl_encode(buf, &c);
     buf[2] = 1; /* reserved must be zero */
+    CHECK(lg_ctrl_decode(buf, &d) != 0);
+    lg_ctrl_encode(buf, &c);
+    buf[21] = 1; /* ... both reserved fields */
     CHECK(lg_ctrl_decode(buf, &d) != 0);
     /* The failover frames: every field round-trips. */
     struct lg_ctrl f[] = {

@@ -158,9 +158,8 @@ static void kill_path(void *comm, int slot)
     struct lg_path *p = __atomic_load_n(&C(comm)->paths[slot], __ATOMIC_ACQUIRE);
     if (!p)
         return;
+    /* Its data sockets: the control session is shared with the other connections. */
     pthread_mutex_lock(&p->ctrl_mu);
-    if (p->ctrl.task.fd >= 0)
-        shutdown(p->ctrl.task.fd, SHUT_RDWR);
     for (int i = 0; i < p->nstreams; i++)
         if (p->data[i].task.fd >= 0)
             shutdown(p->data[i].task.fd, SHUT_RDWR);

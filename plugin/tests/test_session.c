@@ -1,0 +1,150 @@
+/* Control sessions (src/session.h) inside one process over loopback, no daemon: many
+ * connections share one session per NIC pair and direction of set-up, and cost only their
+ * data sockets; a session that dies fails every path on it at once, and every connection
+ * fails over losslessly and gets a fresh session for its rebuilt path; a session ended on
+ * purpose (garbage from the peer) says so, so the peer does not take it for a death; frames
+ * for a channel nobody has are dropped without harm. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "core.h"
+#include "lg_test.h"
+#include "lg_test_flow.h"
+#include "lg_test_pair.h"
+#include "session.h"
+#include "util.h"
+
+#define NFLOWS 6
+
+static struct flow flows[NFLOWS];
+
+static void step_all(void)
+{
+    for (int i = 0; i < NFLOWS; i++) {
+        if (flows[i].posted_s + DEPTH >= flows[i].count)
+            flows[i].count += 16;
+        flow_step(&flows[i]);
+    }
+}
+
+static int all_settled(int slot, const struct lg_session *not_this)
+{
+    for (int i = 0; i < NFLOWS; i++) {
+        struct lg_path *p = __atomic_load_n(&C(flows[i].s)->paths[slot], __ATOMIC_ACQUIRE);
+        if (!p || !lg_path_up(p) || p->sess == not_this || active_of(flows[i].s) != 0 ||
+            epoch_of(flows[i].s) != epoch_of(flows[i].r))
+            return 0;
+    }
+    return 1;
+}
+
+static int run_until_settled(int slot, const struct lg_session *not_this, double max_s)
+{
+    uint64_t t0 = lg_now_ns();
+    while (!all_settled(slot, not_this) && lg_now_ns() - t0 < (uint64_t)(max_s * 1e9)) {
+        step_all();
+        usleep(100);
+    }
+    return all_settled(slot, not_this);
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+
+/* Every connection between the two "processes" (here one) uses one session per NIC and
+ * direction: 2 NICs x (outgoing + accepted) = 4, however many connections there are. */
+static void test_shared(void)
+{
+    int fds0 = open_fds();
+    for (int i = 0; i < NFLOWS; i++) {
+        flow_init(&flows[i]);
+        flows[i].count = 40;
+    }
+    CHECK_EQ(lg_sessions_count(), 4);
+    for (int slot = 0; slot < LG_NPATHS; slot++)
+        for (int i = 1; i < NFLOWS; i++) {
+            CHECK(C(flows[i].s)->paths[slot]->sess == C(flows[0].s)->paths[slot]->sess);
+            CHECK(C(flows[i].r)->paths[slot]->sess == C(flows[0].r)->paths[slot]->sess);
+            CHECK(C(flows[i].s)->paths[slot]->chan != C(flows[0].s)->paths[slot]->chan);
+        }
+    /* Both sides of every connection: its data sockets only (2 paths x nstreams each). */
+    int per_conn = 2 * LG_NPATHS * C(flows[0].s)->nstreams;
+    CHECK_EQ(open_fds() - fds0, NFLOWS * per_conn + 4 + 2); /* + the 2 listening sockets */
+    for (int k = 0; k < 200 && !flow_done(&flows[0]); k++)
+        for (int i = 0; i < NFLOWS; i++)
+            flow_step(&flows[i]);
+}
+
+/* The primary NIC pair's session dies (its socket shut down under it): every connection's
+ * primary path fails at once, each moves to its backup without losing a message, and each
+ * rebuilds its primary on a fresh session and moves back. */
+static void test_session_dies(void)
+{
+    struct lg_session *s = C(flows[0].s)->paths[0]->sess;
+    CHECK(lg_session_up(s));
+    for (int k = 0; k < 50; k++)
+        step_all();
+    shutdown(s->task.fd, SHUT_RDWR);
+    CHECK(run_until_settled(0, s, 20.0));
+    for (int i = 0; i < NFLOWS; i++) {
+        CHECK(C(flows[i].s)->paths[0]->gen > 0); /* rebuilt */
+        CHECK(epoch_of(flows[i].s) >= 2);          /* away and back */
+    }
+    for (int i = 0; i < NFLOWS; i++) {
+        flows[i].count = flows[i].posted_s + 8;
+        uint64_t t0 = lg_now_ns();
+        while (!flow_done(&flows[i]) && !flows[i].errors && lg_now_ns() - t0 < 10000000000ull)
+            flow_step(&flows[i]);
+        if (!flow_done(&flows[i]))
+            fprintf(stderr, "flow %d: %llu/%llu sent %llu/%llu received of %llu\n", i,
+                    (unsigned long long)flows[i].posted_s, (unsigned long long)flows[i].done_s,
+                    (unsigned long long)flows[i].posted_r, (unsigned long long)flows[i].done_r,
+                    (unsigned long long)flows[i].count);
+        CHECK(flow_done(&flows[i]));
+        CHECK_EQ(flows[i].bad, 0);
+        CHECK_EQ(flows[i].errors, 0);
+    }
+}
+
+/* Frames for a channel nobody has (a closed path's, a stranger's) are dropped; the session
+ * and its paths go on. */
+static void test_unknown_channel(void)
+{
+    struct lg_path *p = C(flows[0].s)->paths[1];
+    struct lg_session *s = p->sess;
+    uint8_t b[LG_CTRL_SIZE];
+    lg_ctrl_encode(b, &(struct lg_ctrl){.type = LG_CTRL_ACK, .value = 1u << 30,
+                                         .chan = 0x7fffffffu});
+    /* Written on the receiver's end of the same session: it reaches our sender's side. */
+    struct lg_path *rp = C(flows[0].r)->paths[1];
+    CHECK_EQ(write(lg_path_ctrl_fd(rp), b, sizeof(b)), (ssize_t)sizeof(b));
+    for (int k = 0; k < 200; k++)
+        step_all();
+    CHECK(lg_session_up(s));
+    CHECK(lg_path_up(p));
+    CHECK_EQ(__atomic_load_n(&C(flows[0].s)->error, __ATOMIC_ACQUIRE), 0);
+}
+
+int main(void)
+{
+    fast_failover_env("3000");
+    setenv("LINKGUARD_REINTEGRATE", "1", 1);
+    loopback_devices("lgs0", "lgs1");
+    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, NULL), ncclSuccess);
+    test_shared();
+    test_session_dies();
+    test_unknown_channel();
+    for (int i = 0; i < NFLOWS; i++)
+        flow_close(&flows[i]);
+    CHECK_EQ(lg_core_finalize(), ncclSuccess);
+    LG_TEST_DONE();
+}
