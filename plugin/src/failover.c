@@ -839,6 +839,20 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
 
 /* ---- one run ------------------------------------------------------------------------------- */
 
+/* A connection with nothing in flight needs few runs: its silence is judged when due (the run
+ * is woken then), the peer's frames and its paths' failures wake it, and so does a change in
+ * the daemon's table. Its runs come this many heartbeat periods apart, still well inside
+ * late_gap_ns (a run that late judges nothing). */
+#define LG_IDLE_RUN_PERIODS 4
+
+static int idle(const struct lg_conn *c)
+{
+    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+    uint64_t done = c->kind == LG_CONN_SEND ? __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)
+                                            : __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+    return posted == done;
+}
+
 uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
 {
     struct lg_fo *fo = &c->fo;
@@ -889,7 +903,7 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
         return now + LG_MS(1);
     if (dead_check(c, now, gap))
         return now + 20 * hb;
-    uint64_t next = now + hb;
+    uint64_t next = now + (idle(c) ? LG_IDLE_RUN_PERIODS * hb : hb);
     if (fo->sw_phase != LG_SW_NONE || fo->slot[0].rj.path || fo->slot[1].rj.path)
         next = now + LG_MS(2);
     if (handshaking)
