@@ -147,8 +147,11 @@ static void path_close_fds(struct lg_path *p)
 
 /* The object goes: its session's hold with it (NCCL's thread may have used the session
  * through the path until the path was unpublished and quiesced). */
+static void retire_forget(struct lg_path *p);
+
 static void path_destroy(struct lg_path *p)
 {
+    retire_forget(p);
     pthread_mutex_destroy(&p->ctrl_mu);
     lg_session_put(p->sess);
     free(p);
@@ -171,16 +174,16 @@ void lg_path_fence_start(struct lg_path *p, int say_bye)
     }
 }
 
-void lg_path_retire(struct lg_path *p, int say_bye)
+/* Retiring, in two halves around the detach of its tasks (which a batch does once for all). */
+static int retire_begin(struct lg_path *p, int say_bye, struct lg_task **tasks)
 {
-    if (!p || p->retired)
-        return;
     lg_path_fence_start(p, say_bye);
     p->conn->tr->fence(p); /* the transport's comm first (no late write lands after it) */
-    struct lg_task *tasks[LG_MAX_STREAMS + 1];
-    int n = path_tasks(p, tasks);
-    if (n)
-        lg_tasks_detach(tasks, n);
+    return path_tasks(p, tasks);
+}
+
+static void retire_end(struct lg_path *p)
+{
     /* A sender's writer cut off mid-chunk gives its hold on the message back. */
     for (int i = 0; i < LG_MAX_STREAMS; i++) {
         struct lg_stream *s = &p->data[i];
@@ -191,6 +194,111 @@ void lg_path_retire(struct lg_path *p, int say_bye)
     }
     path_close_fds(p);
     p->retired = 1;
+}
+
+void lg_path_retire(struct lg_path *p, int say_bye)
+{
+    if (!p || p->retired)
+        return;
+    struct lg_task *tasks[LG_MAX_STREAMS];
+    int n = retire_begin(p, say_bye, tasks);
+    if (n)
+        lg_tasks_detach(tasks, n);
+    retire_end(p);
+}
+
+/* ---- retiring later, in batches ------------------------------------------------------------ */
+
+/* Paths fenced by a storm's switches wait here (FIFO), each holding its connection, and are
+ * retired LG_RETIRE_BATCH at a time with one detach for all their tasks: a detach is a round
+ * trip to the workers, which 500 paths one by one made 80 ms of the monitor's time while the
+ * RESYNCs of the next switches waited. */
+static struct {
+    pthread_mutex_t mu; /* entries; a path's destruction clears its own */
+    struct later_path {
+        struct lg_path *p; /* NULL: destroyed (or retired) since */
+        struct lg_conn *c;
+    } *e;
+    int head, n, cap;
+} later = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void retire_forget(struct lg_path *p)
+{
+    if (!__atomic_load_n(&p->retire_queued, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&later.mu);
+    for (int i = later.head; i < later.n; i++)
+        if (later.e[i].p == p)
+            later.e[i].p = NULL;
+    pthread_mutex_unlock(&later.mu);
+}
+
+void lg_path_retire_later(struct lg_path *p)
+{
+    if (p->retired || p->retire_queued)
+        return;
+    lg_path_fence_start(p, 1); /* failed for everyone and the peer told, now */
+    pthread_mutex_lock(&later.mu);
+    if (later.head == later.n)
+        later.head = later.n = 0;
+    if (later.n == later.cap) {
+        int cap = later.cap ? 2 * later.cap : 64;
+        struct later_path *ne = realloc(later.e, (size_t)cap * sizeof(*ne));
+        if (!ne) {
+            pthread_mutex_unlock(&later.mu);
+            lg_path_retire(p, 1); /* no room: at once */
+            return;
+        }
+        later.e = ne;
+        later.cap = cap;
+    }
+    lg_conn_hold(p->conn);
+    __atomic_store_n(&p->retire_queued, 1, __ATOMIC_RELEASE);
+    later.e[later.n++] = (struct later_path){.p = p, .c = p->conn};
+    pthread_mutex_unlock(&later.mu);
+}
+
+int lg_paths_retire_queued(void)
+{
+    struct later_path b[LG_RETIRE_BATCH];
+    int n = 0;
+    pthread_mutex_lock(&later.mu);
+    while (n < LG_RETIRE_BATCH && later.head < later.n)
+        b[n++] = later.e[later.head++];
+    int left = later.n - later.head;
+    pthread_mutex_unlock(&later.mu);
+    /* Each connection's run_mu, once (a connection may have both paths here): under it a
+     * close cannot free the path, and a connection that is closing has freed it already. */
+    int own[LG_RETIRE_BATCH];
+    for (int i = 0; i < n; i++) {
+        own[i] = 1;
+        for (int k = 0; k < i && own[i]; k++)
+            own[i] = b[k].c != b[i].c;
+        if (own[i])
+            pthread_mutex_lock(&b[i].c->run_mu);
+    }
+    struct lg_task *tasks[LG_RETIRE_BATCH * LG_MAX_STREAMS];
+    int nt = 0;
+    for (int i = 0; i < n; i++) {
+        if (!b[i].p || b[i].c->closing || b[i].p->retired) {
+            b[i].p = NULL;
+            continue;
+        }
+        nt += retire_begin(b[i].p, 1, tasks + nt);
+    }
+    if (nt)
+        lg_tasks_detach(tasks, nt);
+    for (int i = 0; i < n; i++)
+        if (b[i].p) {
+            retire_end(b[i].p);
+            __atomic_store_n(&b[i].p->retire_queued, 0, __ATOMIC_RELEASE);
+        }
+    for (int i = 0; i < n; i++)
+        if (own[i])
+            pthread_mutex_unlock(&b[i].c->run_mu);
+    for (int i = 0; i < n; i++)
+        lg_conn_put(b[i].c);
+    return left;
 }
 
 void lg_path_free(struct lg_path *p)

@@ -245,7 +245,7 @@ struct lg_path {
     int ready;            /* sender, rebuilt path: READY came */
     int retired;          /* sockets closed, tasks detached (monitor) */
     int bye_sent;         /* BYE(FENCE) queued (monitor) */
-    int retire_queued;    /* in the monitor's list of paths to retire after its pass */
+    int retire_queued;    /* in the list of paths to retire later (atomic; lg_path_retire_later) */
     struct lg_wpath w;    /* wrap mode: the inner comm carrying this path's data */
 };
 
@@ -458,6 +458,13 @@ void lg_path_note_bye(struct lg_path *p, uint8_t flags);
 void lg_path_retire(struct lg_path *p, int say_bye);
 /* Its first, cheap part: the path fails (no one uses it from now) and the peer is told. */
 void lg_path_fence_start(struct lg_path *p, int say_bye);
+/* The monitor, in a storm: the first part now, the rest later, batched (lg_paths_retire_queued),
+ * so that every connection switches first. The path may be retired or freed meanwhile. */
+void lg_path_retire_later(struct lg_path *p);
+/* The monitor, between its passes: retires up to LG_RETIRE_BATCH queued paths, one detach of
+ * their tasks for all. Returns how many are still queued. */
+#define LG_RETIRE_BATCH 32
+int lg_paths_retire_queued(void);
 /* A progress watchdog's clock (monitor): `busy` (work waits on the path and the peer is
  * heard) with its progress marker (base, placed) unchanged since it began. Returns when the
  * stall counts from (its start, or the last commit if later: a replay has only begun) once

@@ -24,60 +24,12 @@
 
 /* When a rebuild `delay` from now may start: later by up to LINKGUARD_REJOIN_JITTER_MS, so
  * that connections released together (one daemon UP, one peer heartbeat) spread out. */
-/* Paths to retire once the monitor's pass is over (monitor thread only), each with its
- * connection held: one closed meanwhile retired its paths itself. */
-static struct {
-    struct later_path {
-        struct lg_path *p;
-        struct lg_conn *c; /* held; p is looked at only while c is not closed */
-    } *e;
-    int n, cap;
-} later;
-
-static void retire_later(struct lg_path *p)
-{
-    if (p->retired || p->retire_queued)
-        return;
-    if (later.n == later.cap) {
-        int cap = later.cap ? 2 * later.cap : 64;
-        struct later_path *ne = realloc(later.e, (size_t)cap * sizeof(*ne));
-        if (!ne) {
-            lg_path_retire(p, 1); /* no room: at once, as before */
-            return;
-        }
-        later.e = ne;
-        later.cap = cap;
-    }
-    lg_path_fence_start(p, 1);
-    p->retire_queued = 1;
-    lg_conn_hold(p->conn);
-    later.e[later.n++] = (struct later_path){.p = p, .c = p->conn};
-}
-
-void lg_fo_retire_deferred(void)
-{
-    for (int i = 0; i < later.n; i++) {
-        struct lg_path *p = later.e[i].p;
-        struct lg_conn *c = later.e[i].c;
-        pthread_mutex_lock(&c->run_mu);
-        if (!c->closing) {
-            p->retire_queued = 0;
-            lg_path_retire(p, 1);
-        }
-        pthread_mutex_unlock(&c->run_mu);
-        lg_conn_put(c);
-    }
-    later.n = 0;
-}
-
 static uint64_t rebuild_at(uint64_t now, uint64_t delay)
 {
     uint64_t j = LG_MS(lg_params.rejoin_jitter_ms);
     return now + delay + (j ? lg_random_u64() % j : 0);
 }
 #define LG_FLAP_WINDOW_NS LG_MS(10000) /* a rebuilt path failing within this doubles the backoff */
-
-
 
 static const char *nic_of(const struct lg_conn *c, int i)
 {
@@ -254,7 +206,7 @@ static int note_failures(struct lg_conn *c, uint64_t now)
         else
             sl->delay_ns = LG_MS(lg_params.rejoin_ms);
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
-        retire_later(p);
+        lg_path_retire_later(p);
     }
     struct lg_path *p0 = c->paths[0], *p1 = c->paths[1];
     if (p0 && p1 && !lg_path_up(p0) && !lg_path_up(p1) &&
@@ -570,7 +522,7 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         sl->noted = 1;
         sl->delay_ns = LG_MS(lg_params.rejoin_ms);
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
-        retire_later(old);
+        lg_path_retire_later(old);
     } else if (old && old != p && (c->tr->caps & LG_TR_FRESH_ON_LEAVE) && !old->retired) {
         c->tr->rearm(old); /* the backup left at reintegration: a fresh comm */
     }
@@ -744,7 +696,7 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     fo->hb_force = 1;
     if (old && old != p && old->index == 0 && !old->retired) {
         fo->slot[0].noted = 1;
-        retire_later(old);
+        lg_path_retire_later(old);
     } else if (old && old != p && (c->tr->caps & LG_TR_FRESH_ON_LEAVE) && !old->retired) {
         c->tr->rearm(old); /* fenced before the RESYNC; now its next comm */
     }

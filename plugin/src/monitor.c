@@ -160,10 +160,13 @@ static void *monitor_main(void *arg)
             }
             pthread_mutex_unlock(&c->run_mu);
         }
-        lg_fo_retire_deferred(); /* every connection switched first */
         for (int i = 0; i < M.ndue; i++)
             lg_conn_put(M.due[i]);
         M.ndue = 0;
+        /* The paths the passes left (a storm's dead ones): a batch between two passes, so
+         * that every connection switches first and none waits behind the clean-up. */
+        if (lg_paths_retire_queued() > 0)
+            next = now;
         /* The sessions' heartbeats, and the pass's queued heartbeat refreshes written out,
          * one write per session. */
         uint64_t sess_next = lg_sessions_tick(lg_now_ns());
@@ -216,6 +219,8 @@ void lg_monitor_stop(void)
     pthread_mutex_unlock(&M.mu);
     lg_wake_monitor(0);
     pthread_join(M.tid, NULL);
+    while (lg_paths_retire_queued() > 0) /* the last comm is closed: only the holds go */
+        ;
     lg_acceptor_on_rejoin(NULL);
     lg_acceptor_shutdown();
     lg_sessions_shutdown(); /* what the peers left open to us */

@@ -174,9 +174,12 @@ static int reusable(const struct lg_session *s, uint64_t now)
     int st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
     if (st == LG_SESS_CONNECTING)
         return now - s->t0 < LG_MS(lg_params.rejoin_timeout_ms);
-    /* A silent one may be the dead NIC's: a rebuild must not bet on it. */
+    /* A silent one may be the dead NIC's: a rebuild must not bet on it, nor on one that was
+     * ever silent that long (after a cut its TCP retransmissions back off, each way on its
+     * own clock: hearing the peer again says nothing of the peer hearing us). */
     uint64_t heard = __atomic_load_n(&s->last_rx_ns, __ATOMIC_RELAXED);
-    return st == LG_SESS_UP && (heard >= now || now - heard < LG_MS(lg_params.silent_timeout_ms));
+    return st == LG_SESS_UP && !__atomic_load_n(&s->suspect, __ATOMIC_ACQUIRE) &&
+           (heard >= now || now - heard < LG_MS(lg_params.silent_timeout_ms));
 }
 
 struct lg_session *lg_session_open(const char *nic, uint32_t local_ip, uint32_t peer_ip,
@@ -539,6 +542,8 @@ static int tick_one(struct lg_session *s, uint64_t now, uint64_t *next)
     if (sess_stalled(s))
         return 1;
     uint64_t heard = __atomic_load_n(&s->last_rx_ns, __ATOMIC_RELAXED);
+    if (now > heard && now - heard > LG_MS(lg_params.silent_timeout_ms))
+        __atomic_store_n(&s->suspect, 1, __ATOMIC_RELEASE); /* never handed out again */
     if (!s->outgoing && !__atomic_load_n(&s->nchan, __ATOMIC_RELAXED) && now > heard &&
         now - heard > LG_MS(lg_params.dead_timeout_ms))
         return 1; /* no path left, and the connector went quiet: it is gone */

@@ -51,6 +51,7 @@ struct lg_session {
     int started;   /* its task is with the workers */
     int reaped;    /* acceptor side: the socket's hold is dropped (under lg_sess_mu) */
     int overflowed; /* its queue is full: the peer reads nothing (atomic; the monitor fails it) */
+    int suspect;    /* was silent for the silent timeout once: no new path is put on it (atomic) */
     size_t hello_sent;
     uint64_t t0; /* opened or accepted */
     struct lg_session *next; /* registry (under lg_sess_mu) */
