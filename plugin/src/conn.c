@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +57,6 @@ struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, con
     snprintf(p->nic, sizeof(p->nic), "%s", nic);
     snprintf(p->peer, sizeof(p->peer), "%s", peer);
     pthread_mutex_init(&p->ctrl_mu, NULL);
-    p->ack_off = -1;
     for (int i = 0; i < LG_MAX_STREAMS; i++) {
         p->data[i].path = p;
         p->data[i].index = i + 1;
@@ -133,7 +133,7 @@ static int path_tasks(struct lg_path *p, struct lg_task **tasks)
 static void path_close_fds(struct lg_path *p)
 {
     int fds[LG_MAX_STREAMS];
-    lg_session_detach(p);
+    lg_session_detach(&p->ch);
     pthread_mutex_lock(&p->ctrl_mu);
     for (int i = 0; i < LG_MAX_STREAMS; i++) {
         fds[i] = p->data[i].task.fd;
@@ -153,7 +153,7 @@ static void path_destroy(struct lg_path *p)
 {
     retire_forget(p);
     pthread_mutex_destroy(&p->ctrl_mu);
-    lg_session_put(p->sess);
+    lg_session_put(p->ch.sess);
     free(p);
 }
 
@@ -166,7 +166,7 @@ void lg_path_fence_start(struct lg_path *p, int say_bye)
         p->fail_ns = lg_now_ns();
         __atomic_store_n(&p->fail_noted, 1, __ATOMIC_RELEASE);
     }
-    if (say_bye && !p->bye_sent && __atomic_load_n(&p->attached, __ATOMIC_ACQUIRE)) {
+    if (say_bye && !p->bye_sent && __atomic_load_n(&p->ch.attached, __ATOMIC_ACQUIRE)) {
         /* Best effort: the peer then takes our EOF for a fence, not for our death. */
         struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_FENCE};
         lg_path_ctrl_send(p, &bye);
@@ -331,7 +331,7 @@ void lg_conn_free(struct lg_conn *c)
     if (n)
         lg_tasks_detach(tasks, n);
     for (int i = 0; i < np; i++) { /* no frame reaches the transport once it is released */
-        lg_session_detach(all[i]);
+        lg_session_detach(&all[i]->ch);
         c->tr->fence(all[i]);
     }
     c->tr->release(c);
@@ -502,6 +502,40 @@ uint64_t lg_conn_stalled_since(struct lg_conn *c, int busy, uint64_t base, uint6
 void lg_path_note_bye(struct lg_path *p, uint8_t flags)
 {
     __atomic_store_n(&p->peer_bye, 1 + (flags == LG_BYE_FENCE), __ATOMIC_RELEASE);
+}
+
+/* ---- the path's channel on its control session ------------------------------------------ */
+
+static struct lg_path *path_of(struct lg_chan *ch)
+{
+    return (struct lg_path *)((char *)ch - offsetof(struct lg_path, ch));
+}
+
+static void chan_frame(struct lg_chan *ch, const struct lg_ctrl *f, uint64_t now)
+{
+    struct lg_path *p = path_of(ch);
+    lg_path_note_rx(p, now);
+    if (lg_path_up(p))
+        p->conn->ctrl_frame(p, f);
+}
+
+static void chan_lost(struct lg_chan *ch, int err, int eof, const char *why)
+{
+    /* (a path still being built fails too: its attempt ends) */
+    if (eof)
+        lg_conn_path_eof(path_of(ch), why);
+    else
+        lg_conn_path_failed(path_of(ch), err, why);
+}
+
+static void chan_bye(struct lg_chan *ch) { lg_path_note_bye(path_of(ch), LG_BYE_FENCE); }
+
+static const struct lg_chan_ops path_chan_ops = {
+    .frame = chan_frame, .lost = chan_lost, .bye = chan_bye};
+
+int lg_path_attach(struct lg_path *p, struct lg_session *s, uint32_t id)
+{
+    return lg_session_attach(s, &p->ch, id, &path_chan_ops);
 }
 
 /* A progress watchdog's verdict: logged, reported to the daemon, and the path fails like a

@@ -225,14 +225,8 @@ struct lg_path {
     char peer[24];
     struct lg_stream data[LG_MAX_STREAMS];
     pthread_mutex_t ctrl_mu; /* its data fds are taken out under it (a holder sees them open) */
-    /* its control channel: a channel of a control session, held from attach until freed */
-    struct lg_session *sess;
-    uint32_t chan;
-    int attached;              /* frames flow: attached, not yet detached (atomic) */
-    int sess_busy;             /* frames being handed to it (atomic) */
-    struct lg_path *sess_next; /* the session's channel table (under its ch_mu) */
-    long ack_off;              /* an unsent ACK in the session's queue that a newer ack may */
-    uint32_t ack_gen;          /* overwrite, and the queue generation it is valid in (tx_mu) */
+    /* its control channel: a channel of a control session, the session held until freed */
+    struct lg_chan ch;
     int started;               /* its data tasks are with the workers */
     /* liveness and failure (atomics unless said) */
     uint64_t last_rx_ns;  /* something was read on one of its sockets (lg_path_note_rx) */
@@ -428,29 +422,33 @@ size_t lg_path_ports(const struct lg_path *p, char *out, size_t len, int sep);
  * monitor's next flush (heartbeat refreshes, batched per session). */
 static inline void lg_path_ctrl_send(struct lg_path *p, const struct lg_ctrl *f)
 {
-    lg_session_send(p, f, 0);
+    lg_session_send(&p->ch, f, 0);
 }
 static inline void lg_path_ctrl_queue(struct lg_path *p, const struct lg_ctrl *f)
 {
-    lg_session_send(p, f, 1);
+    lg_session_send(&p->ch, f, 1);
 }
+/* Puts p on session s as channel `id` (0: the next one), taking over the caller's hold of s.
+ * 0, or -1 (the hold stays the caller's). */
+int lg_path_attach(struct lg_path *p, struct lg_session *s, uint32_t id);
+static inline struct lg_session *lg_path_sess(const struct lg_path *p) { return p->ch.sess; }
 /* Writes what the path's session still queues, waiting at most timeout_ms (close: the BYE
  * must not be lost to a full socket buffer). */
 static inline void lg_path_ctrl_drain(struct lg_path *p, int timeout_ms)
 {
-    if (p->sess)
-        lg_session_drain(p->sess, timeout_ms);
+    if (p->ch.sess)
+        lg_session_drain(p->ch.sess, timeout_ms);
 }
 /* Reads what waits on the path's session now (rate-limited when now != 0). */
 static inline void lg_path_ctrl_pump(struct lg_path *p, uint64_t now)
 {
-    if (p && p->sess && __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == LG_PATH_UP)
-        lg_session_pump(p->sess, now);
+    if (p && p->ch.sess && __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) == LG_PATH_UP)
+        lg_session_pump(p->ch.sess, now);
 }
 /* The fd carrying its control frames (its session's), or -1. */
 static inline int lg_path_ctrl_fd(const struct lg_path *p)
 {
-    return p->sess ? p->sess->task.fd : -1;
+    return p->ch.sess ? p->ch.sess->task.fd : -1;
 }
 /* The peer said BYE on p (flags LG_BYE_*): EOF follows on purpose. */
 void lg_path_note_bye(struct lg_path *p, uint8_t flags);
@@ -490,8 +488,6 @@ static inline void lg_monitor_wake(struct lg_conn *c)
     __atomic_store_n(&c->dirty, 1, __ATOMIC_SEQ_CST);
     lg_wake_monitor(0);
 }
-/* Readings closer than this count as one (a burst of frames, a chunk and its header). */
-#define LG_RX_DISTINCT_NS 1000000ull
 /* Something was read on p now (any thread; relaxed: a heuristic's inputs, each word whole). */
 static inline void lg_path_note_rx(struct lg_path *p, uint64_t now)
 {
@@ -505,13 +501,13 @@ static inline void lg_path_note_rx(struct lg_path *p, uint64_t now)
 static inline uint64_t lg_path_rx_ns(const struct lg_path *p)
 {
     uint64_t own = __atomic_load_n(&p->last_rx_ns, __ATOMIC_RELAXED);
-    uint64_t ses = p->sess ? __atomic_load_n(&p->sess->last_rx_ns, __ATOMIC_RELAXED) : 0;
+    uint64_t ses = p->ch.sess ? __atomic_load_n(&p->ch.sess->last_rx_ns, __ATOMIC_RELAXED) : 0;
     return own > ses ? own : ses;
 }
 static inline uint64_t lg_path_prev_rx_ns(const struct lg_path *p)
 {
     uint64_t own = __atomic_load_n(&p->prev_rx_ns, __ATOMIC_RELAXED);
-    uint64_t ses = p->sess ? __atomic_load_n(&p->sess->prev_rx_ns, __ATOMIC_RELAXED) : 0;
+    uint64_t ses = p->ch.sess ? __atomic_load_n(&p->ch.sess->prev_rx_ns, __ATOMIC_RELAXED) : 0;
     return own > ses ? own : ses;
 }
 /* Something (a heartbeat at least) was read on the path within a few heartbeat periods. */

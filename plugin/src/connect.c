@@ -161,7 +161,7 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
         cg->path_live[p] = 1;
         struct lg_session *s = lg_session_open(d->nic[p].name, d->nic[p].ip, h->ip[p],
                                                h->port[p]);
-        if (s && lg_session_attach(s, path, 0) != 0) {
+        if (s && lg_path_attach(path, s, 0) != 0) {
             lg_session_put(s);
             s = NULL;
             errno = ECONNRESET;
@@ -201,7 +201,7 @@ static int send_hello(struct lg_connecting *cg, int p, int k)
                          .paths_mask = (uint8_t)(1 | (cg->path_live[1] ? 2 : 0)),
                          .chunk_size = c->chunk_size, .listen_id = c->listen_id,
                          .conn_nonce = c->nonce, .flags = c->tr->hello_flags,
-                         .session = c->paths[p]->sess->id, .chan = c->paths[p]->chan};
+                         .session = lg_path_sess(c->paths[p])->id, .chan = c->paths[p]->ch.id};
     lg_hello_encode(buf, &h);
     size_t *sent = &cg->hello_sent[p][k];
     while (*sent < LG_HELLO_SIZE) {
@@ -226,7 +226,7 @@ static int connect_progress(struct lg_connecting *cg)
             if (!cg->connected[p][k]) {
                 /* k 0: the session, 1 up, 0 connecting; the data sockets: 0 up, 1 connecting */
                 rc = k ? lg_sock_connect_check(*sock_fd(c, p, k))
-                       : 1 - lg_session_progress(c->paths[p]->sess);
+                       : 1 - lg_session_progress(lg_path_sess(c->paths[p]));
                 rc = rc == 2 ? -1 : rc;
                 err = errno;
                 if (rc == 0)

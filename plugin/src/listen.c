@@ -219,7 +219,7 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
                                            lg_addr_format(peer.sin_addr.s_addr,
                                                           ntohs(peer.sin_port)).s);
         struct lg_session *s = path ? lg_session_find(g->sess[p], d->nic[p].ip) : NULL;
-        if (s && lg_session_attach(s, path, g->chan[p]) != 0) {
+        if (s && lg_path_attach(path, s, g->chan[p]) != 0) {
             lg_session_put(s);
             s = NULL;
         }

@@ -92,7 +92,7 @@ int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
     rj->t0 = now;
     struct lg_session *s = lg_session_open(d->nic[slot].name, c->local_ip[slot],
                                            c->peer_ip[slot], c->peer_port[slot]);
-    if (!s || lg_session_attach(s, p, 0) != 0) {
+    if (!s || lg_path_attach(p, s, 0) != 0) {
         LG_TRACE("send conn %016llx: rebuild of path %d: no control session (%s)",
                  (unsigned long long)c->nonce, slot, strerror(s ? ECONNRESET : errno));
         lg_session_put(s);
@@ -122,7 +122,8 @@ static int send_hello(struct lg_conn *c, struct lg_rejoin *rj, int k)
                          .paths_mask = (uint8_t)(1 | (1 << slot)), .chunk_size = c->chunk_size,
                          .listen_id = c->listen_id, .conn_nonce = c->nonce,
                          .flags = LG_HELLO_F_REJOIN | c->tr->hello_flags,
-                         .gen = rj->gen, .session = rj->path->sess->id, .chan = rj->path->chan};
+                         .gen = rj->gen, .session = lg_path_sess(rj->path)->id,
+                         .chan = rj->path->ch.id};
     lg_hello_encode(buf, &h);
     while (rj->hello_sent[k] < LG_HELLO_SIZE) {
         struct iovec iov = {buf + rj->hello_sent[k], LG_HELLO_SIZE - rj->hello_sent[k]};
@@ -152,7 +153,7 @@ int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, 
             if (!rj->connected[k]) {
                 /* k 0: the session (1 up); the data sockets (0 connected) */
                 int rc = k ? lg_sock_connect_check(*sock_fd(p, k))
-                           : 1 - lg_session_progress(p->sess);
+                           : 1 - lg_session_progress(lg_path_sess(p));
                 if (rc < 0 || rc == 2) {
                     snprintf(why, len, "%s: %s", k ? "connect" : "control session",
                              strerror(errno));
@@ -210,7 +211,7 @@ static void rx_build(struct lg_conn *c, int slot, uint64_t now)
         return;
     }
     struct lg_session *s = lg_session_find(rj->sess, c->local_ip[slot]);
-    if (!s || lg_session_attach(s, p, rj->chan) != 0) {
+    if (!s || lg_path_attach(p, s, rj->chan) != 0) {
         /* Its session's socket may come in after the data sockets: the monitor tries again
          * (lg_rejoin_rx_step) until the rebuild times out. */
         lg_session_put(s);

@@ -13,7 +13,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "conn.h"
 #include "log.h"
 #include "params.h"
 #include "sock.h"
@@ -29,7 +28,7 @@ static struct lg_session *lg_sessions; /* under lg_sess_mu */
 #define LG_SESS_FAIL_BATCH 64
 
 static void sess_handler(struct lg_task *t, uint32_t events);
-static void send_locked(struct lg_session *s, struct lg_path *p, struct lg_ctrl *f, int queue_only);
+static void send_locked(struct lg_session *s, struct lg_chan *ch, struct lg_ctrl *f, int queue_only);
 
 static struct lg_session *sess_new(int fd, uint64_t id, int outgoing, int state)
 {
@@ -107,17 +106,18 @@ static const char *peer_str(const struct lg_session *s, char *buf, size_t len)
     return buf;
 }
 
-/* Every path on s: the peer said BYE(FENCE) for all of them at once. */
+/* Every channel on s: the peer said BYE(FENCE) for all of them at once. */
 static void note_bye_all(struct lg_session *s)
 {
     pthread_mutex_lock(&s->ch_mu);
     for (int b = 0; b < LG_SESS_BUCKETS; b++)
-        for (struct lg_path *p = s->bucket[b]; p; p = p->sess_next)
-            lg_path_note_bye(p, LG_BYE_FENCE);
+        for (struct lg_chan *ch = s->bucket[b]; ch; ch = ch->next)
+            ch->ops->bye(ch);
     pthread_mutex_unlock(&s->ch_mu);
 }
 
-/* The session is over: every path on it fails now (the monitor fails them over), and the
+/* The session is over: every channel on it is told (its path fails, and the monitor fails it
+ * over), and the
  * socket is shut down so that the peer's side fails too (its fd stays ours until the last
  * path lets go). `alive`: we end it on purpose (garbage, a stall, silence), and say so first
  * (BYE(FENCE) on channel 0): the peer must not take the EOF for this process's death. Any
@@ -142,24 +142,22 @@ static void sess_end(struct lg_session *s, int err, const char *why, int alive)
     char what[128];
     snprintf(what, sizeof(what), "control session: %s", why);
     for (;;) {
-        struct lg_path *batch[LG_SESS_FAIL_BATCH];
+        struct lg_chan *batch[LG_SESS_FAIL_BATCH];
         int n = 0;
         pthread_mutex_lock(&s->ch_mu);
         for (int b = 0; b < LG_SESS_BUCKETS && n < LG_SESS_FAIL_BATCH; b++)
-            for (struct lg_path *p = s->bucket[b]; p && n < LG_SESS_FAIL_BATCH; p = p->sess_next)
-                if (lg_path_up(p)) {
-                    __atomic_add_fetch(&p->sess_busy, 1, __ATOMIC_ACQ_REL);
-                    batch[n++] = p;
+            for (struct lg_chan *ch = s->bucket[b]; ch && n < LG_SESS_FAIL_BATCH; ch = ch->next)
+                if (!ch->lost) {
+                    ch->lost = 1;
+                    __atomic_add_fetch(&ch->busy, 1, __ATOMIC_ACQ_REL);
+                    batch[n++] = ch;
                 }
         pthread_mutex_unlock(&s->ch_mu);
         if (!n)
             break;
         for (int i = 0; i < n; i++) {
-            if (err || alive) /* (a path still being built fails too: its attempt ends) */
-                lg_conn_path_failed(batch[i], err, what);
-            else
-                lg_conn_path_eof(batch[i], what);
-            __atomic_sub_fetch(&batch[i]->sess_busy, 1, __ATOMIC_RELEASE);
+            batch[i]->ops->lost(batch[i], err, !err && !alive, what);
+            __atomic_sub_fetch(&batch[i]->busy, 1, __ATOMIC_RELEASE);
         }
     }
     lg_wake_monitor(0); /* reaping */
@@ -318,45 +316,48 @@ struct lg_session *lg_session_adopt(int fd, uint64_t id)
 
 /* ---- channels ----------------------------------------------------------------------------- */
 
-int lg_session_attach(struct lg_session *s, struct lg_path *p, uint32_t chan)
+int lg_session_attach(struct lg_session *s, struct lg_chan *ch, uint32_t id,
+                      const struct lg_chan_ops *ops)
 {
     pthread_mutex_lock(&s->ch_mu);
     int ok = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != LG_SESS_FAILED;
-    if (ok && chan == 0) {
-        chan = s->next_chan++;
+    if (ok && id == 0) {
+        id = s->next_chan++;
         if (s->next_chan == 0)
             s->next_chan = 1;
     }
-    for (struct lg_path *q = ok ? s->bucket[chan % LG_SESS_BUCKETS] : NULL; q; q = q->sess_next)
-        if (q->chan == chan)
+    for (struct lg_chan *q = ok ? s->bucket[id % LG_SESS_BUCKETS] : NULL; q; q = q->next)
+        if (q->id == id)
             ok = 0;
     if (ok) {
-        p->sess = s;
-        p->chan = chan;
-        p->ack_off = -1;
-        p->sess_next = s->bucket[chan % LG_SESS_BUCKETS];
-        s->bucket[chan % LG_SESS_BUCKETS] = p;
+        ch->sess = s;
+        ch->id = id;
+        ch->ops = ops;
+        ch->lost = 0;
+        ch->ack_off = -1;
+        ch->next = s->bucket[id % LG_SESS_BUCKETS];
+        s->bucket[id % LG_SESS_BUCKETS] = ch;
         __atomic_add_fetch(&s->nchan, 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&p->attached, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&ch->attached, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&s->ch_mu);
     return ok ? 0 : -1;
 }
 
-void lg_session_detach(struct lg_path *p)
+void lg_session_detach(struct lg_chan *ch)
 {
-    struct lg_session *s = p->sess;
-    if (!s || !__atomic_exchange_n(&p->attached, 0, __ATOMIC_ACQ_REL))
+    struct lg_session *s = ch->sess;
+    if (!s || !__atomic_exchange_n(&ch->attached, 0, __ATOMIC_ACQ_REL))
         return;
     pthread_mutex_lock(&s->ch_mu);
-    for (struct lg_path **pp = &s->bucket[p->chan % LG_SESS_BUCKETS]; *pp; pp = &(*pp)->sess_next)
-        if (*pp == p) {
-            *pp = p->sess_next;
+    for (struct lg_chan **pp = &s->bucket[ch->id % LG_SESS_BUCKETS]; *pp; pp = &(*pp)->next)
+        if (*pp == ch) {
+            *pp = ch->next;
             __atomic_sub_fetch(&s->nchan, 1, __ATOMIC_RELAXED);
             break;
         }
     pthread_mutex_unlock(&s->ch_mu);
-    while (__atomic_load_n(&p->sess_busy, __ATOMIC_ACQUIRE))
+    while (__atomic_load_n(&ch->busy, __ATOMIC_ACQUIRE))
         sched_yield(); /* a frame being handed to it */
 }
 
@@ -393,12 +394,12 @@ static int sess_stalled(struct lg_session *s)
     return __atomic_load_n(&s->overflowed, __ATOMIC_ACQUIRE);
 }
 
-static void send_locked(struct lg_session *s, struct lg_path *p, struct lg_ctrl *f, int queue_only)
+static void send_locked(struct lg_session *s, struct lg_chan *ch, struct lg_ctrl *f, int queue_only)
 {
     /* Acks are cumulative: an unsent one is simply updated. */
-    if (p && f->type == LG_CTRL_ACK && p->ack_off >= 0 && p->ack_gen == s->txq_gen &&
-        (size_t)p->ack_off >= s->txq_off) {
-        lg_ctrl_encode(s->txq + p->ack_off, f);
+    if (ch && f->type == LG_CTRL_ACK && ch->ack_off >= 0 && ch->ack_gen == s->txq_gen &&
+        (size_t)ch->ack_off >= s->txq_off) {
+        lg_ctrl_encode(s->txq + ch->ack_off, f);
         return;
     }
     if (!make_room_locked(s)) {
@@ -406,9 +407,9 @@ static void send_locked(struct lg_session *s, struct lg_path *p, struct lg_ctrl 
             lg_wake_monitor(0); /* failed by the monitor: not under the locks a sender holds */
         return;
     }
-    if (p && f->type == LG_CTRL_ACK) {
-        p->ack_off = (long)s->txq_len;
-        p->ack_gen = s->txq_gen;
+    if (ch && f->type == LG_CTRL_ACK) {
+        ch->ack_off = (long)s->txq_len;
+        ch->ack_gen = s->txq_gen;
     }
     lg_ctrl_encode(s->txq + s->txq_len, f);
     s->txq_len += LG_CTRL_SIZE;
@@ -416,16 +417,16 @@ static void send_locked(struct lg_session *s, struct lg_path *p, struct lg_ctrl 
         write_locked(s);
 }
 
-void lg_session_send(struct lg_path *p, const struct lg_ctrl *f, int queue_only)
+void lg_session_send(struct lg_chan *ch, const struct lg_ctrl *f, int queue_only)
 {
-    struct lg_session *s = p->sess;
-    if (!s || !__atomic_load_n(&p->attached, __ATOMIC_ACQUIRE))
+    struct lg_session *s = ch->sess;
+    if (!s || !__atomic_load_n(&ch->attached, __ATOMIC_ACQUIRE))
         return; /* detached: the path is retired */
     struct lg_ctrl g = *f;
-    g.chan = p->chan;
+    g.chan = ch->id;
     pthread_mutex_lock(&s->tx_mu);
     if (lg_session_up(s))
-        send_locked(s, p, &g, queue_only);
+        send_locked(s, ch, &g, queue_only);
     pthread_mutex_unlock(&s->tx_mu);
 }
 
@@ -466,18 +467,16 @@ static void dispatch(struct lg_session *s, const struct lg_ctrl *f, uint64_t now
         return;
     }
     pthread_mutex_lock(&s->ch_mu);
-    struct lg_path *p = s->bucket[f->chan % LG_SESS_BUCKETS];
-    while (p && p->chan != f->chan)
-        p = p->sess_next;
-    if (p)
-        __atomic_add_fetch(&p->sess_busy, 1, __ATOMIC_ACQ_REL);
+    struct lg_chan *ch = s->bucket[f->chan % LG_SESS_BUCKETS];
+    while (ch && ch->id != f->chan)
+        ch = ch->next;
+    if (ch)
+        __atomic_add_fetch(&ch->busy, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_unlock(&s->ch_mu);
-    if (!p)
+    if (!ch)
         return; /* a path closed since, or one the peer has not accepted yet */
-    lg_path_note_rx(p, now);
-    if (lg_path_up(p))
-        p->conn->ctrl_frame(p, f);
-    __atomic_sub_fetch(&p->sess_busy, 1, __ATOMIC_RELEASE);
+    ch->ops->frame(ch, f, now);
+    __atomic_sub_fetch(&ch->busy, 1, __ATOMIC_RELEASE);
 }
 
 static void sess_handler(struct lg_task *t, uint32_t events)

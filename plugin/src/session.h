@@ -31,8 +31,33 @@
 #include "progress.h"
 #include "wire.h"
 
-struct lg_path;
 struct lg_ctrl;
+struct lg_chan;
+
+/* What the owner of a channel (a path, conn.h) is told, on whichever thread reads the
+ * session. None of them may detach a channel or take a session lock. */
+struct lg_chan_ops {
+    /* a frame for the channel */
+    void (*frame)(struct lg_chan *ch, const struct lg_ctrl *f, uint64_t now);
+    /* the session is over: an error (errno err), EOF (eof), or ended by us on purpose */
+    void (*lost)(struct lg_chan *ch, int err, int eof, const char *why);
+    /* the peer ends the session on purpose (BYE(FENCE) on channel 0): its EOF follows */
+    void (*bye)(struct lg_chan *ch);
+};
+
+/* A path's channel on its session, embedded in the path: the session holds no other view of
+ * it. Held from lg_session_attach until lg_session_put(ch->sess). */
+struct lg_chan {
+    struct lg_session *sess;
+    uint32_t id;
+    const struct lg_chan_ops *ops;
+    int attached;          /* frames flow: attached, not yet detached (atomic) */
+    int busy;              /* frames being handed to it (atomic) */
+    int lost;              /* told the session is over (under the session's ch_mu) */
+    struct lg_chan *next;  /* the session's channel table (under its ch_mu) */
+    long ack_off;          /* an unsent ACK in the session's queue that a newer ack may */
+    uint32_t ack_gen;      /* overwrite, and the queue generation it is valid in (tx_mu) */
+};
 
 #define LG_SESS_BUCKETS 256
 #define LG_SESS_TXQ (LG_CTRL_SIZE * 4096) /* frames queued before the session counts as stalled */
@@ -57,7 +82,7 @@ struct lg_session {
     struct lg_session *next; /* registry (under lg_sess_mu) */
     /* channels (under ch_mu) */
     pthread_mutex_t ch_mu;
-    struct lg_path *bucket[LG_SESS_BUCKETS];
+    struct lg_chan *bucket[LG_SESS_BUCKETS];
     uint32_t next_chan;
     int nchan;
     /* writes (under tx_mu) */
@@ -89,16 +114,19 @@ struct lg_session *lg_session_find(uint64_t id, uint32_t local_ip);
 struct lg_session *lg_session_adopt(int fd, uint64_t id);
 void lg_session_put(struct lg_session *s);
 
-/* Attaches p under `chan` (0: pick the next one, the connector's side), taking over the
- * caller's hold. 0, or -1 (the session failed, or the channel is taken). */
-int lg_session_attach(struct lg_session *s, struct lg_path *p, uint32_t chan);
-/* Detaches p (no frame is handed to it once this returns) and drops its hold. Never from a
- * frame handler. */
-void lg_session_detach(struct lg_path *p);
+/* Attaches ch under `id` (0: pick the next one, the connector's side), taking over the
+ * caller's hold, which stays ch->sess's until lg_session_put. 0, or -1 (the session failed,
+ * or the id is taken; the hold stays the caller's). */
+int lg_session_attach(struct lg_session *s, struct lg_chan *ch, uint32_t id,
+                      const struct lg_chan_ops *ops);
+/* Detaches ch: no frame is handed to it once this returns (the hold stays). Never from one
+ * of its ops. */
+void lg_session_detach(struct lg_chan *ch);
 
-/* p's frame, queued and written as far as the socket takes it (any thread); queue_only
- * leaves the write to the next flush (the monitor's heartbeat refreshes). */
-void lg_session_send(struct lg_path *p, const struct lg_ctrl *f, int queue_only);
+/* ch's frame, queued and written as far as the socket takes it (any thread); queue_only
+ * leaves the write to the next flush (the monitor's heartbeat refreshes). Dropped once ch
+ * is detached. */
+void lg_session_send(struct lg_chan *ch, const struct lg_ctrl *f, int queue_only);
 void lg_session_flush(struct lg_session *s);
 /* Writes what is queued, waiting at most timeout_ms for room. */
 void lg_session_drain(struct lg_session *s, int timeout_ms);
@@ -112,6 +140,9 @@ uint64_t lg_sessions_tick(uint64_t now);
 void lg_sessions_shutdown(void);
 /* How many sessions are open (tests, the scale benchmark's accounting). */
 int lg_sessions_count(void);
+
+/* Readings closer than this count as one (a burst of frames, a chunk and its header). */
+#define LG_RX_DISTINCT_NS 1000000ull
 
 static inline int lg_session_up(const struct lg_session *s)
 {

@@ -107,7 +107,7 @@ static __attribute__((unused)) int peer_open(struct lg_peer *pe, enum lg_conn_ki
             return -1;
         /* A session of its own per path, the path on its channel LG_PEER_CHAN. */
         struct lg_session *s = lg_session_adopt(sv[0], c->nonce + (uint64_t)i);
-        if (!s || lg_session_attach(s, p, LG_PEER_CHAN) != 0)
+        if (!s || lg_path_attach(p, s, LG_PEER_CHAN) != 0)
             return -1;
         pe->ctrl[i] = sv[1];
         for (int k = 0; k < nstreams; k++) {

@@ -35,7 +35,7 @@ static int all_settled(int slot, const struct lg_session *not_this)
 {
     for (int i = 0; i < NFLOWS; i++) {
         struct lg_path *p = __atomic_load_n(&C(flows[i].s)->paths[slot], __ATOMIC_ACQUIRE);
-        if (!p || !lg_path_up(p) || p->sess == not_this || active_of(flows[i].s) != 0 ||
+        if (!p || !lg_path_up(p) || lg_path_sess(p) == not_this || active_of(flows[i].s) != 0 ||
             epoch_of(flows[i].s) != epoch_of(flows[i].r))
             return 0;
     }
@@ -72,9 +72,9 @@ static void test_shared(void)
     CHECK_EQ(lg_sessions_count(), 4);
     for (int slot = 0; slot < LG_NPATHS; slot++)
         for (int i = 1; i < NFLOWS; i++) {
-            CHECK(C(flows[i].s)->paths[slot]->sess == C(flows[0].s)->paths[slot]->sess);
-            CHECK(C(flows[i].r)->paths[slot]->sess == C(flows[0].r)->paths[slot]->sess);
-            CHECK(C(flows[i].s)->paths[slot]->chan != C(flows[0].s)->paths[slot]->chan);
+            CHECK(C(flows[i].s)->paths[slot]->ch.sess == C(flows[0].s)->paths[slot]->ch.sess);
+            CHECK(C(flows[i].r)->paths[slot]->ch.sess == C(flows[0].r)->paths[slot]->ch.sess);
+            CHECK(C(flows[i].s)->paths[slot]->ch.id != C(flows[0].s)->paths[slot]->ch.id);
         }
     /* Both sides of every connection: its data sockets only (2 paths x nstreams each). */
     int per_conn = 2 * LG_NPATHS * C(flows[0].s)->nstreams;
@@ -89,7 +89,7 @@ static void test_shared(void)
  * rebuilds its primary on a fresh session and moves back. */
 static void test_session_dies(void)
 {
-    struct lg_session *s = C(flows[0].s)->paths[0]->sess;
+    struct lg_session *s = lg_path_sess(C(flows[0].s)->paths[0]);
     CHECK(lg_session_up(s));
     for (int k = 0; k < 50; k++)
         step_all();
@@ -120,7 +120,7 @@ static void test_session_dies(void)
 static void test_unknown_channel(void)
 {
     struct lg_path *p = C(flows[0].s)->paths[1];
-    struct lg_session *s = p->sess;
+    struct lg_session *s = lg_path_sess(p);
     uint8_t b[LG_CTRL_SIZE];
     lg_ctrl_encode(b, &(struct lg_ctrl){.type = LG_CTRL_ACK, .value = 1u << 30,
                                          .chan = 0x7fffffffu});
