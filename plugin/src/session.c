@@ -117,9 +117,8 @@ static void note_bye_all(struct lg_session *s)
 }
 
 /* The session is over: every channel on it is told (its path fails, and the monitor fails it
- * over), and the
- * socket is shut down so that the peer's side fails too (its fd stays ours until the last
- * path lets go). `alive`: we end it on purpose (garbage, a stall, silence), and say so first
+ * over), and the socket is shut down so that the peer's side fails too (its fd stays ours
+ * until the last channel lets go). `alive`: we end it on purpose (garbage, a stall, silence), and say so first
  * (BYE(FENCE) on channel 0): the peer must not take the EOF for this process's death. Any
  * thread but with none of the session's locks held. */
 static void sess_end(struct lg_session *s, int err, const char *why, int alive)
