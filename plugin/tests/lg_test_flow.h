@@ -188,8 +188,12 @@ static __attribute__((unused)) int on_backup(void *arg)
 static __attribute__((unused)) int on_fresh_primary(void *arg)
 {
     struct flow *f = arg;
+    /* Inside the section the monitor waits out before it frees a replaced path. */
+    uint32_t ph = lg_conn_enter(C(f->s));
     struct lg_path *p = __atomic_load_n(&C(f->s)->paths[0], __ATOMIC_ACQUIRE);
-    return active_of(f->s) == 0 && active_of(f->r) == 0 && p && p->gen > 0 &&
+    int fresh = p && p->gen > 0;
+    lg_conn_exit(C(f->s), ph);
+    return active_of(f->s) == 0 && active_of(f->r) == 0 && fresh &&
            epoch_of(f->s) == epoch_of(f->r);
 }
 static __attribute__((unused)) int both_on_backup(void *arg)
