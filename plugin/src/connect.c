@@ -224,10 +224,9 @@ static int connect_progress(struct lg_connecting *cg)
         for (int k = 0; cg->path_live[p] && k <= c->nstreams; k++) {
             int rc = 0, err = 0;
             if (!cg->connected[p][k]) {
-                /* k 0: the session, 1 up, 0 connecting; the data sockets: 0 up, 1 connecting */
+                /* k 0: the path's session; the others: its data sockets */
                 rc = k ? lg_sock_connect_check(*sock_fd(c, p, k))
-                       : 1 - lg_session_progress(lg_path_sess(c->paths[p]));
-                rc = rc == 2 ? -1 : rc;
+                       : lg_session_connect_check(lg_path_sess(c->paths[p]));
                 err = errno;
                 if (rc == 0)
                     cg->connected[p][k] = 1;

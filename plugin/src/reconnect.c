@@ -151,10 +151,10 @@ int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, 
         int all = 1;
         for (int k = 0; k <= c->nstreams; k++) {
             if (!rj->connected[k]) {
-                /* k 0: the session (1 up); the data sockets (0 connected) */
+                /* k 0: the path's session; the others: its data sockets */
                 int rc = k ? lg_sock_connect_check(*sock_fd(p, k))
-                           : 1 - lg_session_progress(lg_path_sess(p));
-                if (rc < 0 || rc == 2) {
+                           : lg_session_connect_check(lg_path_sess(p));
+                if (rc < 0) {
                     snprintf(why, len, "%s: %s", k ? "connect" : "control session",
                              strerror(errno));
                     lg_rejoin_abort(c, slot);

@@ -97,15 +97,6 @@ void lg_session_put(struct lg_session *s)
         sess_free(s);
 }
 
-static const char *peer_str(const struct lg_session *s, char *buf, size_t len)
-{
-    struct in_addr a = {.s_addr = s->peer_ip};
-    char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &a, ip, sizeof(ip));
-    snprintf(buf, len, "%s", ip);
-    return buf;
-}
-
 /* Every channel on s: the peer said BYE(FENCE) for all of them at once. */
 static void note_bye_all(struct lg_session *s)
 {
@@ -132,9 +123,9 @@ static void sess_end(struct lg_session *s, int err, const char *why, int alive)
     if (__atomic_exchange_n(&s->state, LG_SESS_FAILED, __ATOMIC_ACQ_REL) == LG_SESS_FAILED)
         return;
     snprintf(s->why, sizeof(s->why), "%s%s%s", why, err ? ": " : "", err ? strerror(err) : "");
-    char peer[INET_ADDRSTRLEN];
     LG_INFO(NCCL_NET, "control session %016llx to %s via NIC %s ended (%s); failing its %d "
-            "path(s)", (unsigned long long)s->id, peer_str(s, peer, sizeof(peer)),
+            "path(s)", (unsigned long long)s->id,
+            lg_addr_format(s->peer_ip, s->peer_port).s,
             s->nic[0] ? s->nic : "?", s->why, __atomic_load_n(&s->nchan, __ATOMIC_RELAXED));
     if (s->task.fd >= 0)
         shutdown(s->task.fd, SHUT_RDWR);
@@ -234,7 +225,8 @@ static int connect_step_locked(struct lg_session *s)
     return 1;
 }
 
-int lg_session_progress(struct lg_session *s)
+/* 1 up, 0 still connecting, -1 failed. */
+static int session_progress(struct lg_session *s)
 {
     int st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
     if (st == LG_SESS_UP)
@@ -253,6 +245,12 @@ int lg_session_progress(struct lg_session *s)
     }
     errno = err;
     return rc;
+}
+
+int lg_session_connect_check(struct lg_session *s)
+{
+    int rc = session_progress(s);
+    return rc > 0 ? 0 : rc == 0 ? 1 : -1;
 }
 
 /* ---- acceptor ----------------------------------------------------------------------------- */
@@ -275,6 +273,7 @@ int lg_session_accept(int fd, const struct lg_hello *h, uint32_t local_ip)
     getpeername(fd, (struct sockaddr *)&peer, &len);
     s->local_ip = local_ip;
     s->peer_ip = peer.sin_addr.s_addr;
+    s->peer_port = ntohs(peer.sin_port); /* (only for the logs: it is not the peer's listener) */
     if (lg_task_attach(&s->task, EPOLLIN | EPOLLOUT) != 0) {
         s->task.fd = -1; /* the acceptor closes it */
         sess_free(s);
@@ -429,7 +428,7 @@ void lg_session_send(struct lg_chan *ch, const struct lg_ctrl *f, int queue_only
     pthread_mutex_unlock(&s->tx_mu);
 }
 
-void lg_session_flush(struct lg_session *s)
+static void session_flush(struct lg_session *s)
 {
     pthread_mutex_lock(&s->tx_mu);
     if (lg_session_up(s))
@@ -482,7 +481,7 @@ static void sess_handler(struct lg_task *t, uint32_t events)
 {
     struct lg_session *s = (struct lg_session *)t;
     if (events & EPOLLOUT)
-        lg_session_flush(s);
+        session_flush(s);
     while (lg_session_up(s)) {
         struct iovec iov = {s->rbuf + s->rgot, sizeof(s->rbuf) - s->rgot};
         ssize_t n = lg_sock_readv(t->fd, &iov, 1);

@@ -69,7 +69,7 @@ struct lg_session {
     uint64_t id;         /* the connector's: in the hellos of the paths that use it */
     int outgoing;        /* we connected it */
     uint32_t local_ip, peer_ip;
-    uint16_t peer_port; /* outgoing: the peer's listener */
+    uint16_t peer_port; /* outgoing: the peer's listener; accepted: the peer's source port */
     char nic[IFNAMSIZ];
     int state; /* enum lg_sess_state (atomic) */
     int refs;  /* attached paths, open attempts, the acceptor side's socket (under lg_sess_mu) */
@@ -104,8 +104,9 @@ struct lg_session {
  * path attaching takes that hold over; lg_session_put otherwise). NULL with errno set. */
 struct lg_session *lg_session_open(const char *nic, uint32_t local_ip, uint32_t peer_ip,
                                    uint16_t peer_port);
-/* Drives a connecting session: 1 up, 0 still connecting, -1 failed (errno set). Any thread. */
-int lg_session_progress(struct lg_session *s);
+/* Drives a connecting session, answering as lg_sock_connect_check does for a socket: 0 up,
+ * 1 still connecting, -1 failed (errno set). Any thread. */
+int lg_session_connect_check(struct lg_session *s);
 /* Acceptor: a socket whose session hello came in on local_ip. 0 taken, -1 close it. */
 int lg_session_accept(int fd, const struct lg_hello *h, uint32_t local_ip);
 /* Receiver: the accepted session `id` on local_ip, held, or NULL (not here (yet), or failed). */
@@ -127,7 +128,6 @@ void lg_session_detach(struct lg_chan *ch);
  * leaves the write to the next flush (the monitor's heartbeat refreshes). Dropped once ch
  * is detached. */
 void lg_session_send(struct lg_chan *ch, const struct lg_ctrl *f, int queue_only);
-void lg_session_flush(struct lg_session *s);
 /* Writes what is queued, waiting at most timeout_ms for room. */
 void lg_session_drain(struct lg_session *s, int timeout_ms);
 /* Reads what is waiting now (unless a read found it empty in the last millisecond). */
