@@ -99,14 +99,22 @@ static void note_busy(struct lg_conn *c, uint64_t now)
 static void account_send(struct lg_conn *c, uint64_t seq)
 {
     struct lg_req *r = &c->reqs[seq % LG_WINDOW];
-    uint64_t bytes = __atomic_load_n(&c->w_bytes[1], __ATOMIC_RELAXED); /* only we write it */
-    pair_put(r->w_before, seq + 1, bytes);
-    pair_put(c->w_bytes, seq + 2, bytes + r->size);
     uint64_t now = coarse_ns(), busy = __atomic_load_n(&c->w_busy_ns, __ATOMIC_RELAXED);
     if (seq == __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) && busy && now > busy)
         __atomic_store_n(&c->w_idle_ns, __atomic_load_n(&c->w_idle_ns, __ATOMIC_RELAXED) +
                                             (now - busy), __ATOMIC_RELEASE);
     note_busy(c, now);
+    uint64_t bytes = __atomic_load_n(&c->w_bytes[1], __ATOMIC_RELAXED); /* only we write it */
+    pair_put(r->w_before, seq + 1, bytes);
+    pair_put(c->w_bytes, seq + 2, bytes + r->size); /* last: this post is accounted (idle too) */
+}
+
+/* Monitor: whether the newest of `posted` messages is accounted, its drained moment included
+ * (NCCL's thread publishes a post before it accounts it). */
+static int accounted(struct lg_conn *c, uint64_t posted)
+{
+    uint64_t bytes;
+    return posted == 0 || pair_get(c->w_bytes, posted + 1, &bytes);
 }
 
 /* Monitor: the bytes of messages 0 .. n - 1, or -1 when message n - 1 is still being
@@ -119,32 +127,40 @@ static int bytes_before(struct lg_conn *c, uint64_t n, uint64_t *out)
     return pair_get(c->reqs[n % LG_WINDOW].w_before, n + 1, out) ? 0 : -1;
 }
 
-/* A window is judged only if the monitor looked at least this often: it runs every connection
- * once a heartbeat, so four heartbeats without a look mean this process was starved, and what
- * completed meanwhile says nothing about the path. */
-#define LG_RATE_LOOK_GAP_HEARTBEATS 4
+/* A window is judged only if the monitor looked at least this often: it runs a connection
+ * once a heartbeat, or every 4 while nothing is in flight (failover.c), so twice that without
+ * a look means its runs were late (a late run judges nothing) or this process was starved,
+ * and what completed meanwhile says nothing about the path. */
+#define LG_RATE_LOOK_GAP_HEARTBEATS 8
 
 /* Sender, the active path in slot i: one look at its window. The window runs while the
- * sender is backlogged: at every look messages are unacknowledged, NCCL polled since the last
- * look (inner completions are seen by its test() calls), no switch is under way and the peer
- * is heard; any look that finds otherwise starts it again. Moments drained between looks
- * are summed by NCCL's thread (account_send) and left out of the rate. */
+ * sender works the path: at every look with messages unacknowledged, NCCL polled since the
+ * last look (inner completions are seen by its test() calls), no switch is under way and the
+ * peer is heard; any such look that finds otherwise starts it again. A look that finds
+ * everything acknowledged neither judges nor restarts: how long the connection stayed
+ * drained is summed by NCCL's thread when it posts again (account_send) and left out of the
+ * rate, so an application that drains now and then (its pace) still gets its windows. */
 static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
 {
     struct lg_fo_slot *sl = &c->fo.slot[i];
+    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
     uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE), done;
-    if (bytes_before(c, acked, &done) != 0)
-        return;
+    if (bytes_before(c, acked, &done) != 0 || !accounted(c, posted))
+        return; /* NCCL's thread is accounting a post: look again at the next run */
     uint64_t idle = __atomic_load_n(&c->w_idle_ns, __ATOMIC_ACQUIRE);
     int polled = __atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED);
-    int busy = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) > acked && polled &&
-               __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
-               c->fo.sw_phase == LG_SW_NONE && lg_wrap_carries(&p->w) &&
-               lg_path_heard_recently(p, now);
     int fresh = sl->rw_path != p || sl->rw_gen != p->gen;
     uint64_t gap = LG_RATE_LOOK_GAP_HEARTBEATS * LG_MS(lg_params.heartbeat_ms);
     if (fresh)
         sl->rate.strikes = 0; /* a new path: its windows start a new run */
+    if (posted == acked && !fresh && sl->rw_t0 && now - sl->rw_seen_ns <= gap) {
+        sl->rw_seen_ns = now; /* drained: its length is summed when NCCL posts again */
+        return;
+    }
+    int busy = posted > acked && polled &&
+               __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
+               c->fo.sw_phase == LG_SW_NONE && lg_wrap_carries(&p->w) &&
+               lg_path_heard_recently(p, now);
     if (fresh || !sl->rw_t0 || !busy || now - sl->rw_seen_ns > gap) {
         /* (re)start: from this look on, if it is backlogged */
         sl->rw_path = p;
