@@ -96,6 +96,10 @@ struct lg_fo {
     /* receiver: the progress watchdog (rx_watchdog) */
     uint64_t wd_base, wd_placed, wd_since, wd_commit_ns;
     uint64_t wd_polled_ns; /* a monitor run that saw NCCL poll (conn->polled) */
+    uint64_t wd_ask_base, wd_ask_placed, wd_ask_path; /* receiver: the stall it asked the
+                                                      * sender about (path: gen << 1 | index) */
+    uint64_t wd_ask_from, wd_ask_last; /* ... since when, and when it last asked */
+    uint64_t wd_denied_seq; /* sender: the last STALLED it found nothing stuck for, + 1 */
     int late, late_runs;
 };
 #define LG_SW_NONE 0
@@ -116,6 +120,10 @@ struct lg_mailbox {
     uint64_t resync_rx_ns;
     uint64_t peer_posted;  /* receiver, wrap mode: newest POSTED (messages the sender handed
                             * to its inner plugin) */
+    uint64_t stalled_seq;  /* sender: newest STALLED (the receiver's message that got no data) */
+    uint64_t stalled_rx_ns; /* ... when it came (0: none to answer) */
+    int stalled_path;      /* ... on which path, of which gen */
+    uint32_t stalled_gen;
     uint8_t hb_flags;      /* newest heartbeat */
     uint32_t hb_epoch;
     uint64_t hb_gens;

@@ -87,9 +87,23 @@ static const char *frame_name(uint8_t type)
         return "DELIVERED";
     case LG_CTRL_POSTED:
         return "POSTED";
+    case LG_CTRL_STALLED:
+        return "STALLED";
     default:
         return "a frame";
     }
+}
+
+/* A transport's own frame: the transport takes it, and one its transport never sends is a
+ * lie. */
+static int transport_frame(struct lg_path *p, const struct lg_ctrl *f)
+{
+    struct lg_conn *c = p->conn;
+    int rc = c->tr->on_frame(p, f);
+    if (rc == 0)
+        lg_conn_peer_lied(c, "%s, which the %s transport never sends", frame_name(f->type),
+                          c->tr->name);
+    return rc > 0 ? 0 : -1;
 }
 
 int lg_proto_on_frame(struct lg_path *p, const struct lg_ctrl *f)
@@ -131,16 +145,15 @@ int lg_proto_on_frame(struct lg_path *p, const struct lg_ctrl *f)
             return rc > 0 ? 0 : -1;
         break;
     }
+    case LG_CTRL_STALLED: /* the transport's: sender side */
+        if (!send)
+            break;
+        return transport_frame(p, f);
     case LG_CTRL_DELIVERED: /* the transport's: receiver side */
-    case LG_CTRL_POSTED: {
+    case LG_CTRL_POSTED:
         if (send)
             break;
-        int rc = c->tr->on_frame(p, f);
-        if (rc == 0)
-            lg_conn_peer_lied(c, "%s, which the %s transport never sends", frame_name(f->type),
-                              c->tr->name);
-        return rc > 0 ? 0 : -1;
-    }
+        return transport_frame(p, f);
     default:
         break;
     }

@@ -138,13 +138,6 @@ static void tcp_at(struct lg_conn *c, uint64_t now)
     (void)now;
 }
 
-static int tcp_on_frame(struct lg_path *p, const struct lg_ctrl *f)
-{
-    (void)p;
-    (void)f;
-    return 0; /* it has no control frames of its own */
-}
-
 static void tcp_resume(struct lg_path *p)
 {
     for (int k = 0; lg_path_up(p) && k < p->nstreams; k++)
@@ -194,7 +187,7 @@ const struct lg_transport lg_tcp_transport = {
     .watch = lg_tcp_watch,
     .goodput = lg_tcp_goodput,
     .heartbeat = tcp_at,
-    .on_frame = tcp_on_frame,
+    .on_frame = lg_tcp_on_frame,
     .resume = tcp_resume,
     .fence = tcp_path_nothing,
     .rearm = tcp_path_nothing,

@@ -24,5 +24,7 @@ void lg_tcp_recv_progress(struct lg_conn *c);
 /* tcp_watch.c (monitor) */
 void lg_tcp_watch(struct lg_conn *c, uint64_t now);
 void lg_tcp_goodput(struct lg_conn *c, uint64_t now);
+/* Its own control frame: STALLED (sender side, tcp_watch.c). 1 taken, 0 not its, -1 a lie. */
+int lg_tcp_on_frame(struct lg_path *p, const struct lg_ctrl *f);
 
 #endif

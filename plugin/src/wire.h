@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LG_WIRE_VERSION 3 /* 2: failover frames, rejoin hellos; 3: control sessions */
+#define LG_WIRE_VERSION 4 /* 2: failover frames, rejoin hellos; 3: control sessions; 4: STALLED */
 
 /* ---- hello: first bytes the connector writes on each socket -------------------------- */
 #define LG_HELLO_MAGIC 0x4548474cu /* "LGHE" */
@@ -64,6 +64,9 @@ enum lg_ctrl_type {
     LG_CTRL_POSTED = 9, /* send->recv, wrap mode, on the active path with its heartbeats while
                          * a message is unacknowledged: value = messages handed to the inner
                          * plugin; the receiver's progress watchdog (failover.c) */
+    LG_CTRL_STALLED = 10, /* recv->send, TCP transport, on the active path: message `value` got
+                           * no data for LINKGUARD_STALL_MS while data around it arrived; the
+                           * sender judges from its data sockets' TCP view (tcp_watch.c) */
     LG_CTRL_TYPE_MAX
 };
 #define LG_BYE_CLOSE 0 /* the connection is being closed */

@@ -7,6 +7,8 @@
  * late access. Grouped receives: a repeated tag whose second message comes first, chunks of
  * one message with two tags, a message larger than the buffer its tag selects. */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,7 @@
 #include "lg_test_pair.h"
 #include "lg_test_peer.h"
 #include "linkguard_shm.h"
+#include "log.h"
 #include "params.h"
 
 #define CHUNK 4096
@@ -378,9 +381,10 @@ static void test_unprotected_silent_peer(void)
 }
 
 /* Issue #12: one stream stalls. Chunk 0 of a two-chunk message arrives, chunk 1 never does,
- * while the connection is otherwise fine: the receiver's watchdog fails the path. Unprotected:
- * the connection fails with an error; protected: the path is fenced (BYE(FENCE)) so that the
- * sender fails over. */
+ * while the connection is otherwise fine: the receiver's watchdog asks the sender (STALLED for
+ * message #0), and since this sender never confirms, fails the path itself a few periods
+ * later. Unprotected: the connection fails with an error; protected: the path is fenced
+ * (BYE(FENCE)) so that the sender fails over. */
 static void test_one_stream_stalls(void)
 {
     for (int npaths = 1; npaths <= 2; npaths++) {
@@ -393,12 +397,19 @@ static void test_one_stream_stalls(void)
         struct lg_chunk_hdr h = {.len = CHUNK, .seq = 0, .offset = 0, .total = 2 * CHUNK};
         CHECK_EQ(peer_chunk(&pe, 0, 0, h, NULL, CHUNK), 0);
         ncclResult_t rc;
-        int got = 0;
+        int got = 0, asked = 0;
         /* The peer stays heard (a heartbeat every 20 ms): only the data is stuck. */
-        for (int i = 0; i < 150 && got == 0; i++) {
+        for (int i = 0; i < 300 && got == 0; i++) {
             peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_HB});
             got = peer_poll(&pe, r, 20, &rc);
+            struct lg_ctrl ask;
+            if (!asked && peer_expect(&pe, 0, LG_CTRL_STALLED, &ask, 1) == 0) {
+                CHECK_EQ(ask.value, 0); /* the message that got no data */
+                CHECK_EQ(got, 0);       /* asked before judging alone */
+                asked = 1;
+            }
         }
+        CHECK(asked);
         if (npaths == 1) {
             CHECK_EQ(got, -1);
             CHECK_EQ(rc, ncclRemoteError);
@@ -411,6 +422,58 @@ static void test_one_stream_stalls(void)
         peer_close(&pe);
         free(buf);
     }
+}
+
+static int denied; /* the sender said a STALLED was not the network */
+
+static void denial_logger(ncclDebugLogLevel level, unsigned long flags, const char *file,
+                          int line, const char *fmt, ...)
+{
+    (void)flags, (void)file, (void)line;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (level == NCCL_LOG_WARN)
+        fprintf(stderr, "  [expected warn] %s\n", msg);
+    else if (level == NCCL_LOG_INFO && strstr(msg, "the receiver says message #0 got no data") &&
+             strstr(msg, "not the network"))
+        __atomic_store_n(&denied, 1, __ATOMIC_RELEASE);
+}
+
+/* The sender answers the receiver's STALLED from its own sockets. (a) A message whose bytes
+ * the peer's kernel acknowledged (the scripted receiver read them; it just does not ack the
+ * message) is not stuck in the network: the sender says so and keeps the path, and the
+ * message completes once acked. (b) A STALLED for a message never sent is a lie. */
+static void test_stalled_answered_by_the_sender(void)
+{
+    lg_log_set(denial_logger);
+    struct lg_peer pe;
+    CHECK_EQ(peer_open(&pe, LG_CONN_SEND, 2, 1, CHUNK), 0);
+    char *b = calloc(1, 64);
+    void *r = NULL;
+    CHECK_EQ(lg_core_isend(pe.c, b, 64, 0, NULL, &r), ncclSuccess);
+    uint8_t chunk[LG_CHUNK_HDR_SIZE + 64];
+    CHECK_EQ(recv(pe.data[0][0], chunk, sizeof(chunk), MSG_WAITALL), (ssize_t)sizeof(chunk));
+    ncclResult_t rc;
+    for (int i = 0; i < 100 && !__atomic_load_n(&denied, __ATOMIC_ACQUIRE); i++) {
+        CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_HB}), 0);
+        CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_STALLED, .value = 0}), 0);
+        CHECK_EQ(peer_poll(&pe, r, 20, &rc), 0); /* neither done nor failed */
+    }
+    CHECK(__atomic_load_n(&denied, __ATOMIC_ACQUIRE));
+    struct lg_ctrl f;
+    CHECK(peer_expect(&pe, 1, LG_CTRL_SWITCH, &f, 200) != 0); /* it stayed on the primary */
+    CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_ACK, .value = 1}), 0);
+    CHECK_EQ(peer_poll(&pe, r, 2000, &rc), 1);
+    CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_STALLED, .value = 5}), 0);
+    rc = lg_core_isend(pe.c, b, 64, 0, NULL, &r); /* refused once the lie is read */
+    if (rc == ncclSuccess)
+        CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
+    CHECK_EQ(rc, ncclRemoteError);
+    peer_close(&pe);
+    free(b);
 }
 
 /* Grouped receives from a scripted peer. (a) Honest, with a repeated tag: the second message
@@ -510,6 +573,7 @@ int main(void)
     test_goodbye_carries_the_final_count();
     test_unprotected_silent_peer();
     test_one_stream_stalls();
+    test_stalled_answered_by_the_sender();
     test_grouped_repeated_tag_waits();
     test_grouped_tags_disagree();
     test_grouped_chunk_beyond_its_buffer();
