@@ -217,3 +217,29 @@ def test_demo_sigterm_unwinds_only_the_demo_process(tmp_path: Path) -> None:
         assert exc.value.code == 128 + signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_demo_sigterm_unwinds_once(tmp_path: Path) -> None:
+    """Under timeout(1) the demo (or the GPU check) gets SIGTERM twice, once from timeout and
+    once through its process group: the second must not unwind the teardown the first
+    started. Its `finally` runs to the end with the second signal arriving inside it."""
+    import functools
+    import signal
+
+    from linkguard_lab.demo import sigterm_unwinds
+
+    steps: list[str] = []
+    previous = signal.signal(signal.SIGTERM, functools.partial(sigterm_unwinds, os.getpid()))
+    try:
+        with pytest.raises(SystemExit) as exc:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)  # the first: unwinds from here
+                steps.append("not reached")
+            finally:
+                steps.append("teardown begins")
+                os.kill(os.getpid(), signal.SIGTERM)  # the second, inside the teardown
+                steps.append("teardown ends")
+        assert exc.value.code == 128 + signal.SIGTERM
+        assert steps == ["teardown begins", "teardown ends"]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
