@@ -160,7 +160,11 @@ static __attribute__((unused)) void run_until(struct flow *a, struct flow *b, ui
 static __attribute__((unused)) int run_while(struct flow *a, struct flow *b, int (*pred)(void *), void *arg, double max_s)
 {
     uint64_t t0 = lg_now_ns();
-    while (!pred(arg) && !a->errors && !b->errors && lg_now_ns() - t0 < (uint64_t)(max_s * 1e9)) {
+    for (;;) {
+        if (pred(arg))
+            return 1; /* what held once (a second look may see a newer change) */
+        if (a->errors || b->errors || lg_now_ns() - t0 >= (uint64_t)(max_s * 1e9))
+            return 0;
         if (a->posted_s + DEPTH >= a->count)
             a->count += 16;
         if (b->posted_s + DEPTH >= b->count)
@@ -169,7 +173,6 @@ static __attribute__((unused)) int run_while(struct flow *a, struct flow *b, int
         flow_step(b);
         usleep(100);
     }
-    return pred(arg);
 }
 
 /* ---- where a flow stands, and breaking its paths ---------------------------------------- */
