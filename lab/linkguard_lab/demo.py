@@ -534,18 +534,17 @@ def sigterm_unwinds(demo_pid: int, signum: int, frame: object) -> None:
     # it raised there, the child would have unwound a copy of the demo's stack and run its
     # teardown: the lab's namespaces deleted and the daemons' shm files removed under the
     # running demo ("no link a-r0", or the daemon's events never seen).
-    if os.getpid() != demo_pid:
-        os._exit(128 + signum)
+    sigterm_exits_a_fork(demo_pid, signum, frame)
     # Once: a second SIGTERM must not unwind the teardown the first one started. One comes
     # when the process runs under timeout(1), which forwards a signal to its child and then to
     # its whole process group; landing in the `finally`, it cut the teardown short and no
     # result was written (seen once in make test, test_gpu_check_flow's SIGTERM test).
-    signal.signal(signal.SIGTERM, functools.partial(sigterm_after_unwind, demo_pid))
+    signal.signal(signal.SIGTERM, functools.partial(sigterm_exits_a_fork, demo_pid))
     raise SystemExit(128 + signum)
 
 
-def sigterm_after_unwind(demo_pid: int, signum: int, frame: object) -> None:
-    # The unwinding is under way: nothing more to do here, but a forked child still exits.
+def sigterm_exits_a_fork(demo_pid: int, signum: int, frame: object) -> None:
+    # A forked child exits at once; in the demo's own process (unwinding already) nothing.
     if os.getpid() != demo_pid:
         os._exit(128 + signum)
 
