@@ -6,7 +6,8 @@ host through the installed entry point, each with its own shared-memory file
 for the plugins' verdicts: give it to a plugin as LINKGUARD_VERDICT_SOCKET), state
 directory and config file in private temporary directories, and /metrics off. A daemon started
 again (stop or kill, then start) keeps its state directory, as under systemd. A daemon is ready once its file is there, its
-heartbeat is fresh, the file names this PID, every NIC has a state and the API socket exists. `Daemon.stop()` sends SIGTERM by PID and
+heartbeat is fresh, the file names this PID, every NIC has a state and it has logged
+"started" (after its last socket is served). `Daemon.stop()` sends SIGTERM by PID and
 asserts a clean exit: status 0 and the shm file removed. The fixture's teardown stops what a
 test left running (SIGKILL after a grace period) and removes leftover files, before the lab goes.
 
@@ -152,8 +153,8 @@ class Daemon:
         if self.proc.poll() is not None:
             raise AssertionError(f"linkguardd in host {self.host} exited with "
                                  f"{self.proc.returncode} during start:\n{self.stderr()}")
-        if not self.shm_path.exists() or not self.grpc_socket.exists():
-            return False  # the API is started after the first publish: wait for both
+        if not self.shm_path.exists() or not self._logged_started():
+            return False  # every socket is served before "started" is logged, after the file
         try:
             with ShmReader(self.shm_path) as r:
                 if not r.alive() or r.header().daemon_pid != self.pid:
@@ -162,6 +163,11 @@ class Daemon:
         except ShmUnavailable:
             return False  # mid-rename or a half-made file: try again
         return bool(nics) and all(n.state != NicState.UNKNOWN for n in nics)
+
+    def _logged_started(self) -> bool:
+        """The daemon's own word that every configured surface (the API sockets, read-only
+        and admin) is served: it logs "started" only after the last one is bound."""
+        return any(row.get("msg") == "started" for row in self.log_rows())
 
     def hup(self) -> None:
         os.kill(self.pid, signal.SIGHUP)
@@ -212,10 +218,14 @@ class Daemon:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
+    def log_rows(self) -> list[dict[str, str]]:
+        """Every logfmt line logged so far, parsed, oldest first."""
+        return [parse_logfmt(line) for line in self.stderr().splitlines()]
+
     def transitions(self, nic: str | None = None) -> list[dict[str, str]]:
         """The structured transition lines logged so far (msg=transition), oldest first."""
-        rows = [parse_logfmt(line) for line in self.stderr().splitlines()]
-        return [r for r in rows if r.get("msg") == "transition" and nic in (None, r.get("nic"))]
+        return [r for r in self.log_rows()
+                if r.get("msg") == "transition" and nic in (None, r.get("nic"))]
 
     # --- the Python reader ----------------------------------------------------------------
     def reader(self) -> ShmReader:
