@@ -121,6 +121,8 @@ def _operator_surfaces(engine: Engine, s: Settings) -> list[tuple[Any, Any]]:
     """(start, stop) coroutine pairs of the gRPC API, when configured (/metrics is an
     exporter: the engine starts it)."""
     out: list[tuple[Any, Any]] = []
+    if s.grpc_socket and (exposure := settings_mod.admin_socket_exposure(s)):
+        log.warning("api: %s", exposure)
     if s.grpc_socket:
         api = ApiServer(engine, s.grpc_socket, ro_socket_path=s.grpc_ro_socket,
                         admin_group=s.admin_group, reader_group=s.reader_group)

@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from linkguardd.sdnotify import SdNotifier, watchdog_interval_s
-from linkguardd.settings import Settings, render_environment_file, render_example_toml
+from linkguardd.settings import (
+    Settings,
+    admin_socket_exposure,
+    render_environment_file,
+    render_example_toml,
+)
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 UNIT = SYSTEMD / "linkguardd.service"
@@ -55,13 +60,16 @@ def test_unit_has_what_the_daemon_relies_on() -> None:
 
 def test_unit_agrees_with_the_default_settings() -> None:
     d, s = directives(UNIT), Settings()
-    assert os.path.dirname(s.grpc_socket) == "/run/" + d["RuntimeDirectory"][0]
-    assert os.path.dirname(s.grpc_ro_socket) == "/run/" + d["RuntimeDirectory"][0]
+    jobs, admin = ("/run/" + name for name in d["RuntimeDirectory"][0].split())
+    # The admin socket alone in a directory of its own: jobs are given the other one.
+    assert os.path.dirname(s.grpc_socket) == admin and not admin_socket_exposure(s)
+    assert os.path.dirname(s.grpc_ro_socket) == jobs
+    assert os.path.dirname(s.plugin_verdict_socket) == jobs
     assert d["RuntimeDirectoryPreserve"] == ["yes"]  # sockets and pods' mounts outlive restarts
     assert s.state_dir == "/var/lib/" + d["StateDirectory"][0]
     # The control file lives in the same root-owned runtime directory (the plugin trusts a
     # file no one else can write; /dev/shm is world-writable), which the unit lets it write.
-    assert os.path.dirname(s.shm_path) == "/run/" + d["RuntimeDirectory"][0]
+    assert os.path.dirname(s.shm_path) == jobs
 
 
 def test_the_socket_groups_are_the_ones_sysusers_creates() -> None:
