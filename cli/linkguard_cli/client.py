@@ -27,6 +27,15 @@ ADMIN_METHODS = frozenset({"Drain", "Undrain"})
 CALLER_PID_KEY = "linkguard-caller-pid"  # api/callers.py: the audit line names our uid by it
 
 MISSED_EVENTS_KEY = "linkguard-missed-events"  # api/server.py sends it on Watch
+RESUME_SINCE_KEY = "linkguard-resume-since"  # api/server.py: a Watch cut off for falling behind
+
+
+class FellBehind(Exception):
+    """The daemon cut the stream off because we read too slowly; resume after `since`."""
+
+    def __init__(self, since: int) -> None:
+        super().__init__(since)
+        self.since = since
 
 
 class CliError(click.ClickException):
@@ -132,6 +141,9 @@ class Client:
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE):
                 return
+            for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+                if key == RESUME_SINCE_KEY and str(value).isdigit():
+                    raise FellBehind(int(value)) from None
             raise self.error(exc) from None
 
     def error(self, exc: grpc.RpcError) -> CliError:

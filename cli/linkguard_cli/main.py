@@ -28,6 +28,7 @@ from linkguard_cli.client import (
     EXIT_USAGE,
     Client,
     CliError,
+    FellBehind,
     usable,
 )
 from linkguardd.settings import SETTINGS
@@ -168,21 +169,28 @@ def watch(ctx: click.Context, since: int | None, count: int | None, output: str,
     """Print transitions as they happen, one line each, until Ctrl-C."""
     output = "json" if as_json else output
     client = _client(ctx)
-    stream, missed = client.watch(since or 0, replay=since is not None)
-    if missed:
-        click.echo(f"linkguard-cli: {missed} events after #{since} are no longer in the "
-                   "daemon's history", err=True)
-    last, seen = since or 0, 0
-    try:
-        for event in client.events(stream):
-            last, seen = event.seq, seen + 1
-            _print_event(event, output)
-            if count is not None and seen >= count:
-                stream.cancel()
-                return
-    except KeyboardInterrupt:
-        stream.cancel()
-        return
+    last, seen, replay = since or 0, 0, since is not None
+    while True:
+        stream, missed = client.watch(last, replay=replay)
+        if missed:
+            click.echo(f"linkguard-cli: {missed} events after #{last} are no longer in the "
+                       "daemon's history", err=True)
+        try:
+            for event in client.events(stream):
+                last, seen = event.seq, seen + 1
+                _print_event(event, output)
+                if count is not None and seen >= count:
+                    stream.cancel()
+                    return
+            break
+        except FellBehind as behind:
+            # We (or whatever reads our output) were too slow: pick up where we were.
+            click.echo(f"linkguard-cli: fell behind the daemon's events; resuming after "
+                       f"#{behind.since}", err=True)
+            last, replay = behind.since, True
+        except KeyboardInterrupt:
+            stream.cancel()
+            return
     # The daemon ended the stream: it is stopping or restarting.
     click.echo(f"linkguard-cli: linkguardd closed the stream; resume with "
                f"`linkguard-cli watch --since {last}`", err=True)

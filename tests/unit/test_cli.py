@@ -331,6 +331,39 @@ def test_watch_says_how_to_resume_when_the_daemon_stops(fake: FakeDaemon) -> Non
         result.output
 
 
+def test_watch_resumes_by_itself_when_its_reader_fell_behind(
+        fake: FakeDaemon, served: ServedFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30, finding 3: whatever reads our output stalls, the daemon cuts the stream off
+    (RESOURCE_EXHAUSTED), and watch picks up after the last event it printed: every event
+    once, in order."""
+    printing, release = threading.Event(), threading.Event()
+    printed: list[int] = []
+
+    def slow_print(event: object, output: str) -> None:
+        printing.set()
+        release.wait(WAIT_S)  # the first print blocks, as on a full pipe
+        printed.append(event.seq)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(cli_main, "_print_event", slow_print)
+    fake.inject_down("rail0")
+    watch = CliThread(served, "watch", "--since", "0")
+    assert printing.wait(WAIT_S)
+    total = 1
+    while fake.subscriber_count() and total < 50 * 1024:  # until the daemon cuts it off
+        total = fake.inject_down("rail0").seq
+    assert not fake.subscriber_count(), f"not cut off after {total} unread events"
+    release.set()
+    pause = threading.Event()  # never set: a bounded poll
+    for _ in range(WAIT_S * 100):
+        if len(printed) >= total:
+            break
+        pause.wait(0.01)
+    served.stop_server(grace=0.1)  # ends the watch (exit 3, "resume with")
+    result = watch.join()
+    assert "fell behind the daemon's events; resuming after #" in result.output, result.output
+    assert printed == list(range(1, total + 1))
+
+
 def test_colour_only_on_a_terminal(served: ServedFake) -> None:
     assert "\x1b[" not in run(served, "status").output
     assert "\x1b[32m" in run(served, "status", color=True).output  # UP in green

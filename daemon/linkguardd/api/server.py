@@ -29,13 +29,24 @@ from linkguardd.api import convert
 from linkguardd.api.callers import CALLER_PID_KEY, describe_caller, group_id, read_peer_credentials
 from linkguardd.state_file import StateNotSaved
 from linkguardd.states import NicState
-from linkguardd.view import DaemonView, EventView, NicView, UnknownNic
+from linkguardd.view import (
+    WATCH_QUEUE_EVENTS,
+    DaemonView,
+    EventView,
+    FellBehind,
+    NicView,
+    UnknownNic,
+)
 
 log = logging.getLogger(__name__)
 
 IFNAMSIZ = 16  # linux/if.h; a name has at most IFNAMSIZ-1 characters
 MAX_REASON_CHARS = 200
 MISSED_EVENTS_KEY = "linkguard-missed-events"
+RESUME_SINCE_KEY = "linkguard-resume-since"  # trailer of a Watch cut off for falling behind
+# Each open Watch holds a queue of up to WATCH_QUEUE_EVENTS events and a connection: enough for
+# every dashboard and operator of a host, far below what would weigh on the daemon.
+MAX_WATCHERS_PER_SOCKET = 64
 
 
 class ApiError(RuntimeError):
@@ -121,6 +132,7 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
         self._identity = identity
         self._sockets = sockets
         self._now_ns = monotonic_ns
+        self._watchers = 0  # open Watch streams on this socket
 
     # --- reads ------------------------------------------------------------------------------
     async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
@@ -151,9 +163,14 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
 
     async def Watch(self, request: pb.WatchRequest, context: Any) -> AsyncIterator[pb.Event]:
         await self._since_argument(request.since_seq, context)
+        if self._watchers >= MAX_WATCHERS_PER_SOCKET:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                f"{self._watchers} watchers are already open on this socket, the most it "
+                "serves; close one (each `linkguard-cli watch` holds one) and retry"))
         # Subscribe before reading the history: an event published in between is then in both,
         # and the seq check below drops the second copy, so nothing falls in the gap.
         queue = self._view.subscribe()
+        self._watchers += 1
         try:
             last, missed = 0, 0
             history: list[EventView] = []
@@ -167,11 +184,20 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
                 yield convert.event_message(event)
                 last = event.seq
             while True:
-                event = await queue.get()
+                try:
+                    event = await queue.get()
+                except FellBehind as behind:
+                    last = max(last, behind.last_seq)
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                        f"this watcher fell more than {WATCH_QUEUE_EVENTS} events behind "
+                        f"(it did not read them); resume with `linkguard-cli watch --since "
+                        f"{last}`"), ((RESUME_SINCE_KEY, str(last)),))
                 if event.seq > last:
                     yield convert.event_message(event)
+                    last = event.seq
         finally:
             # Reached on client cancel (CancelledError at the await) and on server stop alike.
+            self._watchers -= 1
             self._view.unsubscribe(queue)
 
     async def GetModule(self, request: pb.GetModuleRequest, context: Any) -> pb.ModuleDiagnostics:
