@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
 from typing import Any
@@ -29,6 +30,20 @@ from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
 log = logging.getLogger("linkguardd")
 
 SURFACE_STOP_TIMEOUT_S = 3.0  # the API; the engine bounds its monitors itself
+# Open files the daemon asks for: both API sockets' connection caps (api/server.py) and ample
+# room for netlink, sysfs and /proc. The unit's LimitNOFILE gives as much; elsewhere (a
+# container, a shell) the soft limit may be 1024, and the daemon raises it up to the hard one.
+OPEN_FILES = 4096
+
+
+def raise_open_file_limit(wanted: int = OPEN_FILES) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < wanted:
+        log.warning("open files limited to %d (hard limit); %d wanted: raise LimitNOFILE or "
+                    "the container's nofile limit", target, wanted)
 
 
 def resolve_nics(s: Settings) -> tuple[list[str], dict[str, str]]:
@@ -150,6 +165,7 @@ def main(check_config: bool, **params: Any) -> None:
         return
     logs = DaemonLog(sys.stderr)
     logs.setup(s.log_level, s.log_format)
+    raise_open_file_limit()
     loop = asyncio.new_event_loop()
     code = loop.run_until_complete(run(s, params, logs))
     # Everything the daemon owns (shm file, sockets) is released by now. A worker thread

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from linkguardd.api.server import MAX_CONNECTIONS_PER_SOCKET
+from linkguardd.main import OPEN_FILES
 from linkguardd.sdnotify import SdNotifier, watchdog_interval_s
 from linkguardd.settings import (
     Settings,
@@ -56,6 +58,9 @@ def test_unit_has_what_the_daemon_relies_on() -> None:
     assert d["ProtectSystem"] == ["strict"] and d["NoNewPrivileges"] == ["yes"]
     assert "CAP_NET_ADMIN" in d["CapabilityBoundingSet"][0].split()
     assert "CAP_NET_ADMIN" in d["AmbientCapabilities"][0].split()
+    # both API sockets' connection caps fit, whatever systemd's default (issue 30, finding 4)
+    assert d["LimitNOFILE"] == [str(OPEN_FILES)]
+    assert OPEN_FILES > 2 * MAX_CONNECTIONS_PER_SOCKET + 1024
 
 
 def test_unit_agrees_with_the_default_settings() -> None:

@@ -47,6 +47,18 @@ RESUME_SINCE_KEY = "linkguard-resume-since"  # trailer of a Watch cut off for fa
 # Each open Watch holds a queue of up to WATCH_QUEUE_EVENTS events and a connection: enough for
 # every dashboard and operator of a host, far below what would weigh on the daemon.
 MAX_WATCHERS_PER_SOCKET = 64
+# Each socket is its own grpc server with its own connection cap, so a flood of connections to
+# the read-only socket (open to every reader) leaves the admin socket reachable, and both caps
+# together stay far below the daemon's open-file limit (OPEN_FILES in main.py).
+MAX_CONNECTIONS_PER_SOCKET = 256
+SERVER_OPTIONS = (
+    ("grpc.max_allowed_incoming_connections", MAX_CONNECTIONS_PER_SOCKET),
+    # A connection with no call for a minute is closed (GOAWAY): the CLI makes one call and
+    # goes; a watcher has a call open, so it stays.
+    ("grpc.max_connection_idle_ms", 60_000),
+    # A local client sends its HTTP/2 preface at once; a connection that never does is closed.
+    ("grpc.server_handshake_timeout_ms", 5_000),
+)
 
 
 class ApiError(RuntimeError):
@@ -373,7 +385,7 @@ class ApiServer:
             self._view,
             lambda context: describe_caller(bound, _metadata(context, CALLER_PID_KEY)),
             self._identity, self.sockets, self._monotonic_ns)
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_LinkguardServicer_to_server(servicer, server)
         try:
             server.add_insecure_port("unix:" + bound)
