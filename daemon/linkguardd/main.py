@@ -26,6 +26,7 @@ from linkguardd.reload import plan_reload
 from linkguardd.sdnotify import SdNotifier
 from linkguardd.settings import ConfigError, Settings
 from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
+from linkguardd.state_file import state_dir_problem
 
 log = logging.getLogger("linkguardd")
 
@@ -156,6 +157,8 @@ def main(check_config: bool, **params: Any) -> None:
     try:
         s = settings_mod.settings_from_click(params)
         ifnames, backups = resolve_nics(s)
+        if problem := state_dir_problem(s.state_dir):
+            raise ConfigError(problem)
     except (ConfigError, PairingError) as exc:
         click.echo(f"linkguardd: {exc}", err=True)
         sys.exit(2)

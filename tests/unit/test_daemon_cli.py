@@ -99,3 +99,14 @@ def test_the_daemon_raises_its_open_file_limit_up_to_the_hard_one(soft: int, har
     out = subprocess.run(["prlimit", f"--nofile={soft}:{hard}", "--", sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0 and out.stdout.split() == expected.split(), out.stderr
+
+
+def test_a_state_dir_others_can_write_stops_the_daemon_with_a_clear_error(
+        tmp_path: Path) -> None:
+    """Issue 30, finding 6: drains planted there would be published as the operator's."""
+    shared = tmp_path / "state"
+    shared.mkdir()
+    shared.chmod(0o777)
+    proc = check_config(tmp_path, "", "--state-dir", str(shared))
+    assert proc.returncode == 2 and proc.stderr.startswith(f"linkguardd: state_dir {shared} is "
+                                                           "writable by its group or others")

@@ -411,3 +411,22 @@ def test_a_reload_keeps_the_reports_of_nics_still_monitored(tmp_path: Path) -> N
             await engine.stop()
 
     assert asyncio.run(main()) == (1, 0, 60.0)
+
+
+def test_the_socket_is_bound_in_a_private_directory_then_renamed(sock_path: str) -> None:
+    """Issue 30, finding 6: chmod() by path right after bind() followed whatever was at the
+    path by then; now the socket gets its mode where no one else can reach, then moves."""
+    seen: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        monitor = PluginVerdictMonitor(sock_path, ["rail0"])
+        await monitor.start(lambda f: None)
+        assert monitor._sock is not None
+        seen.append((monitor._sock.getsockname(), stat.S_IMODE(os.stat(sock_path).st_mode)))
+        await monitor.stop()
+
+    asyncio.run(main())
+    (bound, mode), = seen
+    assert bound == os.path.join(os.path.dirname(sock_path),
+                                 f".{os.path.basename(sock_path)}.bind", "s") and mode == 0o666
+    assert not os.path.exists(os.path.dirname(bound))  # the private directory is gone

@@ -27,8 +27,10 @@ from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 from linkguardd.api import convert
 from linkguardd.api.callers import CALLER_PID_KEY, describe_caller, group_id, read_peer_credentials
+from linkguardd.bind_dir import private_bind_dir
 from linkguardd.state_file import StateNotSaved
 from linkguardd.states import NicState
+from linkguardd.validate import drain_reason_problem, nic_name_problem
 from linkguardd.view import (
     WATCH_QUEUE_EVENTS,
     DaemonView,
@@ -40,8 +42,6 @@ from linkguardd.view import (
 
 log = logging.getLogger(__name__)
 
-IFNAMSIZ = 16  # linux/if.h; a name has at most IFNAMSIZ-1 characters
-MAX_REASON_CHARS = 200
 MISSED_EVENTS_KEY = "linkguard-missed-events"
 RESUME_SINCE_KEY = "linkguard-resume-since"  # trailer of a Watch cut off for falling behind
 # Each open Watch holds a queue of up to WATCH_QUEUE_EVENTS events and a connection: enough for
@@ -63,27 +63,6 @@ SERVER_OPTIONS = (
 
 class ApiError(RuntimeError):
     """The API could not start (the message says why and what to do)."""
-
-
-def nic_name_problem(name: str) -> str | None:
-    """Why `name` cannot be a Linux interface name (dev_valid_name, net/core/dev.c), or None."""
-    if not name:
-        return "the NIC name is empty"
-    if len(name) >= IFNAMSIZ:
-        return f"NIC name {name[:40]!r} is longer than {IFNAMSIZ - 1} characters"
-    if name in (".", "..") or any(c in "/:" or c.isspace() or not c.isprintable() for c in name):
-        return f"{name!r} is not a valid interface name"
-    return None
-
-
-def drain_reason_problem(reason: str) -> str | None:
-    if not reason.strip():
-        return "a drain needs a reason (e.g. --reason 'swap optic, ticket 1234')"
-    if len(reason) > MAX_REASON_CHARS:
-        return f"the reason is {len(reason)} characters long; at most {MAX_REASON_CHARS}"
-    if not reason.isprintable():
-        return "the reason must be printable text on one line (no control characters)"
-    return None
 
 
 def _json_default(value: Any) -> Any:
@@ -378,7 +357,7 @@ class ApiServer:
 
     async def _serve(self, spec: SocketSpec) -> None:
         os.makedirs(os.path.dirname(spec.path), mode=0o755, exist_ok=True)
-        bind_dir = _private_dir(spec.path)
+        bind_dir = private_bind_dir(spec.path)
         bound = os.path.join(bind_dir, "s")  # stays the socket's address (getsockname)
         make = LinkguardServicer if spec.admin else ReadOnlyServicer
         servicer = make(
@@ -415,15 +394,6 @@ class ApiServer:
 
 
 SOCKET_MODE = 0o660  # owner root and the socket's group may connect; nobody else
-
-
-def _private_dir(public_path: str) -> str:
-    """(Re)create the 0700 directory, next to the socket, where grpc binds it first."""
-    parent, base = os.path.split(public_path)
-    path = os.path.join(parent, f".{base}.bind")
-    shutil.rmtree(path, ignore_errors=True)  # a leftover from a killed daemon
-    os.mkdir(path, 0o700)
-    return path
 
 
 def _apply_group(path: str, spec: SocketSpec) -> None:

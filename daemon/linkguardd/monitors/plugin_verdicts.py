@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import stat
 import struct
 import time
 from collections.abc import Callable, Sequence
 
+from linkguardd.bind_dir import private_bind_dir
 from linkguardd.facts import PluginVerdictRejectedFact
 from linkguardd.monitors.base import FactSink, MonitorHealth
 from linkguardd.verdicts.wire import SIZE, Rejected, decode
@@ -89,15 +91,20 @@ class PluginVerdictMonitor:
                 raise OSError(0, "another process receives verdicts there")
             os.unlink(self.path)  # a stale socket of an earlier daemon
         os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
+        bind_dir = private_bind_dir(self.path)  # chmod there, where nothing can be swapped in
+        bound = os.path.join(bind_dir, "s")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
                              | socket.SOCK_CLOEXEC)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            sock.bind(self.path)
-            os.chmod(self.path, 0o666)  # any job's user may report; the kernel names the sender
+            sock.bind(bound)
+            os.chmod(bound, 0o666)  # any job's user may report; the kernel names the sender
+            os.rename(bound, self.path)
         except OSError:
             sock.close()
             raise
+        finally:
+            shutil.rmtree(bind_dir, ignore_errors=True)
         return sock
 
     # ---- receiving -----------------------------------------------------------------------
