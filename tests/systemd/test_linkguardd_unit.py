@@ -114,6 +114,33 @@ def test_the_daemon_runs_with_two_capabilities_on_a_read_only_system(machine: Ma
             "/usr/local": False, "/var": False}
 
 
+METRICS_GET = """
+import urllib.request
+body = urllib.request.urlopen("http://127.0.0.1:9846/metrics", timeout=10).read().decode()
+print("linkguard_nic_state" in body)
+"""
+
+
+def test_the_hardening_is_in_effect_and_the_daemon_works_under_it(machine: Machine) -> None:
+    """Issue 30: LimitNOFILE, ProtectProc=invisible, IP only on localhost; /metrics (on
+    127.0.0.1) still answers, and the exposure `systemd-analyze security` gives is <= 3.1."""
+    props = show(machine, "MainPID", "ProtectProc", "IPAddressDeny", "IPAddressAllow",
+                 "LimitNOFILE")
+    assert props["ProtectProc"] == "invisible" and props["LimitNOFILE"] == "4096", props
+    assert props["IPAddressDeny"] and "127.0.0.0/8" in props["IPAddressAllow"], props
+    limits = machine.run("cat", f"/proc/{props['MainPID']}/limits").stdout
+    assert [ln.split()[3:5] for ln in limits.splitlines() if ln.startswith("Max open files")] \
+        == [["4096", "4096"]]
+    # the daemon's own /proc is mounted hidepid=invisible
+    mounts = machine.run("nsenter", "-t", props["MainPID"], "-m", "cat", "/proc/self/mounts")
+    assert any(" /proc proc " in ln and "hidepid=invisible" in ln
+               for ln in mounts.stdout.splitlines()), mounts.stdout
+    assert machine.run(VENV_PYTHON, "-c", METRICS_GET).stdout.strip() == "True"
+    security = machine.run("systemd-analyze", "security", UNIT, check=False).stdout
+    level = security.rsplit("Overall exposure level for linkguardd.service: ", 1)[-1].split()[0]
+    assert float(level) <= 3.1, security
+
+
 def test_the_reader_group_reads_and_may_not_drain(machine: Machine) -> None:
     status = machine.run("linkguard-cli", "status", user=READER, check=False)
     assert status.returncode == 0, status.stderr

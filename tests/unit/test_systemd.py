@@ -163,3 +163,20 @@ def test_run_watchdog_pings_only_while_healthy(notify_socket: tuple[socket.socke
         assert not checks  # the second check said "unhealthy" and sent nothing
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd package")
+def test_the_units_exposure_stays_low_with_the_hardening_it_relies_on(tmp_path: Path) -> None:
+    """Issue 30, goals: `systemd-analyze security` at most 3.1 with LimitNOFILE set, and
+    ProtectProc=invisible, IPAddressDeny=any + IPAddressAllow=localhost (tests/systemd checks
+    that the daemon works under them)."""
+    d = directives(UNIT)
+    assert d["ProtectProc"] == ["invisible"]
+    assert d["IPAddressDeny"] == ["any"] and d["IPAddressAllow"] == ["localhost"]
+    unit = tmp_path / "linkguardd.service"
+    unit.write_text(UNIT.read_text())
+    out = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    level = re.search(r"Overall exposure level for linkguardd\.service: (\d+\.\d)", out.stdout)
+    assert level, out.stdout + out.stderr
+    assert float(level.group(1)) <= 3.1, out.stdout
