@@ -76,6 +76,8 @@ class BenchDaemon:
     workdir: Path
     proc: subprocess.Popen[bytes] | None = None
     shm_path: Path = field(init=False)
+    command: tuple[str, ...] = (str(LINKGUARDD),)  # another build: bench/hostile_local.py
+    env: dict[str, str] = field(default_factory=dict)  # added to the clean environment
 
     def __post_init__(self) -> None:
         self.shm_path = Path("/dev/shm") / f"{self.lab.prefix}-{self.host}"
@@ -83,12 +85,13 @@ class BenchDaemon:
     def start(self, timeout_s: float = 20.0) -> BenchDaemon:
         config = self.workdir / "linkguard.toml"
         config.write_text("")  # never the machine's /etc/linkguard/linkguard.toml
-        argv = [str(LINKGUARDD), "--config", str(config), "--shm-path", str(self.shm_path),
+        argv = [*self.command, "--config", str(config), "--shm-path", str(self.shm_path),
                 "--grpc-socket", str(self.workdir / "linkguard.sock"),
                 "--grpc-ro-socket", str(self.workdir / "linkguard-ro.sock"),
                 "--plugin-verdict-socket", str(self.workdir / "linkguard-verdict.sock"),
                 "--state-dir", str(self.workdir / "state"), *self.args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LINKGUARD")}
+        env.update(self.env)
         with (self.workdir / "stdout.log").open("wb") as out, \
                 (self.workdir / "stderr.log").open("wb") as err:
             self.proc = self.lab.popen(self.host, argv, stdout=out, stderr=err,

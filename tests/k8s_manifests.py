@@ -2,6 +2,7 @@
 with the daemon's settings) and the lab test (the probes and capabilities run for real)."""
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +49,13 @@ def added_capabilities() -> set[str]:
     caps = daemon_container()["securityContext"]["capabilities"]
     assert caps["drop"] == ["ALL"]
     return set(caps["add"])
+
+
+RUN_PATH_SETTINGS = ("shm_path", "grpc_socket", "grpc_ro_socket", "plugin_verdict_socket")
+
+
+def run_paths() -> dict[str, Path]:
+    """Where the ConfigMap puts the control file and the sockets, relative to /run (the lab
+    lays a daemon's files out the same way under a temporary directory)."""
+    config = tomllib.loads(resource("ConfigMap")["data"]["linkguard.toml"])
+    return {name: Path(config[name]).relative_to("/run") for name in RUN_PATH_SETTINGS}

@@ -12,6 +12,7 @@ import grpc
 
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
+from linkguard_cli.defang import defang, printable
 
 # Exit statuses: a health check may trust them (docs/operators.md has the same table).
 EXIT_OK = 0  # every NIC asked about is UP (and every other command: it worked)
@@ -21,12 +22,22 @@ EXIT_UNREACHABLE = 3  # no daemon on the socket, no permission to connect, no an
 EXIT_DENIED = 4  # the daemon refused: drain/undrain on the read-only socket
 EXIT_DAEMON_ERROR = 5  # the daemon failed the request for another reason
 EXIT_REFUSED = 6  # drain refused: the backup NIC is not UP (--force overrides)
+EXIT_NO_NICS = 7  # status: the daemon monitors no NIC at all (nothing is known to be UP)
 EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): linkguard-cli itself crashed; never a NIC state
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 ADMIN_METHODS = frozenset({"Drain", "Undrain"})
 CALLER_PID_KEY = "linkguard-caller-pid"  # api/callers.py: the audit line names our uid by it
 
 MISSED_EVENTS_KEY = "linkguard-missed-events"  # api/server.py sends it on Watch
+RESUME_SINCE_KEY = "linkguard-resume-since"  # api/server.py: a Watch cut off for falling behind
+
+
+class FellBehind(Exception):
+    """The daemon cut the stream off because we read too slowly; resume after `since`."""
+
+    def __init__(self, since: int) -> None:
+        super().__init__(since)
+        self.since = since
 
 
 class CliError(click.ClickException):
@@ -93,10 +104,11 @@ class Client:
         """A unary RPC with the client's deadline; grpc errors become CliError."""
         metadata = ((CALLER_PID_KEY, str(os.getpid())),) if method in ADMIN_METHODS else ()
         try:
-            return getattr(self._stub(method), method)(request, timeout=self.timeout,
-                                                       metadata=metadata)
+            answer = getattr(self._stub(method), method)(request, timeout=self.timeout,
+                                                         metadata=metadata)
         except grpc.RpcError as exc:
             raise self.error(exc) from None
+        return defang(answer, keep="\n" if method == "Dump" else "")  # Dump: indented JSON
 
     def status(self) -> pb.GetStatusResponse:
         return self.call("GetStatus", pb.GetStatusRequest())
@@ -128,14 +140,18 @@ class Client:
         """The stream's events; ends quietly when we cancel it or the daemon goes away (the
         caller says how to resume)."""
         try:
-            yield from stream
+            for event in stream:
+                yield defang(event)
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE):
                 return
+            for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+                if key == RESUME_SINCE_KEY and str(value).isdigit():
+                    raise FellBehind(int(value)) from None
             raise self.error(exc) from None
 
     def error(self, exc: grpc.RpcError) -> CliError:
-        code, details = exc.code(), exc.details() or ""
+        code, details = exc.code(), printable(exc.details() or "")
         if code == grpc.StatusCode.UNAVAILABLE:
             return unreachable(self.socket_path, _short(details) or "unavailable")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:

@@ -6,6 +6,7 @@ client.py (EXIT_*) and EXIT_STATUS_HELP; a crash of the CLI itself is 70, never 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -22,12 +23,14 @@ from linkguard_cli.client import (
     EXIT_DAEMON_ERROR,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_NO_NICS,
     EXIT_NOT_UP,
     EXIT_OK,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     Client,
     CliError,
+    FellBehind,
     usable,
 )
 from linkguardd.settings import SETTINGS
@@ -57,6 +60,7 @@ Exit status (health checks may rely on it):
   4   not allowed (drain/undrain on the read-only socket)
   5   the daemon failed the request; for health: its heartbeat is stale
   6   drain refused: the backup NIC is not UP (--force overrides)
+  7   status: the daemon monitors no NIC at all
   70  linkguard-cli itself failed (a bug: never a NIC state)
   130 interrupted"""
 
@@ -148,6 +152,10 @@ def status(ctx: click.Context, nics: tuple[str, ...], output: str, as_json: bool
         click.echo(render.status_table(resp, wide=output == "wide"))
         for nic in resp.nics if nics else ():  # NICs named: their counters too
             click.echo(render.counters_text(nic))
+    if not resp.nics:  # "all UP" of nothing: a health check must not read it as fine
+        click.echo("linkguard-cli: linkguardd monitors no NIC (check `interfaces`: "
+                   "linkguard-cli dump)", err=True)
+        ctx.exit(EXIT_NO_NICS)
     ctx.exit(EXIT_OK if all(n.state == pb.NIC_STATE_UP for n in resp.nics) else EXIT_NOT_UP)
 
 
@@ -168,21 +176,28 @@ def watch(ctx: click.Context, since: int | None, count: int | None, output: str,
     """Print transitions as they happen, one line each, until Ctrl-C."""
     output = "json" if as_json else output
     client = _client(ctx)
-    stream, missed = client.watch(since or 0, replay=since is not None)
-    if missed:
-        click.echo(f"linkguard-cli: {missed} events after #{since} are no longer in the "
-                   "daemon's history", err=True)
-    last, seen = since or 0, 0
-    try:
-        for event in client.events(stream):
-            last, seen = event.seq, seen + 1
-            _print_event(event, output)
-            if count is not None and seen >= count:
-                stream.cancel()
-                return
-    except KeyboardInterrupt:
-        stream.cancel()
-        return
+    last, seen, replay = since or 0, 0, since is not None
+    while True:
+        stream, missed = client.watch(last, replay=replay)
+        if missed:
+            click.echo(f"linkguard-cli: {missed} events after #{last} are no longer in the "
+                       "daemon's history", err=True)
+        try:
+            for event in client.events(stream):
+                last, seen = event.seq, seen + 1
+                _print_event(event, output)
+                if count is not None and seen >= count:
+                    stream.cancel()
+                    return
+            break
+        except FellBehind as behind:
+            # We (or whatever reads our output) were too slow: pick up where we were.
+            click.echo(f"linkguard-cli: fell behind the daemon's events; resuming after "
+                       f"#{behind.since}", err=True)
+            last, replay = behind.since, True
+        except KeyboardInterrupt:
+            stream.cancel()
+            return
     # The daemon ended the stream: it is stopping or restarting.
     click.echo(f"linkguard-cli: linkguardd closed the stream; resume with "
                f"`linkguard-cli watch --since {last}`", err=True)
@@ -263,7 +278,7 @@ def health(ctx: click.Context, max_age: float) -> None:
     liveness probe. Exits 0 alive, 3 unreachable, 5 heartbeat stale."""
     d = _client(ctx).status().daemon
     age = d.heartbeat_age_seconds
-    if age > max_age:
+    if not math.isfinite(age) or age < 0 or age > max_age:  # nonsense is no proof of life
         click.echo(f"linkguardd pid {d.pid}: heartbeat {age:.3f} s old (limit {max_age:g} s): "
                    "its loop is stalled", err=True)
         ctx.exit(EXIT_DAEMON_ERROR)

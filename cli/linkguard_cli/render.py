@@ -34,6 +34,8 @@ def styled_state(name: str, width: int = 0) -> str:
 
 def duration(seconds: float) -> str:
     """9.5s, 12m34s, 1h59m, 3d04h: the two leading units, like `ps` and `systemctl`."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "-"  # the daemon's answer is nonsense; show none rather than fail
     if seconds < 60:
         return f"{seconds:.1f}s"
     s = int(seconds)
@@ -188,8 +190,8 @@ def nic_json(nic: pb.Nic) -> dict[str, Any]:
         "reason": nic.reason, "reason_text": nic.reason_text, "backup": nic.backup or None,
         "carrier": nic.carrier, "present": nic.present, "operstate": nic.operstate,
         "speed_mbps": nic.speed_mbps if nic.HasField("speed_mbps") else None,
-        "epoch": nic.epoch, "seconds_in_state": round(nic.seconds_in_state, 3),
-        "since_unix": nic.since_unix, "counters": dict(sorted(nic.counters.items())),
+        "epoch": nic.epoch, "seconds_in_state": _json_number(round(nic.seconds_in_state, 3)),
+        "since_unix": _json_number(nic.since_unix), "counters": dict(sorted(nic.counters.items())),
         "counter_rates": dict(sorted(nic.counter_rates.items())),
         "counters_over": list(nic.counters_over),
         "dom": {
@@ -209,8 +211,8 @@ def status_json(resp: pb.GetStatusResponse) -> dict[str, Any]:
     d = resp.daemon
     return {
         "daemon": {"version": d.version, "pid": d.pid, "hostname": d.hostname,
-                   "start_unix": d.start_unix,
-                   "heartbeat_age_seconds": round(d.heartbeat_age_seconds, 6)},
+                   "start_unix": _json_number(d.start_unix),
+                   "heartbeat_age_seconds": _json_number(round(d.heartbeat_age_seconds, 6))},
         "all_up": all(n.state == pb.NIC_STATE_UP for n in resp.nics),
         "nics": [nic_json(n) for n in resp.nics],
     }
@@ -218,7 +220,11 @@ def status_json(resp: pb.GetStatusResponse) -> dict[str, Any]:
 
 # ---- events ----------------------------------------------------------------------------------
 def timestamp(unix: float) -> str:
-    return datetime.datetime.fromtimestamp(unix).astimezone().isoformat(timespec="milliseconds")
+    try:
+        when = datetime.datetime.fromtimestamp(unix).astimezone()
+    except (ValueError, OverflowError, OSError):  # NaN, inf, or beyond the calendar
+        return f"(invalid time {unix!r})"
+    return when.isoformat(timespec="milliseconds")
 
 
 def latency(seconds: float) -> str:
@@ -244,10 +250,10 @@ def event_line(ev: pb.Event, wide: bool = False) -> str:
 
 
 def event_json(ev: pb.Event) -> dict[str, Any]:
-    return {"seq": ev.seq, "time_unix": ev.time_unix, "nic": ev.nic,
+    return {"seq": ev.seq, "time_unix": _json_number(ev.time_unix), "nic": ev.nic,
             "old_state": state_name(ev.old_state), "new_state": state_name(ev.new_state),
             "reason": ev.reason, "reason_text": ev.reason_text, "detail": ev.detail,
-            "epoch": ev.epoch, "detection_seconds": ev.detection_seconds}
+            "epoch": ev.epoch, "detection_seconds": _json_number(ev.detection_seconds)}
 
 
 # ---- dom -------------------------------------------------------------------------------------

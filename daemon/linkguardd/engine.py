@@ -34,7 +34,7 @@ from linkguardd.settings import Settings
 from linkguardd.state_file import SavedDrain, StateNotSaved, StateStore
 from linkguardd.states import NicState, Reason
 from linkguardd.verdicts.store import Note, VerdictStore
-from linkguardd.view import EventView, NicView, PluginVerdictView, UnknownNic
+from linkguardd.view import EventView, NicView, PluginVerdictView, UnknownNic, WatchQueue
 
 log = logging.getLogger("linkguardd")
 
@@ -266,12 +266,12 @@ class Engine:
         history = self.exporter(HistoryExporter)
         return history.since(seq) if history else []
 
-    def subscribe(self) -> asyncio.Queue[EventView]:
+    def subscribe(self) -> WatchQueue:
         history = self.exporter(HistoryExporter)
         assert history is not None, "no history exporter: nothing to watch"
         return history.subscribe()
 
-    def unsubscribe(self, queue: asyncio.Queue[EventView]) -> None:
+    def unsubscribe(self, queue: WatchQueue) -> None:
         history = self.exporter(HistoryExporter)
         if history is not None:
             history.unsubscribe(queue)

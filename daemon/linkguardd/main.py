@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
 from typing import Any
@@ -25,10 +26,25 @@ from linkguardd.reload import plan_reload
 from linkguardd.sdnotify import SdNotifier
 from linkguardd.settings import ConfigError, Settings
 from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
+from linkguardd.state_file import state_dir_problem
 
 log = logging.getLogger("linkguardd")
 
 SURFACE_STOP_TIMEOUT_S = 3.0  # the API; the engine bounds its monitors itself
+# Open files the daemon asks for: both API sockets' connection caps (api/server.py) and ample
+# room for netlink, sysfs and /proc. The unit's LimitNOFILE gives as much; elsewhere (a
+# container, a shell) the soft limit may be 1024, and the daemon raises it up to the hard one.
+OPEN_FILES = 4096
+
+
+def raise_open_file_limit(wanted: int = OPEN_FILES) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < wanted:
+        log.warning("open files limited to %d (hard limit); %d wanted: raise LimitNOFILE or "
+                    "the container's nofile limit", target, wanted)
 
 
 def resolve_nics(s: Settings) -> tuple[list[str], dict[str, str]]:
@@ -121,6 +137,8 @@ def _operator_surfaces(engine: Engine, s: Settings) -> list[tuple[Any, Any]]:
     """(start, stop) coroutine pairs of the gRPC API, when configured (/metrics is an
     exporter: the engine starts it)."""
     out: list[tuple[Any, Any]] = []
+    if s.grpc_socket and (exposure := settings_mod.admin_socket_exposure(s)):
+        log.warning("api: %s", exposure)
     if s.grpc_socket:
         api = ApiServer(engine, s.grpc_socket, ro_socket_path=s.grpc_ro_socket,
                         admin_group=s.admin_group, reader_group=s.reader_group)
@@ -139,6 +157,8 @@ def main(check_config: bool, **params: Any) -> None:
     try:
         s = settings_mod.settings_from_click(params)
         ifnames, backups = resolve_nics(s)
+        if problem := state_dir_problem(s.state_dir):
+            raise ConfigError(problem)
     except (ConfigError, PairingError) as exc:
         click.echo(f"linkguardd: {exc}", err=True)
         sys.exit(2)
@@ -148,6 +168,7 @@ def main(check_config: bool, **params: Any) -> None:
         return
     logs = DaemonLog(sys.stderr)
     logs.setup(s.log_level, s.log_format)
+    raise_open_file_limit()
     loop = asyncio.new_event_loop()
     code = loop.run_until_complete(run(s, params, logs))
     # Everything the daemon owns (shm file, sockets) is released by now. A worker thread

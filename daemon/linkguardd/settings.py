@@ -66,8 +66,10 @@ class Settings:
     # Two sockets, libvirt's model: the kernel checks the file's mode and group at connect(),
     # so who may do what is decided before a byte of the API is read.
     grpc_socket: str = _setting(
-        "/run/linkguard/linkguard.sock", "Admin socket of the gRPC API (mode 0660, group "
-        "admin_group): every call, drain and undrain included.", restart=True)
+        "/run/linkguard-admin/linkguard.sock", "Admin socket of the gRPC API (mode 0660, group "
+        "admin_group): every call, drain and undrain included. Keep it out of the directory of "
+        "shm_path and the other sockets: jobs mount that one, and a root job could drain.",
+        restart=True)
     grpc_ro_socket: str = _setting(
         "/run/linkguard/linkguard-ro.sock", "Read-only socket of the gRPC API (mode 0660, group "
         "reader_group): status, watch, events, dom and dump; drain and undrain are refused. "
@@ -332,6 +334,23 @@ def _check_together(s: Settings) -> None:
             os.path.abspath(p) for p in (s.grpc_socket, s.grpc_ro_socket) if p}:
         raise ConfigError("plugin_verdict_socket: must differ from grpc_socket and "
                           f"grpc_ro_socket ({s.plugin_verdict_socket})")
+
+
+def admin_socket_exposure(s: Settings) -> str:
+    """Why the admin socket is reachable where jobs look ('' when it has its own directory).
+
+    Jobs (Kubernetes pods, containers) are given the directory of the control file and of the
+    sockets they use; a root job then passes the socket's mode check, whatever its group.
+    """
+    admin_dir = os.path.dirname(os.path.abspath(s.grpc_socket))
+    shared = [name for name in ("shm_path", "grpc_ro_socket", "plugin_verdict_socket")
+              if getattr(s, name) and os.path.dirname(os.path.abspath(getattr(s, name)))
+              == admin_dir]
+    if not shared:
+        return ""
+    return (f"grpc_socket {s.grpc_socket} shares its directory with {', '.join(shared)}: a job "
+            f"that is given {admin_dir} and runs as root can drain NICs; move grpc_socket to a "
+            "directory of its own (docs/kubernetes.md)")
 
 
 # ---- click -------------------------------------------------------------------------------------

@@ -6,6 +6,12 @@
 Written atomically: a temporary file in the same directory, fsync, rename over the old one,
 fsync of the directory, so a crash leaves the old file or the new one, never a torn one.
 
+The file steers what the daemon publishes, so it is trusted only in a directory no one but the
+daemon's user can write (state_dir_problem, checked at start): the temporary file is made with
+O_EXCL under a random name (mkstemp), the file is opened without following a symbolic link or
+waiting on a FIFO and must be a regular file, and what it holds is checked as the API checks
+an operator's drain.
+
 Sequence numbers are monotonic across restarts, so `watch --since N` from before a restart
 still means the same events. Writing the head on every event would put an fsync on every
 transition, so numbers are reserved in blocks: the file holds a number no event has used yet
@@ -18,16 +24,21 @@ import json
 import logging
 import math
 import os
+import stat
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from linkguardd.validate import drain_reason_problem, nic_name_problem
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 FORMAT = 1
 SEQ_RESERVE = 1024  # one fsync per 1024 transitions; a crash skips at most this many numbers
+MAX_BYTES = 1 << 20  # far above any real file (a few hundred bytes a drain)
 
 
 class StateFileError(Exception):
@@ -50,14 +61,52 @@ class SavedState:
     drains: Mapping[str, SavedDrain] = field(default_factory=dict)
 
 
+def state_dir_problem(state_dir: str) -> str:
+    """Why `state_dir` must not hold the state file ('' when it may, or does not exist yet)."""
+    if not state_dir:
+        return ""
+    try:
+        st = os.stat(state_dir)
+    except FileNotFoundError:
+        return ""  # created 0755 by the daemon at the first save
+    except OSError as exc:
+        return f"state_dir {state_dir}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"state_dir {state_dir} is not a directory"
+    fix = f"chown {os.geteuid()} {state_dir} && chmod go-w {state_dir}, or set another state_dir"
+    if st.st_uid != os.geteuid():
+        return (f"state_dir {state_dir} is owned by uid {st.st_uid}, not by the daemon's "
+                f"uid {os.geteuid()}: its owner could plant drains; {fix}")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (f"state_dir {state_dir} is writable by its group or others (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}): they could plant drains or replace the "
+                f"file; {fix}")
+    return ""
+
+
 def load(path: Path) -> SavedState:
     """The saved state; an absent file is a fresh host. Raises StateFileError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return SavedState()
+    except OSError as exc:
+        if os.path.islink(path):
+            raise StateFileError("it is a symbolic link (never followed)") from None
+        raise StateFileError(f"cannot read it: {exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise StateFileError("it is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise StateFileError(f"it is larger than {MAX_BYTES} bytes")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise StateFileError(f"cannot read it: {exc}") from None
+    finally:
+        os.close(fd)
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -83,6 +132,9 @@ def _parse(data: object) -> SavedState:
                 or isinstance(since, bool) or not math.isfinite(since):
             raise StateFileError(f"drain of {nic!r}: expected {{reason, since_unix}}, "
                                  f"got {entry!r}")
+        problem = nic_name_problem(nic) or drain_reason_problem(reason)
+        if problem:
+            raise StateFileError(f"drain of {nic!r}: {problem}")
         out[nic] = SavedDrain(reason, float(since))
     return SavedState(next_seq, out)
 
@@ -92,14 +144,17 @@ def save(path: Path, state: SavedState) -> None:
     data = {"format": FORMAT, "next_seq": state.next_seq,
             "drains": {n: {"reason": d.reason, "since_unix": d.since_unix}
                        for n, d in sorted(state.drains.items())}}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # O_EXCL under a name no one can guess: nothing planted in the directory is followed
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o644)  # readable as before (mkstemp makes it 0600)
             json.dump(data, f, indent=1)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        os.rename(tmp, path)
+        os.rename(tmp, path)  # replaces a symbolic link itself, never its target
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -65,6 +65,51 @@ class EventView:
     detection_ns: int  # fact observed by a monitor -> state published
 
 
+# A watcher may lag this many events behind before it is cut off: as many as the history keeps
+# (exporters/history.py), so a client that resumes with --since at once still finds the rest.
+WATCH_QUEUE_EVENTS = 1024
+
+
+class FellBehind(Exception):
+    """The watcher did not read its events and was cut off; resume after `last_seq`."""
+
+    def __init__(self, last_seq: int) -> None:
+        super().__init__(last_seq)
+        self.last_seq = last_seq
+
+
+class WatchQueue:
+    """One watcher's new events, bounded: a watcher that stops reading costs at most
+    `limit` references, then its queue is emptied and get() raises FellBehind."""
+
+    def __init__(self, limit: int = WATCH_QUEUE_EVENTS) -> None:
+        self._queue: asyncio.Queue[EventView | None] = asyncio.Queue(limit)
+        self._last_seq = 0  # the last event get() returned
+        self.cut_off = False
+
+    def put(self, event: EventView) -> None:
+        """On the event loop's thread; never blocks."""
+        if self.cut_off:
+            return
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.cut_off = True
+            while not self._queue.empty():  # free the events now, not when the stream ends
+                self._queue.get_nowait()
+            self._queue.put_nowait(None)
+
+    async def get(self) -> EventView:
+        event = await self._queue.get()
+        if event is None:
+            raise FellBehind(self._last_seq)
+        self._last_seq = event.seq
+        return event
+
+    def qsize(self) -> int:
+        return self._queue.qsize()
+
+
 class UnknownNic(KeyError):
     """The request named a NIC the daemon does not monitor."""
 
@@ -82,10 +127,10 @@ class DaemonView(Protocol):
     def head_seq(self) -> int:
         """The newest event's seq (0: none yet); numbers continue across restarts."""
 
-    def subscribe(self) -> asyncio.Queue[EventView]:
+    def subscribe(self) -> WatchQueue:
         """A queue that receives every new event until unsubscribe()."""
 
-    def unsubscribe(self, queue: asyncio.Queue[EventView]) -> None: ...
+    def unsubscribe(self, queue: WatchQueue) -> None: ...
 
     def drain(self, name: str, reason: str) -> NicView:
         """Operator drain; raises UnknownNic, or state_file.StateNotSaved once in effect."""

@@ -3,12 +3,15 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "le.h"
+#include "linkguard_shm.h"
 #include "log.h"
 #include "params.h"
 #include "util.h"
@@ -72,6 +75,29 @@ static int take_slot(const char *nic, uint8_t kind, uint64_t now)
     return 1;
 }
 
+/* 1 if `path` is a socket the daemon bound, else 0 with why in `why`: the control file's owner
+ * rule (root, our own user, or LINKGUARD_SHM_OWNER), without its mode rule (the socket is 0666
+ * so that every job can send). Someone else's socket there (a directory others can write, no
+ * daemon running) would otherwise receive every job's verdicts. */
+static int trusted_socket(const char *path, char *why, size_t len)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(why, len, "%s", strerror(errno));
+        return 0;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(why, len, "not a socket");
+        return 0;
+    }
+    if (lg_shm_owner_check(st.st_uid, st.st_mode & ~(mode_t)(S_IWGRP | S_IWOTH)) != LG_SHM_OK) {
+        snprintf(why, len, "the socket is owned by uid %u, not root, us or %s",
+                 (unsigned)st.st_uid, LG_SHM_OWNER_ENV);
+        return 0;
+    }
+    return 1;
+}
+
 int lg_verdict_report(const struct lg_verdict *v) { return lg_verdict_report_at(v, lg_now_ns()); }
 
 int lg_verdict_report_at(const struct lg_verdict *v, uint64_t now_ns)
@@ -88,16 +114,20 @@ int lg_verdict_report_at(const struct lg_verdict *v, uint64_t now_ns)
     int sent = 0;
     pthread_mutex_lock(&mu);
     if (take_slot(v->nic, v->kind, now_ns)) {
-        if (fd < 0)
+        char why[96] = "";
+        int trusted = trusted_socket(path, why, sizeof(why));
+        if (trusted && fd < 0)
             fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         /* Unconnected: each send resolves the path again, so a restarted daemon is found. */
-        sent = fd >= 0 && sendto(fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL,
-                                 (const struct sockaddr *)&sa, sizeof(sa)) == (ssize_t)sizeof(msg);
+        sent = trusted && fd >= 0 &&
+               sendto(fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL,
+                      (const struct sockaddr *)&sa, sizeof(sa)) == (ssize_t)sizeof(msg);
         if (!sent && !dropped_logged) { /* once: no daemon is a normal way to run */
             dropped_logged = 1;
+            if (trusted)
+                snprintf(why, sizeof(why), "%s", fd < 0 ? "no socket" : strerror(errno));
             LG_INFO(NCCL_NET, "verdict for NIC %s not reported to the daemon at %s: %s (later "
-                    "failures to report are not logged)", v->nic, path,
-                    fd < 0 ? "no socket" : strerror(errno));
+                    "failures to report are not logged)", v->nic, path, why);
         }
     }
     pthread_mutex_unlock(&mu);

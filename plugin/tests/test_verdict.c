@@ -107,6 +107,37 @@ static void test_report(const char *path)
     unlink(path);
 }
 
+/* Someone else's socket at the path gets nothing: the control file's owner rule. */
+static void test_untrusted_socket(const char *path)
+{
+    lg_params.verdict_socket = path;
+    lg_verdict_reset();
+    struct lg_verdict v = {.nic = "rail0", .kind = LG_VERDICT_STALLED};
+    int fd = bound(path);
+    uint8_t got[LG_VERDICT_SIZE + 1];
+    if (geteuid() != 0) { /* only root can hand a socket to another user */
+        close(fd);
+        unlink(path);
+        return;
+    }
+    CHECK(chown(path, 65534, 65534) == 0);
+    unsetenv("LINKGUARD_SHM_OWNER");
+    CHECK_EQ(lg_verdict_report_at(&v, S(100)), 0);
+    CHECK_EQ(received(fd, got), -1);
+    setenv("LINKGUARD_SHM_OWNER", "65534", 1); /* the operator says that user runs the daemon */
+    CHECK_EQ(lg_verdict_report_at(&v, S(200)), 1);
+    CHECK_EQ(received(fd, got), LG_VERDICT_SIZE);
+    unsetenv("LINKGUARD_SHM_OWNER");
+    close(fd);
+    unlink(path);
+    /* Not a socket at all: nothing is sent (and nothing is opened). */
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fclose(f);
+    CHECK_EQ(lg_verdict_report_at(&v, S(300)), 0);
+    unlink(path);
+}
+
 static const char *no_env(const char *name)
 {
     (void)name;
@@ -120,6 +151,7 @@ int main(void)
     char path[64];
     snprintf(path, sizeof(path), "/tmp/lg-test-verdict-%d.sock", (int)getpid());
     test_report(path);
+    test_untrusted_socket(path);
     lg_verdict_reset();
     LG_TEST_DONE();
 }

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from k8s_manifests import run_paths
 
 from linkguard_lab.lab import Lab
 from linkguardd.shm.layout import Event, NicEntry
@@ -113,6 +114,7 @@ class Daemon:
     grpc_ro_socket: Path
     state_dir: Path
     verdict_socket: Path
+    socket_dir: Path  # the temporary directory that holds the sockets (removed at teardown)
     proc: subprocess.Popen[bytes] | None = None
     _reader: ShmReader | None = field(default=None, repr=False)
 
@@ -209,7 +211,7 @@ class Daemon:
                 self.proc.wait(timeout=STOP_TIMEOUT_S)
         with contextlib.suppress(FileNotFoundError):
             self.shm_path.unlink()
-        shutil.rmtree(self.grpc_socket.parent, ignore_errors=True)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     # --- output ---------------------------------------------------------------------------
     def stdout(self) -> str:
@@ -320,8 +322,9 @@ class Daemons:
         Always given --config (an empty file without `config`), so /etc/linkguard/linkguard.toml
         on the test machine never leaks in. Flags override the file: settings a test changes
         through SIGHUP must be in `config`, not in `args`. With `run_dir`, the shm file and the
-        sockets share one fresh 0755 directory, laid out like /run/linkguard (linkguard.shm,
-        linkguard.sock, linkguard-ro.sock, linkguard-verdict.sock). `wrapper` runs the daemon
+        sockets are laid out in a fresh 0755 directory as the Kubernetes ConfigMap lays them out
+        in /run (linkguard/: linkguard.shm, linkguard-ro.sock, linkguard-verdict.sock;
+        linkguard-admin/: linkguard.sock). `wrapper` runs the daemon
         under a command (e.g. setpriv).
         """
         workdir = self.tmp_path / f"linkguardd-{lab.prefix}-{host}"
@@ -331,13 +334,16 @@ class Daemons:
         socket_dir = Path(tempfile.mkdtemp(prefix="lgd-", dir="/tmp"))
         if run_dir:
             socket_dir.chmod(0o755)
-            shm_path = socket_dir / "linkguard.shm"
-            grpc_socket = socket_dir / "linkguard.sock"
-            grpc_ro_socket = socket_dir / "linkguard-ro.sock"
-            verdict_socket = socket_dir / "linkguard-verdict.sock"
+            laid = {name: socket_dir / rel for name, rel in run_paths().items()}
+            for path in laid.values():
+                path.parent.mkdir(mode=0o755, exist_ok=True)
+            shm_path, grpc_socket = laid["shm_path"], laid["grpc_socket"]
+            grpc_ro_socket, verdict_socket = laid["grpc_ro_socket"], laid["plugin_verdict_socket"]
         else:
             shm_path = Path("/dev/shm") / f"{lab.prefix}-{host}"
-            grpc_socket, grpc_ro_socket = socket_dir / "api.sock", socket_dir / "api-ro.sock"
+            # the admin socket in a directory of its own, as the daemon asks
+            grpc_socket = socket_dir / "admin" / "api.sock"
+            grpc_ro_socket = socket_dir / "api-ro.sock"
             verdict_socket = socket_dir / "verdict.sock"
         # The prefix is unique to this lab, so a file there is a leftover of a killed run of
         # this very lab: stale, and ours to remove.
@@ -350,7 +356,7 @@ class Daemons:
                 str(grpc_ro_socket), "--state-dir", str(state_dir), "--metrics-address", "",
                 "--plugin-verdict-socket", str(verdict_socket), *args]
         daemon = Daemon(lab, host, workdir, argv, shm_path, config_path, grpc_socket,
-                        grpc_ro_socket, state_dir, verdict_socket)
+                        grpc_ro_socket, state_dir, verdict_socket, socket_dir)
         daemon.write_config(config or {})
         self.started.append(daemon)
         return daemon.start(timeout_s)

@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 from daemon_fixture import LINKGUARDD, Daemon, Daemons, c_tool, wait_for
-from k8s_manifests import added_capabilities, probe_argv
+from k8s_manifests import added_capabilities, probe_argv, run_paths
 
 from linkguard_lab.lab import Lab
 
 pytestmark = pytest.mark.lab
 
 POD_RUN = Path("/run/linkguard")  # where the manifests mount the host directory in a pod
-FILES = ("linkguard.shm", "linkguard.sock", "linkguard-ro.sock")
+FILES = ("linkguard.shm", "linkguard-ro.sock")
 FAST = ("--interfaces", "rail0,rail1", "--hold-down-ms", "500")
 WAIT_S = 20.0
 CLI = LINKGUARDD.parent / "linkguard-cli"
@@ -244,3 +244,34 @@ def test_the_daemon_works_with_only_the_daemonsets_capabilities(lab: Lab,
                       "the first module read")
     assert not health["success"] and "Operation not permitted" in health["last_error"], health
     lacking.stop()
+
+
+def test_a_root_pod_without_capabilities_cannot_drain(lab: Lab, daemons: Daemons,
+                                                      pods: Callable[[Path, bool], Pod]) -> None:
+    """Issue 30, finding 1: a training pod runs as uid 0 by default, and uid 0 passes a
+    root-owned socket's mode check without any capability. Laid out as the ConfigMap lays the
+    host's /run, the pod's mount holds no socket that drains: the admin one is not there
+    (ENOENT, exit 3) and the read-only one refuses (PERMISSION_DENIED, exit 4)."""
+    d = daemons.start(lab, "a", *FAST, run_dir=True)
+    pod = pods(d.shm_path.parent, False)
+    admin_in_pod = Path("/run") / run_paths()["grpc_socket"]
+    sockets = pod.run("find", POD_RUN, "-type", "s").stdout.split()
+    assert str(POD_RUN / d.grpc_ro_socket.name) in sockets, sockets
+    refused = {}
+    for sock in sorted({*sockets, str(admin_in_pod)}):
+        out = pod.run(*only(set()), CLI, "--socket", sock, "--timeout", "10", "drain", "rail0",
+                      "--reason", "pod", "--force")
+        refused[sock] = out.returncode
+        assert out.returncode in (3, 4), (sock, out.stdout, out.stderr)
+    assert refused[str(admin_in_pod)] == 3  # no such file in the pod
+    assert refused[str(POD_RUN / d.grpc_ro_socket.name)] == 4  # PERMISSION_DENIED
+    # In the pod the process really is uid 0 with no capability at all.
+    caps = pod.run(*only(set()), "sh", "-c", "id -u; grep CapEff /proc/self/status")
+    assert caps.stdout.split() == ["0", "CapEff:", "0000000000000000"], caps
+    assert d.c_nics()["rail0"]["state"] == "UP"
+    # The contrast: root on the host (the DaemonSet's view) drains through the admin socket.
+    host = subprocess.run([str(CLI), "--socket", str(d.grpc_socket), "drain", "rail0",
+                           "--reason", "host", "--force"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert host.returncode == 0, host.stderr
+    d.stop()

@@ -15,7 +15,8 @@ from machine import Machine
 
 UNIT = "linkguardd"
 RUN_DIR, STATE_DIR = "/run/linkguard", "/var/lib/linkguard"
-ADMIN_SOCK, RO_SOCK, SHM = f"{RUN_DIR}/linkguard.sock", f"{RUN_DIR}/linkguard-ro.sock", \
+ADMIN_DIR = "/run/linkguard-admin"  # the admin socket alone: jobs are given RUN_DIR only
+ADMIN_SOCK, RO_SOCK, SHM = f"{ADMIN_DIR}/linkguard.sock", f"{RUN_DIR}/linkguard-ro.sock", \
     f"{RUN_DIR}/linkguard.shm"
 VERDICT_SOCK = f"{RUN_DIR}/linkguard-verdict.sock"  # jobs' plugins report gray NICs here
 VENV_PYTHON = "/usr/local/lib/linkguard/venv/bin/python"
@@ -79,9 +80,10 @@ def test_sysusers_groups_directories_sockets_and_control_file(machine: Machine) 
     groups = machine.run("getent", "group", "linkguard", "linkguard-admin").stdout
     assert [g.split(":")[0] for g in groups.splitlines()] == ["linkguard", "linkguard-admin"]
     stat = {path: machine.run("stat", "-c", "%U %G %a %F", path).stdout.strip()
-            for path in (RUN_DIR, STATE_DIR, ADMIN_SOCK, RO_SOCK, SHM, VERDICT_SOCK)}
+            for path in (RUN_DIR, ADMIN_DIR, STATE_DIR, ADMIN_SOCK, RO_SOCK, SHM, VERDICT_SOCK)}
     assert stat == {
         RUN_DIR: "root root 755 directory",
+        ADMIN_DIR: "root root 755 directory",
         STATE_DIR: "root root 755 directory",
         ADMIN_SOCK: "root linkguard-admin 660 socket",
         RO_SOCK: "root linkguard 660 socket",
@@ -106,9 +108,37 @@ def test_the_daemon_runs_with_two_capabilities_on_a_read_only_system(machine: Ma
         return machine.run("nsenter", "-t", pid, "-m", "sh", "-c",
                            f"touch {probe} && rm {probe}", check=False).returncode == 0
 
-    assert {p: writable(p) for p in (RUN_DIR, STATE_DIR, "/etc/linkguard", "/usr/local", "/var")} \
-        == {RUN_DIR: True, STATE_DIR: True, "/etc/linkguard": False, "/usr/local": False,
-            "/var": False}
+    assert {p: writable(p) for p in (RUN_DIR, ADMIN_DIR, STATE_DIR, "/etc/linkguard",
+                                     "/usr/local", "/var")} \
+        == {RUN_DIR: True, ADMIN_DIR: True, STATE_DIR: True, "/etc/linkguard": False,
+            "/usr/local": False, "/var": False}
+
+
+METRICS_GET = """
+import urllib.request
+body = urllib.request.urlopen("http://127.0.0.1:9846/metrics", timeout=10).read().decode()
+print("linkguard_nic_state" in body)
+"""
+
+
+def test_the_hardening_is_in_effect_and_the_daemon_works_under_it(machine: Machine) -> None:
+    """Issue 30: LimitNOFILE, ProtectProc=invisible, IP only on localhost; /metrics (on
+    127.0.0.1) still answers, and the exposure `systemd-analyze security` gives is <= 3.1."""
+    props = show(machine, "MainPID", "ProtectProc", "IPAddressDeny", "IPAddressAllow",
+                 "LimitNOFILE")
+    assert props["ProtectProc"] == "invisible" and props["LimitNOFILE"] == "4096", props
+    assert props["IPAddressDeny"] and "127.0.0.0/8" in props["IPAddressAllow"], props
+    limits = machine.run("cat", f"/proc/{props['MainPID']}/limits").stdout
+    assert [ln.split()[3:5] for ln in limits.splitlines() if ln.startswith("Max open files")] \
+        == [["4096", "4096"]]
+    # the daemon's own /proc is mounted hidepid=invisible
+    mounts = machine.run("nsenter", "-t", props["MainPID"], "-m", "cat", "/proc/self/mounts")
+    assert any(" /proc proc " in ln and "hidepid=invisible" in ln
+               for ln in mounts.stdout.splitlines()), mounts.stdout
+    assert machine.run(VENV_PYTHON, "-c", METRICS_GET).stdout.strip() == "True"
+    security = machine.run("systemd-analyze", "security", UNIT, check=False).stdout
+    level = security.rsplit("Overall exposure level for linkguardd.service: ", 1)[-1].split()[0]
+    assert float(level) <= 3.1, security
 
 
 def test_the_reader_group_reads_and_may_not_drain(machine: Machine) -> None:

@@ -24,7 +24,7 @@ from linkguardd.dom.common import ModuleDiagnostics
 from linkguardd.facts import PluginVerdictFact
 from linkguardd.monitors.base import MonitorHealth
 from linkguardd.states import NicState, Reason
-from linkguardd.view import EventView, NicView, PluginVerdictView, UnknownNic
+from linkguardd.view import EventView, NicView, PluginVerdictView, UnknownNic, WatchQueue
 
 BOOT_UNIX = 1_700_000_000.0  # 2023-11-14T22:13:20Z: the fake host's wall clock at monotonic 0
 NOW_NS = 7_200 * 10**9  # the fake's "now" on CLOCK_MONOTONIC: two hours after boot
@@ -103,7 +103,7 @@ class FakeDaemon:
         self._lock = threading.Lock()
         self._nics: dict[str, NicView] = {n.name: n for n in (nics or default_nics())}
         self._history: list[EventView] = []
-        self._subscribers: dict[asyncio.Queue[EventView], asyncio.AbstractEventLoop] = {}
+        self._subscribers: dict[WatchQueue, asyncio.AbstractEventLoop] = {}
         self._seq = 0
         self.monotonic_ns = NOW_NS
         self.heartbeat_age = 0.042
@@ -138,15 +138,15 @@ class FakeDaemon:
         with self._lock:
             return self._seq
 
-    def subscribe(self) -> asyncio.Queue[EventView]:
-        queue: asyncio.Queue[EventView] = asyncio.Queue()
+    def subscribe(self) -> WatchQueue:
+        queue = WatchQueue()
         with self._lock:
             self._subscribers[queue] = asyncio.get_running_loop()
         if self.on_subscribe is not None:
             self.on_subscribe()
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue[EventView]) -> None:
+    def unsubscribe(self, queue: WatchQueue) -> None:
         with self._lock:
             self._subscribers.pop(queue, None)
 
@@ -193,7 +193,7 @@ class FakeDaemon:
             self._history.append(event)
             subscribers = list(self._subscribers.items())
         for queue, loop in subscribers:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
+            loop.call_soon_threadsafe(queue.put, event)
         return event
 
     def inject_down(self, name: str, reason: Reason = Reason.CARRIER_LOST,

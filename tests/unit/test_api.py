@@ -27,8 +27,10 @@ from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 from linkguardd.api import ApiError, ApiServer
 from linkguardd.api.callers import CALLER_PID_KEY, connected_peers, read_peer_credentials
+from linkguardd.api.server import MAX_WATCHERS_PER_SOCKET
 from linkguardd.state_file import StateNotSaved
 from linkguardd.states import NicState
+from linkguardd.view import WATCH_QUEUE_EVENTS
 
 WAIT_S = 30  # upper bound for waiting on the server thread; never a measured duration
 
@@ -497,3 +499,49 @@ def test_the_engine_serves_the_api_and_metrics() -> None:
             await engine.stop()
 
     asyncio.run(main())
+
+
+def test_a_watcher_that_stops_reading_is_cut_off_with_where_to_resume(
+        fake: FakeDaemon, stub: pb_grpc.LinkguardStub) -> None:
+    """Issue 30, finding 3: a stream nobody reads holds at most WATCH_QUEUE_EVENTS events, then
+    ends with RESOURCE_EXHAUSTED and the seq to resume after; its queue is released."""
+    stream = stub.Watch(pb.WatchRequest())
+    stream.initial_metadata()  # subscribed; from here on nothing is read
+    sent = 0
+    while fake.subscriber_count() and sent < 50 * WATCH_QUEUE_EVENTS:
+        fake.inject_down("rail0")
+        sent += 1
+    assert fake.subscriber_count() == 0, f"still subscribed after {sent} unread events"
+    seqs = []
+    with pytest.raises(grpc.RpcError) as info:
+        for event in stream:
+            seqs.append(event.seq)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    resume = dict(info.value.trailing_metadata())["linkguard-resume-since"]
+    assert int(resume) == (seqs[-1] if seqs else 0) and f"--since {resume}" in info.value.details()
+    # and the whole rest is still in the history for that resume
+    rest = stub.ListEvents(pb.ListEventsRequest(since_seq=int(resume)), timeout=WAIT_S)
+    assert rest.missed == 0 and rest.events[-1].seq == sent
+
+
+def test_each_socket_serves_a_bounded_number_of_watchers(
+        fake: FakeDaemon, stub: pb_grpc.LinkguardStub) -> None:
+    """Issue 30, finding 3: one more stream than MAX_WATCHERS_PER_SOCKET is refused at once
+    with RESOURCE_EXHAUSTED; closing one makes room again."""
+    streams = [stub.Watch(pb.WatchRequest()) for _ in range(MAX_WATCHERS_PER_SOCKET)]
+    try:
+        for stream in streams:
+            stream.initial_metadata()
+        assert fake.subscriber_count() == MAX_WATCHERS_PER_SOCKET
+        with pytest.raises(grpc.RpcError) as info:
+            next(iter(stub.Watch(pb.WatchRequest(), timeout=WAIT_S)))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "watchers are already open on this socket" in info.value.details()
+        streams.pop().cancel()
+        wait_until(lambda: fake.subscriber_count() == MAX_WATCHERS_PER_SOCKET - 1, "a close")
+        streams.append(stub.Watch(pb.WatchRequest()))
+        streams[-1].initial_metadata()
+        assert fake.subscriber_count() == MAX_WATCHERS_PER_SOCKET
+    finally:
+        for stream in streams:
+            stream.cancel()

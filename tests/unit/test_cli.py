@@ -2,6 +2,9 @@
 output fragment), the flows that need more than one call, and golden outputs."""
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import os
 import socket
 import threading
@@ -10,12 +13,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from click.testing import CliRunner, Result
-from fake_daemon import FakeDaemon, ServedFake, all_up_nics, short_socket_dir
+from fake_daemon import IDENTITY, FakeDaemon, ServedFake, all_up_nics, short_socket_dir
 
 from linkguard_cli import main as cli_main
 from linkguard_cli.main import DEFAULT_RO_SOCKET, DEFAULT_SOCKET, cli
 from linkguardd.settings import Settings
-from linkguardd.states import NicState
+from linkguardd.states import NicState, Reason
 
 WAIT_S = 30
 Golden = Callable[[str, str], None]  # the `golden` fixture of tests/conftest.py
@@ -331,6 +334,39 @@ def test_watch_says_how_to_resume_when_the_daemon_stops(fake: FakeDaemon) -> Non
         result.output
 
 
+def test_watch_resumes_by_itself_when_its_reader_fell_behind(
+        fake: FakeDaemon, served: ServedFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30, finding 3: whatever reads our output stalls, the daemon cuts the stream off
+    (RESOURCE_EXHAUSTED), and watch picks up after the last event it printed: every event
+    once, in order."""
+    printing, release = threading.Event(), threading.Event()
+    printed: list[int] = []
+
+    def slow_print(event: object, output: str) -> None:
+        printing.set()
+        release.wait(WAIT_S)  # the first print blocks, as on a full pipe
+        printed.append(event.seq)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(cli_main, "_print_event", slow_print)
+    fake.inject_down("rail0")
+    watch = CliThread(served, "watch", "--since", "0")
+    assert printing.wait(WAIT_S)
+    total = 1
+    while fake.subscriber_count() and total < 50 * 1024:  # until the daemon cuts it off
+        total = fake.inject_down("rail0").seq
+    assert not fake.subscriber_count(), f"not cut off after {total} unread events"
+    release.set()
+    pause = threading.Event()  # never set: a bounded poll
+    for _ in range(WAIT_S * 100):
+        if len(printed) >= total:
+            break
+        pause.wait(0.01)
+    served.stop_server(grace=0.1)  # ends the watch (exit 3, "resume with")
+    result = watch.join()
+    assert "fell behind the daemon's events; resuming after #" in result.output, result.output
+    assert printed == list(range(1, total + 1))
+
+
 def test_colour_only_on_a_terminal(served: ServedFake) -> None:
     assert "\x1b[" not in run(served, "status").output
     assert "\x1b[32m" in run(served, "status", color=True).output  # UP in green
@@ -357,3 +393,55 @@ def test_golden_status_json(served: ServedFake, golden: Golden) -> None:
 
 def test_golden_dom(served: ServedFake, golden: Golden) -> None:
     golden("dom.txt", run(served, "dom").output)
+
+
+# --- a daemon's answers are not trusted (issue 30, finding 7) ---------------------------------
+ESC = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J"  # OSC 52 (clipboard), then clear the screen
+
+
+def test_escape_sequences_from_the_daemon_never_reach_the_terminal(fake: FakeDaemon) -> None:
+    nics = [dataclasses.replace(n, name=n.name + ("\x1b[1m" if n.name == "rail2" else ""),
+                                drain_reason="swap" + ESC, state=NicState.DRAINED)
+            for n in fake.nics()]
+    hostile = FakeDaemon(nics)
+    hostile.inject_state(nics[0].name, NicState.DOWN, Reason.CARRIER_LOST, "cut" + ESC)
+    identity = dataclasses.replace(IDENTITY, hostname="node" + ESC, version="1" + ESC)
+    with ServedFake(hostile, identity=identity) as served:
+        outputs = {" ".join(argv): run(served, *argv).output for argv in (
+            ["status"], ["status", "-o", "wide"], ["status", "rail0"], ["events"],
+            ["events", "-o", "wide"], ["status", "--json"], ["events", "-o", "json"], ["dump"],
+            ["status", "nope"])}
+    for argv, output in outputs.items():
+        assert "\x1b" not in output and "\x07" not in output, (argv, output)
+    assert "swap\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b[2J" in outputs["status rail0"]
+    assert "rail2\\x1b[1m" in outputs["status"] and "cut\\x1b]52" in outputs["events"]
+
+
+@pytest.mark.parametrize("age", [math.nan, -0.5, math.inf])
+def test_a_nonsense_heartbeat_age_is_stale_not_alive(fake: FakeDaemon, served: ServedFake,
+                                                     age: float) -> None:
+    fake.heartbeat_age = age
+    result = run(served, "health")
+    assert result.exit_code == 5 and "alive" not in result.output, result.output
+
+
+def test_no_nics_is_its_own_exit_status() -> None:
+    empty = FakeDaemon()
+    empty._nics.clear()  # a daemon configured with no NIC, or whose NICs all vanished
+    with ServedFake(empty) as served:
+        result = run(served, "status")
+        as_json = run(served, "status", "--json")
+    assert result.exit_code == as_json.exit_code == 7, result.output
+    assert "monitors no NIC" in result.output
+
+
+def test_an_event_without_a_real_time_is_printed_not_a_crash(fake: FakeDaemon,
+                                                             served: ServedFake) -> None:
+    for when in (math.nan, math.inf, 1e300):
+        event = fake.inject_down("rail0")
+        fake._history[-1] = dataclasses.replace(event, time_unix=when)
+    table, as_json = run(served, "events"), run(served, "events", "-o", "json")
+    assert table.exit_code == as_json.exit_code == 0, table.output + as_json.output
+    assert "(invalid time nan)" in table.output and "(invalid time inf)" in table.output
+    assert [json.loads(line)["time_unix"] for line in as_json.output.splitlines()] == [
+        None, None, 1e300]

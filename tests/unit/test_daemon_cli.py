@@ -85,3 +85,28 @@ def test_version_names_the_package_and_the_shm_layout() -> None:
 def test_the_ro_socket_must_differ_from_the_admin_socket(tmp_path: Path) -> None:
     proc = check_config(tmp_path, 'grpc_socket = "/run/x.sock"\ngrpc_ro_socket = "/run/x.sock"\n')
     assert proc.returncode == 2 and "grpc_ro_socket: must differ from grpc_socket" in proc.stderr
+
+
+@pytest.mark.parametrize("soft, hard, expected", [(256, 8192, "4096 8192"),
+                                                  (256, 1024, "1024 1024"),
+                                                  (8192, 8192, "8192 8192")])
+def test_the_daemon_raises_its_open_file_limit_up_to_the_hard_one(soft: int, hard: int,
+                                                                  expected: str) -> None:
+    """Issue 30, finding 4: a soft limit of 1024 (systemd's default, many containers') is too
+    few for both sockets' connection caps; the daemon takes what the hard limit allows."""
+    code = ("import resource; from linkguardd.main import raise_open_file_limit; "
+            "raise_open_file_limit(); print(*resource.getrlimit(resource.RLIMIT_NOFILE))")
+    out = subprocess.run(["prlimit", f"--nofile={soft}:{hard}", "--", sys.executable, "-c", code],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0 and out.stdout.split() == expected.split(), out.stderr
+
+
+def test_a_state_dir_others_can_write_stops_the_daemon_with_a_clear_error(
+        tmp_path: Path) -> None:
+    """Issue 30, finding 6: drains planted there would be published as the operator's."""
+    shared = tmp_path / "state"
+    shared.mkdir()
+    shared.chmod(0o777)
+    proc = check_config(tmp_path, "", "--state-dir", str(shared))
+    assert proc.returncode == 2 and proc.stderr.startswith(f"linkguardd: state_dir {shared} is "
+                                                           "writable by its group or others")

@@ -24,6 +24,7 @@ from linkguardd.monitors import MONITORS
 from linkguardd.settings import Settings
 from linkguardd.shm.reader import ShmReader
 from linkguardd.states import NicState
+from linkguardd.view import WATCH_QUEUE_EVENTS, EventView, FellBehind
 
 
 def defined_classes(package: object, *methods: str) -> dict[str, list[type]]:
@@ -155,3 +156,24 @@ def test_the_shm_file_is_created_and_removed_by_its_exporter(tmp_path: Path) -> 
         return exists
 
     assert asyncio.run(main()) and not (tmp_path / "shm").exists()
+
+
+def test_a_watchers_queue_is_bounded_and_cut_off_when_it_is_not_read() -> None:
+    """Issue 30, finding 3: an unread watcher holds at most WATCH_QUEUE_EVENTS events; past
+    that its queue is emptied at once and its next read says where to resume."""
+    history = HistoryExporter(None)  # type: ignore[arg-type]  # the state is not read
+    events = [EventView(seq, "rail0", 1, 2, 0, "", seq, 0.0, 0)
+              for seq in range(1, 3 * WATCH_QUEUE_EVENTS)]
+
+    async def main() -> tuple[int, int, int]:
+        reader, stuck = history.subscribe(), history.subscribe()
+        history.export(Update((), 1, False, 0.0, _events=tuple(events[:2])))
+        await reader.get()  # one event read, then both stop reading
+        history.export(Update((), 3, False, 0.0, _events=tuple(events[2:])))
+        with pytest.raises(FellBehind) as info:
+            await reader.get()
+        return info.value.last_seq, reader.qsize(), stuck.qsize()
+
+    last, left, stuck_left = asyncio.run(main())
+    assert (last, left, stuck_left) == (1, 0, 1)  # only the cut-off mark is left
+    assert len(history.events) == WATCH_QUEUE_EVENTS

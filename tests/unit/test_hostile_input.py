@@ -24,8 +24,11 @@ from hypothesis import strategies as st
 
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
+from linkguard_cli.defang import defang, printable
+from linkguardd import state_file
 from linkguardd.monitors import rtnl
 from linkguardd.settings import ConfigError, Settings, build_settings, load_config
+from linkguardd.validate import drain_reason_problem, nic_name_problem
 from linkguardd.verdicts import wire as verdict_wire
 
 KEYS = [f.name for f in dataclasses.fields(Settings)]
@@ -257,3 +260,30 @@ def _edited(data: bytes, edits: list[tuple[int, int]]) -> bytes:
     for index, value in edits:
         out[index] = value
     return bytes(out)
+
+
+@given(st.text(max_size=200))
+def test_any_text_from_the_daemon_prints_as_printable_text(text: str) -> None:
+    """Issue 30, finding 7: whatever a string field holds, the CLI shows only printable
+    characters, and a text that was printable already is shown unchanged."""
+    shown = printable(text)
+    assert shown.isprintable() and (shown == text or not text.isprintable())
+    message = defang(pb.Nic(name=text, drain_reason=text, counters={text: 1}))
+    assert all(s.isprintable() for s in (message.name, message.drain_reason,
+                                         *message.counters))
+
+
+@given(st.dictionaries(st.text(max_size=20), st.fixed_dictionaries(
+    {"reason": st.text(max_size=220), "since_unix": st.floats()}), max_size=3),
+    st.integers(min_value=-2, max_value=2**64))
+def test_any_state_file_loads_as_drains_an_operator_could_give_or_is_refused(
+        drains: dict[str, Any], next_seq: int) -> None:
+    """Issue 30, finding 6: what state.json holds reaches `status` only if the API would
+    have taken it from an operator."""
+    try:
+        state = state_file._parse({"format": 1, "next_seq": next_seq, "drains": drains})
+    except state_file.StateFileError:
+        return
+    for nic, drain in state.drains.items():
+        assert nic_name_problem(nic) is None and drain_reason_problem(drain.reason) is None
+        assert math.isfinite(drain.since_unix)

@@ -28,11 +28,18 @@ from k8s_manifests import (
 )
 
 from linkguard_cli.main import cli
-from linkguardd.settings import DEFAULT_CONFIG_PATH, ENV_PREFIX, SETTINGS, build_settings
+from linkguardd.settings import (
+    DEFAULT_CONFIG_PATH,
+    ENV_PREFIX,
+    SETTINGS,
+    admin_socket_exposure,
+    build_settings,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "linkguardd.service"
 RUN_DIR = "/run/linkguard"  # the one host directory pods mount (docs/kubernetes.md)
+ADMIN_DIR = "/run/linkguard-admin"  # the admin socket's: the DaemonSet's alone
 VERSIONS = (kubernetes_validate.utils.all_versions()[0],  # the oldest and newest schemas shipped
             kubernetes_validate.utils.latest_version())
 DOCS = [(p, i, d) for p in manifest_files() for i, d in enumerate(documents(p))]
@@ -118,7 +125,10 @@ def test_the_configmap_is_a_valid_config_that_keeps_everything_in_the_run_dir() 
     s = daemonset_settings()
     assert os.path.dirname(s.shm_path) == RUN_DIR
     sockets = [spec.name for spec in SETTINGS if spec.name.endswith("socket")]
-    assert len(sockets) == 3 and all(os.path.dirname(getattr(s, n)) == RUN_DIR for n in sockets)
+    assert len(sockets) == 3
+    assert {n: os.path.dirname(getattr(s, n)) for n in sockets} == {
+        "grpc_socket": ADMIN_DIR, "grpc_ro_socket": RUN_DIR, "plugin_verdict_socket": RUN_DIR}
+    assert not admin_socket_exposure(s)
     assert s.metrics_address == "198.18.0.1:9846"
 
 
@@ -128,6 +138,9 @@ def test_the_daemonset_mounts_the_run_dir_the_state_dir_and_the_config() -> None
     assert mounts(container)["run"]["mountPath"] == run["hostPath"]["path"] == RUN_DIR
     assert not mounts(container)["run"].get("readOnly")  # the daemon writes there
     assert run["hostPath"]["type"] == "DirectoryOrCreate"  # a directory, never single files
+    admin = volumes(spec)[mounts(container)["admin"]["name"]]["hostPath"]
+    assert mounts(container)["admin"]["mountPath"] == admin["path"] == ADMIN_DIR
+    assert os.path.dirname(s.grpc_socket) == ADMIN_DIR
     state = volumes(spec)[mounts(container)["state"]["name"]]["hostPath"]
     assert mounts(container)["state"]["mountPath"] == state["path"] == s.state_dir
     assert not mounts(container)["state"].get("readOnly")  # drains are written there
@@ -172,6 +185,18 @@ def test_the_training_pod_reads_the_daemons_file_read_only() -> None:
     assert env["LINKGUARD_SHM"] == s.shm_path
     assert spec["nodeSelector"] == pod_spec("DaemonSet")["nodeSelector"]
     assert spec["hostNetwork"]  # the daemon's NICs are the host's
+
+
+def test_no_training_pod_volume_reaches_the_admin_socket() -> None:
+    """A pod running as root passes the socket's mode check: only a path it cannot see keeps it
+    from draining (issue 30, finding 1)."""
+    s, spec = daemonset_settings(), pod_spec("Pod")
+    admin_dir = os.path.dirname(s.grpc_socket)
+    host_paths = [v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v]
+    assert host_paths == [RUN_DIR]
+    for path in host_paths:  # neither the admin directory nor one above it
+        assert os.path.commonpath([path, admin_dir]) != path, path
+    assert "supplementalGroups" not in spec.get("securityContext", {})
 
 
 def test_the_training_pod_gets_the_plugin_from_the_daemons_image() -> None:

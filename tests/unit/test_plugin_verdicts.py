@@ -11,6 +11,7 @@ import dataclasses
 import os
 import socket
 import stat
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,7 +28,12 @@ from linkguardd.monitors import plugin_verdicts
 from linkguardd.monitors.plugin_verdicts import PluginVerdictMonitor
 from linkguardd.states import NicState, Reason
 from linkguardd.verdicts import wire
-from linkguardd.verdicts.store import MAX_REPORTERS, VerdictStore
+from linkguardd.verdicts.store import (
+    MAX_REPORTERS,
+    MAX_REPORTERS_PER_UID,
+    NOTE_INTERVAL_S,
+    VerdictStore,
+)
 
 PLUGIN = Path(__file__).resolve().parents[2] / "plugin"
 SEND = PLUGIN / "build" / "lg_verdict_send"
@@ -132,8 +138,12 @@ def test_a_nic_turns_gray_at_the_first_report_and_clears_with_the_last() -> None
     assert [r.fact.pid for r in store.reports("rail0")] == [1, 2]  # newest first
     assert store.reports("rail0")[0].count == 2
     assert store.report(fact(pid=1, verdict="healthy", at_s=3)) == []  # pid 2 still says so
-    (cleared,) = store.report(fact(pid=2, verdict="healthy", at_s=4))
-    assert cleared.reason == Reason.PLUGIN_VERDICT_CLEARED and not store.gray("rail0")
+    # within a minute of the gray note: held, and out when the NIC's interval ends
+    assert store.report(fact(pid=2, verdict="healthy", at_s=4)) == [] and not store.gray("rail0")
+    assert store.next_expiry_ns() == int(NOTE_INTERVAL_S * S)
+    (cleared,) = store.expire(int(NOTE_INTERVAL_S * S))
+    assert cleared.reason == Reason.PLUGIN_VERDICT_CLEARED
+    assert cleared.detail.endswith("; 1 gray/clear change in 60 s, coalesced into this one")
     assert store.report(fact(pid=3, verdict="healthy")) == []  # healthy of a clean NIC
     assert store.report(fact("eth9")) == [] and not store.gray("eth9")  # not monitored
     assert store.accepted == {("rail0", "stalled"): 3, ("rail0", "healthy"): 3}
@@ -154,13 +164,51 @@ def test_reports_expire_and_the_nic_clears_once() -> None:
 
 
 def test_memory_is_bounded_whatever_local_users_send() -> None:
-    store = VerdictStore(60, ["rail0"])
-    for pid in range(MAX_REPORTERS + 50):
-        store.report(fact(pid=pid, at_s=pid))
-    pids = [r.fact.pid for r in store.reports("rail0")]
-    assert len(pids) == MAX_REPORTERS and min(pids) == 50  # the stalest went first
+    store = VerdictStore(600, ["rail0"])
+    for uid in range(MAX_REPORTERS // MAX_REPORTERS_PER_UID + 1):
+        for pid in range(MAX_REPORTERS_PER_UID + 10):
+            store.report(dataclasses.replace(fact(pid=pid, at_s=pid), uid=uid))
+    reports = store.reports("rail0")
+    assert len(reports) == MAX_REPORTERS and len({(r.fact.pid, r.fact.uid) for r in reports}) \
+        == MAX_REPORTERS
     store.configure(120, ["rail1"])
     assert store.reports("rail0") == [] and store.ttl_ns == 120 * S
+
+
+def test_one_uid_cannot_push_out_another_users_report_nor_clear_it() -> None:
+    """Issue 30, finding 5: 260 processes of uid 65534 once evicted uid 1000's report, then a
+    `healthy` from the attacker cleared the NIC in the attacker's name."""
+    store = VerdictStore(600, ["rail0"])
+    victim = dataclasses.replace(fact(pid=7, verdict="lossy", loss_ppm=20_000), uid=1000)
+    store.report(victim)
+    notes = []
+    for verdict, at_s in (("stalled", 1), ("healthy", 300)):
+        for pid in range(MAX_REPORTERS + 4):
+            notes += store.report(dataclasses.replace(
+                fact(pid=1000 + pid, verdict=verdict, at_s=at_s + pid / 1000), uid=65534))
+    assert [(r.fact.pid, r.fact.uid) for r in store.reports("rail0")] == [(7, 1000)]
+    assert store.gray("rail0") and not [n for n in notes
+                                        if n.reason == Reason.PLUGIN_VERDICT_CLEARED]
+
+
+def test_a_flapping_report_is_one_note_per_nic_and_interval_with_its_count() -> None:
+    """Issue 30, finding 2: stalled/healthy pairs from one pid were two events each, in the
+    history, the shm ring and the log; now at most one per NIC per NOTE_INTERVAL_S."""
+    store = VerdictStore(600, ["rail0", "rail1"])
+    notes = []
+    pairs = 590  # 59/s for 10 s, the review's rate
+    for i in range(pairs):
+        notes += store.report(fact(pid=1, at_s=i / 59))
+        notes += store.report(fact(pid=1, verdict="healthy", at_s=i / 59 + 0.001))
+        notes += store.expire(int((i / 59 + 0.002) * S))
+    assert [n.reason for n in notes] == [Reason.PLUGIN_VERDICT]  # the first, at once
+    assert store.next_expiry_ns() == int(NOTE_INTERVAL_S * S)
+    (summary,) = store.expire(int(NOTE_INTERVAL_S * S))
+    assert summary.reason == Reason.PLUGIN_VERDICT_CLEARED  # where it ended
+    assert f"{2 * pairs - 1} gray/clear changes in 60 s" in summary.detail
+    assert store.expire(int(2 * NOTE_INTERVAL_S * S)) == [] and store.next_expiry_ns() is None
+    # another NIC has its own interval: its first note is not held
+    assert [n.ifname for n in store.report(fact("rail1", pid=1, at_s=61))] == ["rail1"]
 
 
 # ---- the monitor -------------------------------------------------------------------------------
@@ -262,6 +310,39 @@ def test_a_sender_over_its_rate_is_cut_off_until_its_bucket_refills(sock_path: s
     assert [type(f) for f in facts] == [PluginVerdictFact]
 
 
+def kernel_says(monitor: PluginVerdictMonitor, uid: int, count: int) -> int:
+    """`count` datagrams as the kernel hands them over from `uid` (the SCM_CREDENTIALS a real
+    socket gives; a test cannot be 1100 users); how many were accepted."""
+    creds = [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack("iII", 4242, uid, uid))]
+    taken: list[object] = []
+    monitor._sink = taken.append
+    for _ in range(count):
+        monitor._take(GOOD, creds)
+    return sum(isinstance(f, PluginVerdictFact) for f in taken)
+
+
+def test_many_uids_together_are_capped_by_the_global_bucket() -> None:
+    """Issue 30, finding 2: 1100 claimed uids once got every datagram through."""
+    monitor = PluginVerdictMonitor("", ["rail0"], Clock())  # frozen: no refill
+    accepted = sum(kernel_says(monitor, uid, 4) for uid in range(1100))
+    assert accepted == plugin_verdicts.GLOBAL_BURST
+
+
+def test_a_uid_evicted_from_a_full_table_comes_back_without_a_fresh_burst() -> None:
+    """Issue 30, finding 2: cycling through more uids than the table holds won a new burst
+    each time a uid came back."""
+    clock = Clock()
+    monitor = PluginVerdictMonitor("", ["rail0"], clock)
+    for uid in range(plugin_verdicts.MAX_SENDERS):  # a full table: each got its burst
+        assert kernel_says(monitor, uid, 1) == 1
+        clock.now += int(S / plugin_verdicts.GLOBAL_RATE_PER_S)  # the global bucket keeps up
+    clock.now += S  # and is full again
+    assert kernel_says(monitor, plugin_verdicts.MAX_SENDERS, 1) == 0  # evicts uid 0, empty
+    assert kernel_says(monitor, 0, 10) == 0  # uid 0 is back: no fresh burst either
+    clock.now += S
+    assert kernel_says(monitor, 0, 10) == 10  # then refills at its rate like any other
+
+
 # ---- the engine ------------------------------------------------------------------------------
 def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
         tmp_path: Path) -> None:
@@ -330,3 +411,22 @@ def test_a_reload_keeps_the_reports_of_nics_still_monitored(tmp_path: Path) -> N
             await engine.stop()
 
     assert asyncio.run(main()) == (1, 0, 60.0)
+
+
+def test_the_socket_is_bound_in_a_private_directory_then_renamed(sock_path: str) -> None:
+    """Issue 30, finding 6: chmod() by path right after bind() followed whatever was at the
+    path by then; now the socket gets its mode where no one else can reach, then moves."""
+    seen: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        monitor = PluginVerdictMonitor(sock_path, ["rail0"])
+        await monitor.start(lambda f: None)
+        assert monitor._sock is not None
+        seen.append((monitor._sock.getsockname(), stat.S_IMODE(os.stat(sock_path).st_mode)))
+        await monitor.stop()
+
+    asyncio.run(main())
+    (bound, mode), = seen
+    assert bound == os.path.join(os.path.dirname(sock_path),
+                                 f".{os.path.basename(sock_path)}.bind", "s") and mode == 0o666
+    assert not os.path.exists(os.path.dirname(bound))  # the private directory is gone

@@ -17,6 +17,7 @@ from linkguardd.settings import (
     SETTINGS,
     ConfigError,
     Settings,
+    admin_socket_exposure,
     build_settings,
     click_options,
     load_config,
@@ -172,3 +173,13 @@ def test_table_is_complete() -> None:
     for spec in SETTINGS:
         assert spec.doc.endswith(".") and spec.flag == "--" + spec.name.replace("_", "-")
         assert spec.env == ENV_PREFIX + spec.name.upper()
+
+
+def test_an_admin_socket_beside_the_control_file_is_named_as_reachable_by_jobs() -> None:
+    """Issue 30, finding 1: jobs are given the control file's directory; the default keeps the
+    admin socket out of it, and a config that puts it there is warned about."""
+    assert admin_socket_exposure(Settings()) == ""
+    shared = build_settings({"grpc_socket": "/run/linkguard/linkguard.sock"}, {}, source="t")
+    problem = admin_socket_exposure(shared)
+    assert "shm_path, grpc_ro_socket, plugin_verdict_socket" in problem
+    assert "can drain" in problem and "/run/linkguard " in problem

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from linkguardd.state_file import (
     StateStore,
     load,
     save,
+    state_dir_problem,
 )
 from linkguardd.states import NicState, Reason
 
@@ -171,3 +173,67 @@ def test_an_undrain_is_saved_too() -> None:
 
     asyncio.run(run())
     assert written(Path(directory) / "state")["drains"] == {}
+
+
+# --- hygiene (issue 30, finding 6) ------------------------------------------------------------
+def test_a_planted_symlink_is_never_written_through(tmp_path: Path) -> None:
+    """The old temporary name was predictable and open("w") followed links: root overwrote
+    whatever a planted link pointed at."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    for name in (f".{STATE_FILE}.{os.getpid()}.tmp", STATE_FILE):  # the old name, the file
+        os.symlink(victim, state_dir / name)
+    save(state_dir / STATE_FILE, SavedState(7))
+    assert victim.read_text() == "precious\n"
+    assert not (state_dir / STATE_FILE).is_symlink() and load(state_dir / STATE_FILE).next_seq == 7
+
+
+def test_a_symlink_or_a_fifo_in_place_of_the_file_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO at state.json once hung start-up in open() (SIGTERM ignored)."""
+    (tmp_path / "target").write_text('{"format": 1, "next_seq": 5, "drains": {}}')
+    os.symlink(tmp_path / "target", tmp_path / "link")
+    with pytest.raises(StateFileError, match="symbolic link"):
+        load(tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    outcome: list[BaseException] = []
+    reader = threading.Thread(target=lambda: outcome.append(
+        pytest.raises(StateFileError, load, tmp_path / "fifo").value), daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():  # the old code: unblock it before failing
+        os.close(os.open(tmp_path / "fifo", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("load() blocked on a FIFO")
+    assert "not a regular file" in str(outcome[0])
+
+
+@pytest.mark.parametrize("nic, reason, problem", [
+    ("rail0", "swap\x1b]52;c;ZWNobyBwd25lZA==\x07", "printable"),  # an OSC sequence
+    ("rail0", "", "needs a reason"),
+    ("rail0", "x" * 201, "at most 200"),
+    ("rail\x1b[2J", "fine", "not a valid interface name"),
+])
+def test_saved_drains_are_checked_like_an_operators(tmp_path: Path, nic: str, reason: str,
+                                                    problem: str) -> None:
+    path = tmp_path / STATE_FILE
+    path.write_text(json.dumps({"format": 1, "next_seq": 3,
+                                "drains": {nic: {"reason": reason, "since_unix": 1.0}}}))
+    with pytest.raises(StateFileError, match=problem):
+        load(path)
+
+
+def test_a_state_dir_others_can_write_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    good.mkdir(mode=0o755)
+    assert state_dir_problem(str(good)) == "" and state_dir_problem(str(tmp_path / "no")) == ""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    problem = state_dir_problem(str(shared))
+    assert "writable by its group or others (mode 1777)" in problem and "chmod go-w" in problem
+    if os.geteuid() == 0:  # only root can give a directory away
+        other = tmp_path / "other"
+        other.mkdir(mode=0o755)
+        os.chown(other, 65534, 65534)
+        assert "owned by uid 65534" in state_dir_problem(str(other))

@@ -14,8 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from linkguardd.api.server import MAX_CONNECTIONS_PER_SOCKET
+from linkguardd.main import OPEN_FILES
 from linkguardd.sdnotify import SdNotifier, watchdog_interval_s
-from linkguardd.settings import Settings, render_environment_file, render_example_toml
+from linkguardd.settings import (
+    Settings,
+    admin_socket_exposure,
+    render_environment_file,
+    render_example_toml,
+)
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 UNIT = SYSTEMD / "linkguardd.service"
@@ -51,17 +58,23 @@ def test_unit_has_what_the_daemon_relies_on() -> None:
     assert d["ProtectSystem"] == ["strict"] and d["NoNewPrivileges"] == ["yes"]
     assert "CAP_NET_ADMIN" in d["CapabilityBoundingSet"][0].split()
     assert "CAP_NET_ADMIN" in d["AmbientCapabilities"][0].split()
+    # both API sockets' connection caps fit, whatever systemd's default (issue 30, finding 4)
+    assert d["LimitNOFILE"] == [str(OPEN_FILES)]
+    assert OPEN_FILES > 2 * MAX_CONNECTIONS_PER_SOCKET + 1024
 
 
 def test_unit_agrees_with_the_default_settings() -> None:
     d, s = directives(UNIT), Settings()
-    assert os.path.dirname(s.grpc_socket) == "/run/" + d["RuntimeDirectory"][0]
-    assert os.path.dirname(s.grpc_ro_socket) == "/run/" + d["RuntimeDirectory"][0]
+    jobs, admin = ("/run/" + name for name in d["RuntimeDirectory"][0].split())
+    # The admin socket alone in a directory of its own: jobs are given the other one.
+    assert os.path.dirname(s.grpc_socket) == admin and not admin_socket_exposure(s)
+    assert os.path.dirname(s.grpc_ro_socket) == jobs
+    assert os.path.dirname(s.plugin_verdict_socket) == jobs
     assert d["RuntimeDirectoryPreserve"] == ["yes"]  # sockets and pods' mounts outlive restarts
     assert s.state_dir == "/var/lib/" + d["StateDirectory"][0]
     # The control file lives in the same root-owned runtime directory (the plugin trusts a
     # file no one else can write; /dev/shm is world-writable), which the unit lets it write.
-    assert os.path.dirname(s.shm_path) == "/run/" + d["RuntimeDirectory"][0]
+    assert os.path.dirname(s.shm_path) == jobs
 
 
 def test_the_socket_groups_are_the_ones_sysusers_creates() -> None:
@@ -150,3 +163,20 @@ def test_run_watchdog_pings_only_while_healthy(notify_socket: tuple[socket.socke
         assert not checks  # the second check said "unhealthy" and sent nothing
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd package")
+def test_the_units_exposure_stays_low_with_the_hardening_it_relies_on(tmp_path: Path) -> None:
+    """Issue 30, goals: `systemd-analyze security` at most 3.1 with LimitNOFILE set, and
+    ProtectProc=invisible, IPAddressDeny=any + IPAddressAllow=localhost (tests/systemd checks
+    that the daemon works under them)."""
+    d = directives(UNIT)
+    assert d["ProtectProc"] == ["invisible"]
+    assert d["IPAddressDeny"] == ["any"] and d["IPAddressAllow"] == ["localhost"]
+    unit = tmp_path / "linkguardd.service"
+    unit.write_text(UNIT.read_text())
+    out = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    level = re.search(r"Overall exposure level for linkguardd\.service: (\d+\.\d)", out.stdout)
+    assert level, out.stdout + out.stderr
+    assert float(level.group(1)) <= 3.1, out.stdout

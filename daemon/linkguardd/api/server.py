@@ -27,40 +27,42 @@ from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 from linkguardd.api import convert
 from linkguardd.api.callers import CALLER_PID_KEY, describe_caller, group_id, read_peer_credentials
+from linkguardd.bind_dir import private_bind_dir
 from linkguardd.state_file import StateNotSaved
 from linkguardd.states import NicState
-from linkguardd.view import DaemonView, EventView, NicView, UnknownNic
+from linkguardd.validate import drain_reason_problem, nic_name_problem
+from linkguardd.view import (
+    WATCH_QUEUE_EVENTS,
+    DaemonView,
+    EventView,
+    FellBehind,
+    NicView,
+    UnknownNic,
+)
 
 log = logging.getLogger(__name__)
 
-IFNAMSIZ = 16  # linux/if.h; a name has at most IFNAMSIZ-1 characters
-MAX_REASON_CHARS = 200
 MISSED_EVENTS_KEY = "linkguard-missed-events"
+RESUME_SINCE_KEY = "linkguard-resume-since"  # trailer of a Watch cut off for falling behind
+# Each open Watch holds a queue of up to WATCH_QUEUE_EVENTS events and a connection: enough for
+# every dashboard and operator of a host, far below what would weigh on the daemon.
+MAX_WATCHERS_PER_SOCKET = 64
+# Each socket is its own grpc server with its own connection cap, so a flood of connections to
+# the read-only socket (open to every reader) leaves the admin socket reachable, and both caps
+# together stay far below the daemon's open-file limit (OPEN_FILES in main.py).
+MAX_CONNECTIONS_PER_SOCKET = 256
+SERVER_OPTIONS = (
+    ("grpc.max_allowed_incoming_connections", MAX_CONNECTIONS_PER_SOCKET),
+    # A connection with no call for a minute is closed (GOAWAY): the CLI makes one call and
+    # goes; a watcher has a call open, so it stays.
+    ("grpc.max_connection_idle_ms", 60_000),
+    # A local client sends its HTTP/2 preface at once; a connection that never does is closed.
+    ("grpc.server_handshake_timeout_ms", 5_000),
+)
 
 
 class ApiError(RuntimeError):
     """The API could not start (the message says why and what to do)."""
-
-
-def nic_name_problem(name: str) -> str | None:
-    """Why `name` cannot be a Linux interface name (dev_valid_name, net/core/dev.c), or None."""
-    if not name:
-        return "the NIC name is empty"
-    if len(name) >= IFNAMSIZ:
-        return f"NIC name {name[:40]!r} is longer than {IFNAMSIZ - 1} characters"
-    if name in (".", "..") or any(c in "/:" or c.isspace() or not c.isprintable() for c in name):
-        return f"{name!r} is not a valid interface name"
-    return None
-
-
-def drain_reason_problem(reason: str) -> str | None:
-    if not reason.strip():
-        return "a drain needs a reason (e.g. --reason 'swap optic, ticket 1234')"
-    if len(reason) > MAX_REASON_CHARS:
-        return f"the reason is {len(reason)} characters long; at most {MAX_REASON_CHARS}"
-    if not reason.isprintable():
-        return "the reason must be printable text on one line (no control characters)"
-    return None
 
 
 def _json_default(value: Any) -> Any:
@@ -121,6 +123,7 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
         self._identity = identity
         self._sockets = sockets
         self._now_ns = monotonic_ns
+        self._watchers = 0  # open Watch streams on this socket
 
     # --- reads ------------------------------------------------------------------------------
     async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
@@ -151,9 +154,14 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
 
     async def Watch(self, request: pb.WatchRequest, context: Any) -> AsyncIterator[pb.Event]:
         await self._since_argument(request.since_seq, context)
+        if self._watchers >= MAX_WATCHERS_PER_SOCKET:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                f"{self._watchers} watchers are already open on this socket, the most it "
+                "serves; close one (each `linkguard-cli watch` holds one) and retry"))
         # Subscribe before reading the history: an event published in between is then in both,
         # and the seq check below drops the second copy, so nothing falls in the gap.
         queue = self._view.subscribe()
+        self._watchers += 1
         try:
             last, missed = 0, 0
             history: list[EventView] = []
@@ -167,11 +175,20 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
                 yield convert.event_message(event)
                 last = event.seq
             while True:
-                event = await queue.get()
+                try:
+                    event = await queue.get()
+                except FellBehind as behind:
+                    last = max(last, behind.last_seq)
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                        f"this watcher fell more than {WATCH_QUEUE_EVENTS} events behind "
+                        f"(it did not read them); resume with `linkguard-cli watch --since "
+                        f"{last}`"), ((RESUME_SINCE_KEY, str(last)),))
                 if event.seq > last:
                     yield convert.event_message(event)
+                    last = event.seq
         finally:
             # Reached on client cancel (CancelledError at the await) and on server stop alike.
+            self._watchers -= 1
             self._view.unsubscribe(queue)
 
     async def GetModule(self, request: pb.GetModuleRequest, context: Any) -> pb.ModuleDiagnostics:
@@ -340,14 +357,14 @@ class ApiServer:
 
     async def _serve(self, spec: SocketSpec) -> None:
         os.makedirs(os.path.dirname(spec.path), mode=0o755, exist_ok=True)
-        bind_dir = _private_dir(spec.path)
+        bind_dir = private_bind_dir(spec.path)
         bound = os.path.join(bind_dir, "s")  # stays the socket's address (getsockname)
         make = LinkguardServicer if spec.admin else ReadOnlyServicer
         servicer = make(
             self._view,
             lambda context: describe_caller(bound, _metadata(context, CALLER_PID_KEY)),
             self._identity, self.sockets, self._monotonic_ns)
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_LinkguardServicer_to_server(servicer, server)
         try:
             server.add_insecure_port("unix:" + bound)
@@ -377,15 +394,6 @@ class ApiServer:
 
 
 SOCKET_MODE = 0o660  # owner root and the socket's group may connect; nobody else
-
-
-def _private_dir(public_path: str) -> str:
-    """(Re)create the 0700 directory, next to the socket, where grpc binds it first."""
-    parent, base = os.path.split(public_path)
-    path = os.path.join(parent, f".{base}.bind")
-    shutil.rmtree(path, ignore_errors=True)  # a leftover from a killed daemon
-    os.mkdir(path, 0o700)
-    return path
 
 
 def _apply_group(path: str, spec: SocketSpec) -> None:

@@ -1,13 +1,12 @@
 """Exporter "history": the recent events behind the API's ListEvents and Watch."""
 from __future__ import annotations
 
-import asyncio
 import collections
 
 from linkguardd.exporters.base import EngineState, Update
-from linkguardd.view import EventView
+from linkguardd.view import WATCH_QUEUE_EVENTS, EventView, WatchQueue
 
-HISTORY = 1024  # events kept for the API's Watch/ListEvents resume
+HISTORY = WATCH_QUEUE_EVENTS  # events kept for the API's Watch/ListEvents resume
 
 
 class HistoryExporter:
@@ -15,7 +14,7 @@ class HistoryExporter:
 
     def __init__(self, state: EngineState) -> None:
         self.events: collections.deque[EventView] = collections.deque(maxlen=HISTORY)
-        self.subscribers: set[asyncio.Queue[EventView]] = set()
+        self.subscribers: set[WatchQueue] = set()
 
     async def start(self) -> None:
         pass
@@ -27,15 +26,15 @@ class HistoryExporter:
         for event in update.events():
             self.events.append(event)
             for queue in self.subscribers:
-                queue.put_nowait(event)
+                queue.put(event)
 
     def since(self, seq: int) -> list[EventView]:
         return [e for e in self.events if e.seq > seq]
 
-    def subscribe(self) -> asyncio.Queue[EventView]:
-        queue: asyncio.Queue[EventView] = asyncio.Queue()
+    def subscribe(self) -> WatchQueue:
+        queue = WatchQueue()
         self.subscribers.add(queue)
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue[EventView]) -> None:
+    def unsubscribe(self, queue: WatchQueue) -> None:
         self.subscribers.discard(queue)

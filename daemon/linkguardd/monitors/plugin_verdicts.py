@@ -4,7 +4,7 @@ judged about a NIC (plugin/src/verdict.h), turned into PluginVerdictFacts.
 Who may send: anyone on the host (the socket is 0666, and pods reach it through their
 read-only mount of /run/linkguard: connect/sendto on a socket needs no writable mount). So the
 kernel says who sent each datagram (SO_PASSCRED: pid and uid, in the daemon's namespaces),
-each uid has a token bucket, every field is validated (verdicts/wire.py), and a rejected
+each uid has a token bucket and all of them share one more, every field is validated (verdicts/wire.py), and a rejected
 datagram is counted (a PluginVerdictRejectedFact) and logged at most once a minute. The loop
 never blocks on it: the socket is non-blocking and each wake-up reads a bounded batch.
 """
@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import stat
 import struct
 import time
 from collections.abc import Callable, Sequence
 
+from linkguardd.bind_dir import private_bind_dir
 from linkguardd.facts import PluginVerdictRejectedFact
 from linkguardd.monitors.base import FactSink, MonitorHealth
 from linkguardd.verdicts.wire import SIZE, Rejected, decode
@@ -32,6 +34,10 @@ BATCH = 64  # datagrams per wake-up, then the loop runs other work
 RATE_PER_S = 64.0
 BURST = 128.0
 MAX_SENDERS = 1024  # uids with a bucket; the least recently seen goes first
+# All uids together: a user with a subuid range (or a user-namespaced pod) can send as
+# thousands of uids, so the per-uid buckets alone do not bound the sum. Four uids' worth.
+GLOBAL_RATE_PER_S = 4 * RATE_PER_S
+GLOBAL_BURST = 2 * BURST
 REJECT_LOG_INTERVAL_S = 60.0
 _CREDS = struct.Struct("iII")  # struct ucred: pid, uid, gid (socket(7) SCM_CREDENTIALS)
 
@@ -50,6 +56,7 @@ class PluginVerdictMonitor:
         self._sock: socket.socket | None = None
         self._sink: FactSink | None = None
         self._buckets: dict[int, tuple[float, int]] = {}  # uid -> (tokens, at_ns)
+        self._global: tuple[float, int] | None = None  # every uid's datagrams: (tokens, at_ns)
         self._unlogged: dict[str, int] = {}  # rejections since the last log line
         self._logged_ns = 0
 
@@ -84,15 +91,20 @@ class PluginVerdictMonitor:
                 raise OSError(0, "another process receives verdicts there")
             os.unlink(self.path)  # a stale socket of an earlier daemon
         os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
+        bind_dir = private_bind_dir(self.path)  # chmod there, where nothing can be swapped in
+        bound = os.path.join(bind_dir, "s")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
                              | socket.SOCK_CLOEXEC)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            sock.bind(self.path)
-            os.chmod(self.path, 0o666)  # any job's user may report; the kernel names the sender
+            sock.bind(bound)
+            os.chmod(bound, 0o666)  # any job's user may report; the kernel names the sender
+            os.rename(bound, self.path)
         except OSError:
             sock.close()
             raise
+        finally:
+            shutil.rmtree(bind_dir, ignore_errors=True)
         return sock
 
     # ---- receiving -----------------------------------------------------------------------
@@ -124,7 +136,8 @@ class PluginVerdictMonitor:
             if uid < 0:
                 raise Rejected("no_credentials", "the kernel gave no sender credentials")
             if not self._allow(uid, now):
-                raise Rejected("rate_limited", f"uid {uid} sends more than {RATE_PER_S:g}/s")
+                raise Rejected("rate_limited", f"uid {uid} sends more than {RATE_PER_S:g}/s, "
+                               f"or all uids more than {GLOBAL_RATE_PER_S:g}/s")
             fact = decode(data, pid, uid, now)
             if fact.ifname not in self.interfaces:
                 raise Rejected("unknown_nic", f"{fact.ifname} is not a monitored NIC")
@@ -135,12 +148,20 @@ class PluginVerdictMonitor:
         self._sink(fact)
 
     def _allow(self, uid: int, now: int) -> bool:
-        tokens, at = self._buckets.pop(uid, (BURST, now))
-        tokens = min(BURST, tokens + (now - at) / 1e9 * RATE_PER_S)
+        """One token from the uid's bucket and one from the global one, or refused."""
+        # A uid new to a full table may be one that was just evicted: it starts empty, so
+        # cycling through more uids than the table holds wins no fresh bursts.
+        start = 0.0 if len(self._buckets) >= MAX_SENDERS else BURST
+        tokens, at = self._buckets.pop(uid, (start, now))
+        tokens = _refill(tokens, at, now, RATE_PER_S, BURST)
         if len(self._buckets) >= MAX_SENDERS:
             del self._buckets[next(iter(self._buckets))]  # dict order: least recently seen
-        self._buckets[uid] = (tokens - 1 if tokens >= 1 else tokens, now)
-        return tokens >= 1
+        shared = _refill(*(self._global or (GLOBAL_BURST, now)), now, GLOBAL_RATE_PER_S,
+                         GLOBAL_BURST)
+        allowed = tokens >= 1 and shared >= 1
+        self._buckets[uid] = (tokens - 1 if allowed else tokens, now)
+        self._global = (shared - 1 if allowed else shared, now)
+        return allowed
 
     def _log_rejection(self, exc: Rejected, pid: int, uid: int, now: int) -> None:
         self._unlogged[exc.reason] = self._unlogged.get(exc.reason, 0) + 1
@@ -151,6 +172,10 @@ class PluginVerdictMonitor:
                     "the last from pid %d uid %d: %s", counts, pid, uid, exc)
         self._unlogged.clear()
         self._logged_ns = now
+
+
+def _refill(tokens: float, at_ns: int, now_ns: int, rate_per_s: float, burst: float) -> float:
+    return min(burst, tokens + (now_ns - at_ns) / 1e9 * rate_per_s)
 
 
 def _bound(path: str) -> bool:

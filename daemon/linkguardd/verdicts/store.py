@@ -9,6 +9,12 @@ A NIC is *gray* while at least one process's unexpired verdict calls it stalled,
 The store returns a Note when a NIC turns gray and when it stops being gray; the engine records
 those as events (Reason.PLUGIN_VERDICT / PLUGIN_VERDICT_CLEARED). It never changes a NIC's
 state: one job's view must not take a NIC away from the others.
+
+Any local user can report, so neither the notes nor the reporters may grow with what one user
+sends: a NIC gets at most one note per NOTE_INTERVAL_S (the changes in between are held and
+come as one note with their count, when the interval ends), and one uid holds at most
+MAX_REPORTERS_PER_UID of a NIC's reporters (a new one evicts that uid's stalest first; past
+MAX_REPORTERS the stalest of the uid with the most goes), so no user can push out another's.
 """
 from __future__ import annotations
 
@@ -22,6 +28,11 @@ NS_PER_S = 1_000_000_000
 # Processes remembered per NIC: a host runs one process per GPU (8, at most a few dozen with
 # MPS); beyond this the stalest report goes, so memory stays bounded whatever local users send.
 MAX_REPORTERS = 256
+MAX_REPORTERS_PER_UID = 64  # one user's processes of a host: a GPU each, a few with MPS
+# Gray/clear notes are events in the history (1024) and the control file's ring: one per NIC
+# a minute keeps a flapping report, or a user who flips it on purpose, from pushing the real
+# transitions out (hours of history at 8 NICs), and a minute's delay of a clear costs nothing.
+NOTE_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -61,12 +72,15 @@ class VerdictStore:
         self.ttl_ns = int(ttl_s * NS_PER_S)
         self._reports: dict[str, dict[tuple[int, int], Report]] = {n: {} for n in ifnames}
         self.accepted: dict[tuple[str, str], int] = {}  # (NIC, verdict) -> reports, for /metrics
+        self._noted_ns: dict[str, int] = {}  # NIC -> when its latest note went out
+        self._held: dict[str, tuple[Note, int]] = {}  # NIC -> latest held note, changes held
 
     def configure(self, ttl_s: float, ifnames: Iterable[str]) -> None:
         """Reload: a new time to live; NICs no longer monitored are forgotten (no note)."""
         self.ttl_ns = int(ttl_s * NS_PER_S)
         wanted = list(ifnames)
         self._reports = {n: self._reports.get(n, {}) for n in wanted}
+        self._held = {n: h for n, h in self._held.items() if n in self._reports}
 
     def reports(self, ifname: str) -> list[Report]:
         """The NIC's unexpired gray verdicts, newest first."""
@@ -88,28 +102,73 @@ class VerdictStore:
         was_gray = bool(nic)
         if fact.verdict == "healthy":
             if nic.pop((fact.pid, fact.uid), None) is not None and was_gray and not nic:
-                return [Note(fact.ifname, Reason.PLUGIN_VERDICT_CLEARED, describe(fact))]
+                return self._note(Note(fact.ifname, Reason.PLUGIN_VERDICT_CLEARED,
+                                       describe(fact)), fact.at_ns)
             return []
         old = nic.get((fact.pid, fact.uid))
+        if old is None:
+            _make_room(nic, fact.uid)
         nic[fact.pid, fact.uid] = (Report(fact, fact.at_ns, 1) if old is None
-                         else replace(old, fact=fact, count=old.count + 1))
-        if len(nic) > MAX_REPORTERS:
-            del nic[min(nic, key=lambda who: nic[who].last_ns)]
-        return [] if was_gray else [Note(fact.ifname, Reason.PLUGIN_VERDICT, describe(fact))]
+                                   else replace(old, fact=fact, count=old.count + 1))
+        if was_gray:
+            return []
+        return self._note(Note(fact.ifname, Reason.PLUGIN_VERDICT, describe(fact)), fact.at_ns)
+
+    def _note(self, note: Note, now_ns: int) -> list[Note]:
+        """`note` now, or held until the NIC's interval ends (at most one note per interval)."""
+        last = self._noted_ns.get(note.ifname)
+        if note.ifname not in self._held and (
+                last is None or now_ns - last >= NOTE_INTERVAL_S * NS_PER_S):
+            self._noted_ns[note.ifname] = now_ns
+            return [note]
+        held = self._held.get(note.ifname)
+        self._held[note.ifname] = (note, (held[1] if held else 0) + 1)
+        return []
+
+    def _release_held(self, now_ns: int) -> list[Note]:
+        due = [n for n in self._held if now_ns >= self._held_due_ns(n)]
+        out = []
+        for ifname in due:
+            note, changes = self._held.pop(ifname)
+            self._noted_ns[ifname] = now_ns
+            out.append(replace(note, detail=f"{note.detail}; {changes} gray/clear change"
+                               f"{'s' if changes > 1 else ''} in {NOTE_INTERVAL_S:g} s, "
+                               "coalesced into this one"))
+        return out
+
+    def _held_due_ns(self, ifname: str) -> int:
+        return self._noted_ns.get(ifname, 0) + int(NOTE_INTERVAL_S * NS_PER_S)
 
     def expire(self, now_ns: int) -> list[Note]:
-        notes = []
+        notes = self._release_held(now_ns)
         for ifname, nic in self._reports.items():
             gone = [who for who, r in nic.items() if self.expires_ns(r) <= now_ns]
             if not gone:
                 continue
             last = max((nic.pop(who) for who in gone), key=lambda r: r.last_ns)
             if not nic:
-                notes.append(Note(ifname, Reason.PLUGIN_VERDICT_CLEARED,
-                                  f"no report for {self.ttl_ns / NS_PER_S:g} s; the last: "
-                                  + describe(last.fact)))
+                notes += self._note(Note(ifname, Reason.PLUGIN_VERDICT_CLEARED,
+                                         f"no report for {self.ttl_ns / NS_PER_S:g} s; the "
+                                         "last: " + describe(last.fact)), now_ns)
         return notes
 
     def next_expiry_ns(self) -> int | None:
-        return min((self.expires_ns(r) for nic in self._reports.values() for r in nic.values()),
-                   default=None)
+        """When expire() has something to do: a report's expiry or a held note's release."""
+        return min([*(self.expires_ns(r) for nic in self._reports.values() for r in nic.values()),
+                    *(self._held_due_ns(n) for n in self._held)], default=None)
+
+
+def _make_room(nic: dict[tuple[int, int], Report], uid: int) -> None:
+    """Before `uid` adds a reporter: its own stalest goes when it holds its share; when the NIC
+    is full, the stalest of the uid holding the most (never another user's first)."""
+    def stalest(of_uid: int) -> None:
+        del nic[min((who for who in nic if who[1] == of_uid), key=lambda w: nic[w].last_ns)]
+
+    mine = sum(1 for who in nic if who[1] == uid)
+    if mine >= MAX_REPORTERS_PER_UID:
+        stalest(uid)
+    elif len(nic) >= MAX_REPORTERS:
+        per_uid: dict[int, int] = {}
+        for _, who_uid in nic:
+            per_uid[who_uid] = per_uid.get(who_uid, 0) + 1
+        stalest(max(per_uid, key=lambda u: per_uid[u]))
