@@ -11,7 +11,7 @@ FUZZ_SMOKE_SECONDS ?= 5
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab test-systemd \
         check-c check-san fuzz demo bench bench-failover bench-wrap bench-soak bench-gray \
-        bench-latency bench-scale \
+        bench-latency bench-scale test-repeat \
         gpu-prep gpu-check gpu-dry-run install wheelhouse constraints lint clean distclean
 
 all: build
@@ -85,6 +85,13 @@ test: build
 	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 	$(PY) -m pytest --ignore=tests/systemd
 	$(MAKE) test-systemd
+
+# `make test` N times on a fresh clone of HEAD with LOAD busy loops beside it: a table of run,
+# result, time and first failing test (scripts/test_repeat.py). Green means N of N.
+N    ?= 10
+LOAD ?= 2
+test-repeat:
+	$(PYTHON) scripts/test_repeat.py --runs $(N) --load $(LOAD)
 
 # The systemd tier (root): the wheelhouse installed into a booted Debian 12 (systemd-nspawn) and
 # driven with systemctl. Its root file system is built once into /var/cache/linkguard-test/.
