@@ -13,7 +13,7 @@
  *  - close: a sender closes with sends in flight; every receive then completes with its bytes
  *    or fails, none hangs;
  *  - callers: a third-party suite's call sequences (lg_test_callers.h): a close before the
- *    peer's accept. */
+ *    peer's accept, a close with requests in flight (also from 4 threads). */
 #ifndef LG_TEST_CONTRACT_H
 #define LG_TEST_CONTRACT_H
 
@@ -177,6 +177,8 @@ static __attribute__((unused)) void lg_contract_run(const struct lg_contract *k)
     contract_break(k, 0);
     contract_close(k);
     contract_close_before_accept(k);
+    contract_inflight_close(k, 1);
+    contract_inflight_close(k, 4);
 }
 
 /* The common way to break a path: shutdown() of every socket of it (the transports whose data
