@@ -20,7 +20,6 @@
 #include "lg_test.h"
 #include "lg_test_grouped.h"
 #include "lg_test_pair.h"
-#include "params.h"
 #include "util.h"
 #include "wire.h"
 
@@ -272,10 +271,8 @@ static ncclResult_t accept_until_settled(void *l, void **r)
     return rc;
 }
 
-static void test_accept_never_completes(void)
+static void test_accept_never_completes(void) /* (LINKGUARD_CONNECT_TIMEOUT_MS=3000: main) */
 {
-    int saved = lg_params.connect_timeout_ms;
-    lg_params.connect_timeout_ms = 300;
     char handle[NCCL_NET_HANDLE_MAXSIZE];
     struct lg_handle h;
     void *l = NULL, *r = NULL;
@@ -297,7 +294,6 @@ static void test_accept_never_completes(void)
     CHECK_EQ(accept_until_settled(l, &r), ncclSystemError); /* nothing comes at all */
     CHECK(r == NULL);
     lg_core_close_listen(l);
-    lg_params.connect_timeout_ms = saved;
 }
 
 static void test_many_comms(int n)
