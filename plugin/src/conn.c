@@ -38,6 +38,7 @@ struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_tra
     pthread_mutex_init(&c->mr_mu, NULL);
     pthread_mutex_init(&c->run_mu, NULL);
     c->refs = 1; /* the owner's: connect/accept, then NCCL until close */
+    c->failed_req = (struct lg_failed_req){.magic = LG_REQ_FAILED_MAGIC, .conn = c};
     for (int i = 0; i < LG_WINDOW; i++) {
         c->reqs[i].magic = LG_REQ_MAGIC;
         c->reqs[i].conn = c;

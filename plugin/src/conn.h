@@ -171,6 +171,7 @@
  * so 8 full groups fit in flight, and a post that does not fit gets *request = NULL. */
 #define LG_MAX_RECVS 8
 #define LG_REQ_MAGIC 0x4c475251u  /* "LGRQ" */
+#define LG_REQ_FAILED_MAGIC 0x4c475246u /* "LGRF" */
 #define LG_MR_MAGIC 0x4c474d52u   /* "LGMR" */
 
 enum lg_conn_kind { LG_CONN_SEND = 1, LG_CONN_RECV = 2 };
@@ -294,6 +295,15 @@ struct lg_req {
                               * the goodput judge reads (inner_transport.c; atomics) */
 };
 
+/* The request isend/irecv hand out once the connection has failed: it never completes, and
+ * test() reports the connection's error. NCCL's transports take a post on a connection
+ * whose peer has gone and report the failure in test(); so does linkguard, whatever room
+ * the window has left (a caller may post without ever calling test()). */
+struct lg_failed_req {
+    uint32_t magic; /* LG_REQ_FAILED_MAGIC */
+    struct lg_conn *conn;
+};
+
 struct lg_conn {
     uint32_t magic;
     enum lg_conn_kind kind;
@@ -355,6 +365,7 @@ struct lg_conn {
     /* failure */
     int error; /* ncclResult_t once the connection cannot deliver (atomic) */
     int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
+    struct lg_failed_req failed_req; /* every post's request once `error` is set */
     char errmsg[256];
     int nmr; /* live memory registrations (atomic) */
     struct lg_ctx *ctx; /* NCCL's communicator context (held; core.h), or NULL */

@@ -334,6 +334,11 @@ ncclResult_t lg_core_test(void *request, int *done, int *sizes)
     ncclResult_t frc;
     if (r && r->magic == LG_REQ_MAGIC) /* the common case first: every poll comes here */
         return lg_req_test(r, done, sizes);
+    if (r && r->magic == LG_REQ_FAILED_MAGIC) { /* posted after the connection failed */
+        *done = 0;
+        return (ncclResult_t)__atomic_load_n(&((struct lg_failed_req *)request)->conn->error,
+                                             __ATOMIC_ACQUIRE);
+    }
     if (lg_transport_select()->flush_test(request, done, &frc))
         return frc;
     LG_WARN("test: not a linkguard request");

@@ -33,12 +33,25 @@ static void nic_id(const char *netdev, struct nic_ids *buf, struct lg_nic_id *id
                              .pci_real = pci == 0 ? buf->pci : NULL};
 }
 
-static void inner_ids(const struct lg_inner *in, struct lg_inner_devid *devs)
+/* Pairing's view of the inner devices; one that cannot be told apart from a lower index has
+ * no name there (lg_inner_dev_duplicate_of), and `log` says so once. */
+static void inner_ids(const struct lg_inner *in, struct lg_inner_devid *devs, int log)
 {
     for (int i = 0; i < in->ndev; i++)
         devs[i] = (struct lg_inner_devid){.name = in->dev[i].props.name,
                                           .pci_real = in->dev[i].pci_real,
-                                          .port = in->dev[i].props.port};
+                                          .port = in->dev[i].props.port,
+                                          .speed = in->dev[i].props.speed};
+    for (int i = in->ndev - 1; i > 0; i--) { /* from the top: a lower one may be a duplicate */
+        int j = lg_inner_dev_duplicate_of(devs, i);
+        if (j < 0)
+            continue;
+        if (log)
+            LG_INFO(NCCL_INIT | NCCL_NET, "inner device %d ('%s') cannot be told apart from "
+                    "inner device %d (the same name, no PCI path, the same port and speed): "
+                    "dev %d stands for both", i, devs[i].name, j, j);
+        devs[i].name = NULL;
+    }
 }
 
 /* LINKGUARD_PAIRS may name inner devices ("mlx5_0:mlx5_1"): each such name becomes the netdev
@@ -57,7 +70,7 @@ static int translate_pairs(const struct lg_inner *in, char *err, size_t len)
     int nifs = lg_ifaces_scan(ifs, LG_MAX_IFS);
     for (int i = 0; i < nifs; i++)
         nic_id(ifs[i].name, &bufs[i], &nics[i]);
-    inner_ids(in, devs);
+    inner_ids(in, devs, 0); /* (map_devices says which collapse) */
     size_t o = 0;
     for (const char *p = spec; *p;) {
         size_t n = strcspn(p, ",:");
@@ -71,8 +84,7 @@ static int translate_pairs(const struct lg_inner *in, char *err, size_t len)
             if (!strcmp(devs[i].name, name))
                 dev = i, ndev++;
         if (!is_if && ndev > 1) {
-            snprintf(err, len, "'%s' names several inner devices (ports of one NIC?); name "
-                     "their netdevs instead", name);
+            snprintf(err, len, LG_INNER_SHARED_NAME_ERR, name);
             return -1;
         }
         if (!is_if && ndev == 1) {
@@ -107,7 +119,7 @@ static int map_devices(struct lg_wrap *w, struct lg_device_table *t, char *err, 
     static struct nic_ids bufs[2 * LG_MAX_DEVS];
     static struct lg_nic_id nics[2 * LG_MAX_DEVS];
     static struct lg_inner_pair pairs[LG_MAX_DEVS];
-    inner_ids(in, devs);
+    inner_ids(in, devs, 1);
     int nnic = 0;
     for (int d = 0; d < t->count; d++)
         for (int k = 0; k < 1 + t->dev[d].has_backup; k++, nnic++)

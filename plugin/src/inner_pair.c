@@ -21,6 +21,18 @@ static int key_match(int key, const struct lg_inner_devid *d, const struct lg_ni
     }
 }
 
+int lg_inner_dev_duplicate_of(const struct lg_inner_devid *devs, int i)
+{
+    const struct lg_inner_devid *a = &devs[i];
+    for (int j = 0; j < i; j++) {
+        const struct lg_inner_devid *b = &devs[j];
+        if (same(a->name, b->name) && !a->pci_real && !b->pci_real && a->port == b->port &&
+            a->speed == b->speed)
+            return j; /* (the lowest: j's own duplicates are above it) */
+    }
+    return -1;
+}
+
 /* The strongest key decides; two hits on it are ambiguous rather than a guess. */
 #define LG_MATCH_BODY(count, a, b)                                        \
     for (int key = 0; key < LG_KEY_COUNT; key++) {                        \
@@ -52,16 +64,18 @@ static int resolve(const char *name, const struct lg_inner_devid *devs, int ndev
                    const struct lg_nic_id *nics, int nnic, struct lg_inner_member *m, char *err,
                    size_t errlen)
 {
-    int found = LG_MATCH_NONE;
-    for (int i = 0; i < ndev; i++)
-        if (same(devs[i].name, name)) {
-            if (found != LG_MATCH_NONE) {
-                snprintf(err, errlen, "'%s' names several inner devices (ports of one NIC?); "
-                         "name their netdevs instead", name);
-                return -1;
-            }
-            found = i;
-        }
+    int found = LG_MATCH_NONE, is_netdev = 0;
+    for (int k = 0; k < nnic; k++)
+        is_netdev |= same(nics[k].netdev, name);
+    for (int i = 0; i < ndev && found != LG_MATCH_AMBIGUOUS; i++)
+        if (same(devs[i].name, name))
+            found = found == LG_MATCH_NONE ? i : LG_MATCH_AMBIGUOUS;
+    if (found == LG_MATCH_AMBIGUOUS && !is_netdev) {
+        snprintf(err, errlen, LG_INNER_SHARED_NAME_ERR, name);
+        return -1;
+    }
+    if (found == LG_MATCH_AMBIGUOUS) /* a netdev: its own rules say which, or that none can */
+        found = LG_MATCH_NONE;
     if (found != LG_MATCH_NONE) {
         m->dev = found;
         m->nic = lg_inner_nic_match(nics, nnic, &devs[found]);
@@ -75,7 +89,9 @@ static int resolve(const char *name, const struct lg_inner_devid *devs, int ndev
         int d = lg_inner_dev_match(devs, ndev, &nics[k]);
         if (d < 0) {
             snprintf(err, errlen, "netdev '%s' matches %s inner device (by name, RDMA device "
-                     "or PCI path)", name, d == LG_MATCH_NONE ? "no" : "more than one");
+                     "or PCI path)%s", name, d == LG_MATCH_NONE ? "no" : "more than one",
+                     d == LG_MATCH_NONE ? "" : "; make the inner plugin list that NIC once (its "
+                     "own device or provider filter)");
             return -1;
         }
         m->dev = d;

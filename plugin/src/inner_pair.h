@@ -16,10 +16,22 @@
 
 /* An inner device as pairing sees it. */
 struct lg_inner_devid {
-    const char *name;
+    const char *name;     /* NULL: a duplicate of a lower index, never matched */
     const char *pci_real; /* resolved pciPath, or NULL */
     int port;             /* 0: unknown */
+    int speed;
 };
+
+/* The lowest index below i that device i cannot be told apart from (the same name, no PCI
+ * path, the same port and speed), or -1. aws-ofi-nccl over tcp;ofi_rxm lists each NIC once
+ * per libfabric entry like that; the lowest index then stands for all of them. */
+int lg_inner_dev_duplicate_of(const struct lg_inner_devid *devs, int i);
+
+/* What a user can do about a name that several distinguishable inner devices share. */
+#define LG_INNER_SHARED_NAME_ERR                                                           \
+    "'%s' names several inner devices that differ in port, speed or PCI path (ports of one " \
+    "NIC?); name their netdevs instead, which are matched by RDMA device and port or by PCI " \
+    "path"
 
 /* A NIC as the host knows it. */
 struct lg_nic_id {

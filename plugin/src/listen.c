@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,7 @@ struct lg_listen {
     pthread_mutex_t mu;                 /* groups: filled by the acceptor, taken by accept */
     struct lg_group groups[LG_GROUP_MAX];
     struct lg_conn *pending; /* built; NCCL gets it once its transport can take it */
+    uint64_t wait_ns; /* accept found nothing to hand out since then (0: it did not wait) */
     int warned;
 };
 
@@ -175,8 +177,22 @@ stranger:
     return -1;
 }
 
+/* The connector hung up a data socket of path p: it closed the connection (or died) after its
+ * connect returned, maybe before this side saw the path's session, which goes with it. */
+static int path_hung_up(const struct lg_group *g, int p)
+{
+    for (int k = 1; k <= g->nstreams; k++) {
+        struct pollfd pfd = {.fd = g->fds[p][k], .events = POLLRDHUP};
+        if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return 1;
+    }
+    return 0;
+}
+
 /* Every socket of every announced path is here, and so is each path's session (its socket
- * may come in after the data sockets). */
+ * may come in after the data sockets), or the connector closed the path already: a
+ * connection whose connect returned is accepted even then, as NCCL's transports accept it,
+ * and its receiver sees the close afterwards. */
 static int group_complete(const struct lg_listen *l, const struct lg_group *g)
 {
     if (!g->used || !g->mask)
@@ -190,10 +206,27 @@ static int group_complete(const struct lg_listen *l, const struct lg_group *g)
                 return 0;
         struct lg_session *s = d ? lg_session_find(g->sess[p], d->nic[p].ip) : NULL;
         lg_session_put(s);
-        if (!s)
+        if (!s && !path_hung_up(g, p))
             return 0;
     }
     return 1;
+}
+
+/* A path whose connector closed it before the accept: failed from the start, as if its
+ * peer had said goodbye (the BYE went to a channel not attached yet), so the connection
+ * reports the close to its first test(), quietly. */
+static void path_closed_early(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    snprintf(p->why, sizeof(p->why), "closed by the peer before the accept");
+    p->fail_ns = lg_now_ns();
+    __atomic_store_n(&p->peer_bye, 1 + LG_BYE_CLOSE, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->fail_noted, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->state, LG_PATH_FAILED, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->peer_closed, 1, __ATOMIC_RELEASE);
+    if (lg_conn_fail(c, ncclRemoteError, "peer closed the connection"))
+        LG_INFO(NCCL_NET, "recv conn %016llx: closed by the peer before the accept",
+                (unsigned long long)c->nonce);
 }
 
 static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
@@ -218,15 +251,17 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
         struct lg_path *path = lg_path_new(c, p, d->nic[p].name,
                                            lg_addr_format(peer.sin_addr.s_addr,
                                                           ntohs(peer.sin_port)).s);
-        struct lg_session *s = path ? lg_session_find(g->sess[p], d->nic[p].ip) : NULL;
+        if (!path) {
+            lg_conn_free(c);
+            return NULL;
+        }
+        struct lg_session *s = lg_session_find(g->sess[p], d->nic[p].ip);
         if (s && lg_path_attach(path, s, g->chan[p]) != 0) {
             lg_session_put(s);
             s = NULL;
         }
-        if (!s) { /* (gone since group_complete looked) */
-            lg_conn_free(c);
-            return NULL;
-        }
+        if (!s) /* ended with the connector's close: the path is over before it starts */
+            path_closed_early(path);
         for (int k = 1; k <= g->nstreams; k++) {
             int fd = g->fds[p][k];
             g->fds[p][k] = -1;
@@ -260,17 +295,21 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
         if (usable == 0)
             return ncclSuccess;
         l->pending = NULL;
-        if (usable < 0) {
+        /* A peer that closed since its connect returned: NCCL gets the comm, whose test()
+         * reports the close (as native mode and NCCL's transports do). */
+        if (usable < 0 && !__atomic_load_n(&c->peer_closed, __ATOMIC_ACQUIRE)) {
             LG_WARN("accept on device %d: the connection failed before its inner comms were up",
                     l->dev);
             lg_core_close_recv(c);
             return ncclSystemError;
         }
+        l->wait_ns = 0;
         *recv_comm = c;
         return ncclSuccess;
     }
     lg_acceptor_progress();
     struct lg_group ready = {0};
+    int dropped = 0, assembling = 0;
     pthread_mutex_lock(&l->mu);
     /* Read under the lock: groups are stamped by whichever thread ran the acceptor, so an
      * earlier reading could lie before their t0 and make now - t0 wrap. */
@@ -291,15 +330,32 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
                 have[n++] = p ? 0 : '/';
             }
             LG_WARN("accept on device %d: connection %016llx incomplete after %lld ms (paths "
-                    "announced %d, sockets %s), dropped",
+                    "announced %d, sockets %s), dropped; the accept fails",
                     l->dev, (unsigned long long)g->nonce, (long long)lg_params.connect_timeout_ms,
                     g->mask, have);
             group_drop(g);
+            dropped = 1;
+        } else if (g->used) {
+            assembling = 1;
         }
     }
     pthread_mutex_unlock(&l->mu);
-    if (!ready.used)
+    if (dropped) /* that connection can never be accepted: NCCL must not wait for it */
+        return ncclSystemError;
+    if (!ready.used) {
+        /* Nothing came at all: the peer's connect never reached this listener. */
+        if (!l->wait_ns || assembling)
+            l->wait_ns = now;
+        else if (now - l->wait_ns > timeout) {
+            LG_WARN("accept on device %d: no connection came to this listen comm (NIC %s) "
+                    "in %lld ms (LINKGUARD_CONNECT_TIMEOUT_MS); the accept fails",
+                    l->dev, lg_device_get(l->dev)->nic[0].name,
+                    (long long)lg_params.connect_timeout_ms);
+            l->wait_ns = 0;
+            return ncclSystemError;
+        }
         return ncclSuccess;
+    }
     struct lg_conn *c = group_build(l, &ready);
     if (!c)
         group_drop(&ready); /* the sockets not yet handed to a path */

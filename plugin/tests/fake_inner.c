@@ -8,6 +8,7 @@
  * Outside loop mode data never moves: requests complete at once. FAKE_INNER_DEVS names the
  * two devices ("fake0,fake1" by default). fake_inner_stats records what came in. */
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,9 +154,14 @@ static ncclResult_t f_dereg(void *c, void *mh)
     return ncclSuccess;
 }
 
+/* Comms of several threads post at once (the contract's 4-thread in-flight close). */
+static pthread_mutex_t stats_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static ncclResult_t f_isend(void *s, void *d, size_t size, void **r)
 {
+    pthread_mutex_lock(&stats_mu);
     fake_inner_stats.last_send_size = size;
+    pthread_mutex_unlock(&stats_mu);
     if (is("loop"))
         return loop_post(s, LOOP_SEND, d, size, r);
     *r = &req;
@@ -165,6 +171,7 @@ static ncclResult_t f_isend(void *s, void *d, size_t size, void **r)
 static ncclResult_t f_irecv(void *c, int n, void **d, const size_t *sz, const int *tags,
                             void **r)
 {
+    pthread_mutex_lock(&stats_mu);
     fake_inner_stats.irecv_req_in = *r;
     fake_inner_stats.irecvs++;
     fake_inner_stats.recv_n = n;
@@ -172,6 +179,7 @@ static ncclResult_t f_irecv(void *c, int n, void **d, const size_t *sz, const in
         fake_inner_stats.recv_sizes[i] = sz ? sz[i] : 0;
         fake_inner_stats.recv_tags[i] = tags ? tags[i] : -1;
     }
+    pthread_mutex_unlock(&stats_mu);
     if (is("loop")) /* single receives only */
         return n == 1 ? loop_post(c, LOOP_RECV, d[0], sz[0], r) : ncclInternalError;
     if (!is("keepmarker"))

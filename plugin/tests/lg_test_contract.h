@@ -11,7 +11,9 @@
  *  - break: a path breaks under traffic with sends in flight, on either side: the traffic
  *    moves without a loss, the path is rebuilt and the traffic comes back to it;
  *  - close: a sender closes with sends in flight; every receive then completes with its bytes
- *    or fails, none hangs. */
+ *    or fails, none hangs;
+ *  - callers: a third-party suite's call sequences (lg_test_callers.h): a close before the
+ *    peer's accept, a close with requests in flight (also from 4 threads). */
 #ifndef LG_TEST_CONTRACT_H
 #define LG_TEST_CONTRACT_H
 
@@ -24,6 +26,8 @@ struct lg_contract {
     void (*break_path)(void *comm, int slot);
     int grouped; /* grouped receives are matched by tag */
 };
+
+#include "lg_test_callers.h"
 
 static void contract_sizes(const struct lg_contract *k)
 {
@@ -172,6 +176,9 @@ static __attribute__((unused)) void lg_contract_run(const struct lg_contract *k)
     contract_break(k, 1);
     contract_break(k, 0);
     contract_close(k);
+    contract_close_before_accept(k);
+    contract_inflight_close(k, 1);
+    contract_inflight_close(k, 4);
 }
 
 /* The common way to break a path: shutdown() of every socket of it (the transports whose data

@@ -135,10 +135,10 @@ static void test_names(void)
 /* Two dual-port HCAs (mlx5_0 ports 1,2 share a PCI function; mlx5_1 port 1) and an lgtcp-like
  * device named after its netdev. */
 static const struct lg_inner_devid devs[] = {
-    {"mlx5_0", "/p/0000:3b:00.0", 1},
-    {"mlx5_0", "/p/0000:3b:00.0", 2},
-    {"mlx5_1", "/p/0000:5e:00.0", 1},
-    {"eth9", NULL, 0},
+    {"mlx5_0", "/p/0000:3b:00.0", 1, 0},
+    {"mlx5_0", "/p/0000:3b:00.0", 2, 0},
+    {"mlx5_1", "/p/0000:5e:00.0", 1, 0},
+    {"eth9", NULL, 0, 0},
 };
 static const struct lg_nic_id nics[] = {
     {"rail0", "mlx5_0", 1, "/p/0000:3b:00.0"},
@@ -220,6 +220,36 @@ static void test_pairs(void)
     CHECK(strstr(err, "virt0") != NULL);
 }
 
+/* aws-ofi-nccl over tcp;ofi_rxm: each NIC listed 4 times, identical (same name, no PCI path,
+ * same port and speed). The lowest index stands for each; devices that differ stay apart. */
+static void test_duplicates(void)
+{
+    struct lg_inner_devid d[] = {
+        {"rail0", NULL, 0, 100000}, {"rail0", NULL, 0, 100000}, {"rail1", NULL, 0, 100000},
+        {"rail0", NULL, 0, 100000}, {"rail1", NULL, 0, 100000}, {"rail0", NULL, 0, 100000},
+        {"rail1", NULL, 0, 25000},  {"mlx5_0", "/p/0000:3b:00.0", 1, 0},
+        {"mlx5_0", "/p/0000:3b:00.0", 1, 0},
+    };
+    int n = (int)(sizeof(d) / sizeof(d[0]));
+    static const int want[] = {-1, 0, -1, 0, 2, 0, -1, -1, -1};
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(lg_inner_dev_duplicate_of(d, i), want[i]);
+    for (int i = n - 1; i > 0; i--) /* as inner_dev.c collapses them */
+        if (lg_inner_dev_duplicate_of(d, i) >= 0)
+            d[i].name = NULL;
+    const struct lg_nic_id rails[] = {{"rail0", NULL, 0, NULL}, {"rail1", NULL, 0, NULL}};
+    struct lg_inner_pair pr[2];
+    char err[256] = "";
+    /* rail1 is still listed twice, once at another speed: that one cannot be guessed. */
+    CHECK_EQ(lg_inner_pairs_parse("rail0:rail1", d, n, rails, 2, pr, 2, err, sizeof(err)), -1);
+    CHECK(strstr(err, "list that NIC once") != NULL);
+    d[6].name = "rail9";
+    CHECK_EQ(lg_inner_pairs_parse("rail0:rail1,rail1:rail0", d, n, rails, 2, pr, 2, err,
+                                  sizeof(err)), 2);
+    CHECK(pr[0].m[0].dev == 0 && pr[0].m[1].dev == 2 && pr[1].m[0].dev == 2 &&
+          pr[1].m[1].dev == 0);
+}
+
 /* The NIC's sysfs device link and an inner pciPath spelled differently resolve alike. */
 static void test_sysfs(void)
 {
@@ -234,7 +264,7 @@ static void test_sysfs(void)
     snprintf(other, sizeof(other), "%s/devices/pci0000:00/../pci0000:00/0000:3b:00.0", root);
     char *inner_real = realpath(other, NULL);
     CHECK(inner_real && !strcmp(inner_real, real));
-    struct lg_inner_devid d = {"mlx5_0", inner_real, 1};
+    struct lg_inner_devid d = {"mlx5_0", inner_real, 1, 0};
     struct lg_nic_id n = {"rail0", NULL, 0, real};
     CHECK_EQ(lg_inner_dev_match(&d, 1, &n), 0);
     CHECK_EQ(lg_nic_pci_real(root, "veth0", real, sizeof(real)), -1); /* virtual: none */
@@ -247,7 +277,7 @@ static void test_sysfs(void)
     CHECK_EQ(system(cmd), 0);
     CHECK_EQ(lg_nic_rdma_id(root, "rail0", rdma, sizeof(rdma), &port), 0);
     CHECK(!strcmp(rdma, "mlx4_0") && port == 2);
-    struct lg_inner_devid ports[2] = {{"mlx4_0", inner_real, 1}, {"mlx4_0", inner_real, 2}};
+    struct lg_inner_devid ports[2] = {{"mlx4_0", inner_real, 1, 0}, {"mlx4_0", inner_real, 2, 0}};
     struct lg_nic_id n2 = {"rail0", rdma, port, real};
     CHECK_EQ(lg_inner_dev_match(ports, 2, &n2), 1); /* the RDMA name and port decide */
     free(inner_real);
@@ -262,6 +292,7 @@ int main(void)
     test_names();
     test_match();
     test_pairs();
+    test_duplicates();
     test_sysfs();
     LG_TEST_DONE();
 }

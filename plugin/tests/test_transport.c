@@ -3,12 +3,15 @@
  * connect/accept progress, every byte of messages of many sizes, receive larger than send,
  * zero-byte messages, back-pressure, the 32-request window, grouped receives (n = 1..8,
  * mixed sizes and tags; a send no buffer of its group expects), garbage handles, many comms,
- * and close with requests in flight or after the peer vanished. */
+ * close with requests in flight or after the peer vanished, and an accept that can never
+ * complete. */
 #include <arpa/inet.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "connect.h"
 #include "core.h"
@@ -18,6 +21,7 @@
 #include "lg_test_grouped.h"
 #include "lg_test_pair.h"
 #include "util.h"
+#include "wire.h"
 
 static void fill(char *b, size_t n, uint64_t seed)
 {
@@ -203,8 +207,14 @@ static void test_peer_vanishes(void)
         rc = lg_core_test(req, &done, NULL);
     CHECK(rc != ncclSuccess);
     CHECK_EQ(done, 0);
+    /* A post after the peer's departure is taken (NCCL's transports take it); its test()
+     * reports the failure. */
     void *req2 = NULL;
-    CHECK(lg_core_isend(s, big, 10, 0, NULL, &req2) != ncclSuccess);
+    CHECK_EQ(lg_core_isend(s, big, 10, 0, NULL, &req2), ncclSuccess);
+    CHECK(req2 != NULL);
+    done = 0;
+    CHECK(req2 && lg_core_test(req2, &done, NULL) != ncclSuccess);
+    CHECK_EQ(done, 0);
     CHECK_EQ(lg_core_close_send(s), ncclSuccess);
 }
 
@@ -247,6 +257,43 @@ static void test_grouped_mismatch(void)
     CHECK_EQ(done, 0);
     CHECK_EQ(lg_core_close_send(s), ncclSuccess);
     CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+}
+
+/* An accept that can never complete fails after LINKGUARD_CONNECT_TIMEOUT_MS, never answers
+ * NULL for ever: a connection whose sockets stopped coming (one data hello of two), and a
+ * listen comm that nothing reaches. */
+static ncclResult_t accept_until_settled(void *l, void **r)
+{
+    ncclResult_t rc = ncclSuccess;
+    uint64_t t0 = lg_now_ns();
+    while (rc == ncclSuccess && !*r && lg_now_ns() - t0 < 20000000000ull)
+        rc = lg_core_accept(l, r);
+    return rc;
+}
+
+static void test_accept_never_completes(void) /* (LINKGUARD_CONNECT_TIMEOUT_MS=3000: main) */
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    struct lg_handle h;
+    void *l = NULL, *r = NULL;
+    CHECK_EQ(lg_core_listen_ctx(NULL, 0, handle, &l), ncclSuccess);
+    CHECK_EQ(lg_handle_decode(handle, &h), LG_HANDLE_OK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(h.port[0]),
+                            .sin_addr.s_addr = h.ip[0]};
+    CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    uint8_t hello[LG_HELLO_SIZE];
+    lg_hello_encode(hello, &(struct lg_hello){.path = 0, .stream = 2, .nstreams = 2,
+                                              .paths_mask = 1, .chunk_size = 4096,
+                                              .listen_id = h.listen_id, .conn_nonce = 42,
+                                              .session = 1, .chan = 1});
+    CHECK_EQ(write(fd, hello, sizeof(hello)), (ssize_t)sizeof(hello));
+    CHECK_EQ(accept_until_settled(l, &r), ncclSystemError);
+    CHECK(r == NULL);
+    close(fd);
+    CHECK_EQ(accept_until_settled(l, &r), ncclSystemError); /* nothing comes at all */
+    CHECK(r == NULL);
+    lg_core_close_listen(l);
 }
 
 static void test_many_comms(int n)
@@ -314,6 +361,7 @@ int main(void)
     test_close_inflight();
     test_grouped_mismatch();
     test_peer_vanishes();
+    test_accept_never_completes();
     test_many_comms(100);
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
