@@ -39,7 +39,8 @@ from linkguard_lab.lab import Lab, unique_prefix
 PAIRS = {"LINKGUARD_PAIRS": "rail0:rail1,rail1:rail0"}
 parse_size = rtt.parse_size  # kept importable from here
 RTT_GOAL = ("min", 1.1)
-LABELS = {"tcp": "plain TCP", "tcp-spin": "polling TCP", "plugin": "linkguard native"}
+LABELS = {"tcp": "plain TCP", "tcp-spin": "polling TCP", "plugin": "linkguard native",
+          "other": "other build"}
 
 
 def driver_gbps(lab: Lab, size: int, total: int, env: dict[str, str], verify: bool,
@@ -57,7 +58,7 @@ def driver_gbps(lab: Lab, size: int, total: int, env: dict[str, str], verify: bo
 
 
 def run(trials: int, sizes: list[int], gib: float, seconds: float, rtt_sizes: list[int],
-        rtt_count: int) -> dict[str, Any]:
+        rtt_count: int, other: Path | None = None) -> dict[str, Any]:
     build_plugin()
     total = int(gib * (1 << 30))
     rows: dict[str, list[float]] = {}
@@ -73,6 +74,9 @@ def run(trials: int, sizes: list[int], gib: float, seconds: float, rtt_sizes: li
         runners = {"tcp": rtt.lab_runner(lab, "tcp", ports, rtt_count),
                    "tcp-spin": rtt.lab_runner(lab, "tcp-spin", ports, rtt_count),
                    "plugin": rtt.lab_runner(lab, "plugin", ports, rtt_count, env=PAIRS)}
+        if other:
+            runners["other"] = rtt.lab_runner(lab, "plugin", ports, rtt_count, env=PAIRS,
+                                              plugin=other)
         for t in range(trials):
             print(f"trial {t + 1}/{trials}", file=sys.stderr, flush=True)
             if sizes:
@@ -92,6 +96,10 @@ def run(trials: int, sizes: list[int], gib: float, seconds: float, rtt_sizes: li
     res = {"machine": machine(), "trials": trials, "bytes_per_run": total, "samples": rows,
            "rtt": rtt.result(rtts, rtt_count, "plugin", "tcp"),
            "rtt_vs_polling_tcp": rtt.result(rtts, rtt_count, "plugin", "tcp-spin")}
+    if other:
+        res |= {"other_plugin": str(other),
+                "rtt_other": rtt.result(rtts, rtt_count, "other", "tcp"),
+                "rtt_vs_other": rtt.result(rtts, rtt_count, "plugin", "other")}
     return {**res, **bandwidth_table(rows, sizes)} if sizes else {**res, "table": []}
 
 
@@ -114,6 +122,11 @@ def markdown(res: dict[str, Any]) -> str:
         parts.append(rtt.markdown(res["rtt"], LABELS, RTT_GOAL))
         parts.append("Against a TCP ping-pong that polls like the plugin's caller (no goal):\n\n"
                      + rtt.markdown(res["rtt_vs_polling_tcp"], LABELS, None))
+    if res.get("rtt_other", {}).get("table"):
+        parts.append(f"The other build ({res['other_plugin']}) against plain TCP:\n\n"
+                     + rtt.markdown(res["rtt_other"], LABELS, RTT_GOAL))
+        parts.append("This build against the other one, same trials (no goal):\n\n"
+                     + rtt.markdown(res["rtt_vs_other"], LABELS, None))
     return "\n\n".join(parts)
 
 
@@ -144,11 +157,14 @@ def main() -> None:
     ap.add_argument("--rtt-sizes", default=rtt.SIZES, type=rtt.size_list,
                     help="round-trip sizes ('' for none)")
     ap.add_argument("--rtt-count", type=int, default=rtt.COUNT, help="round trips per run")
+    ap.add_argument("--compare-plugin", type=Path, default=None,
+                    help="another build's libnccl-net-linkguard.so: its round trips run in "
+                         "the same trials, beside this one's")
     ap.add_argument("--json", help="write the full result here")
     a = ap.parse_args()
     if a.trials < 1 or a.rtt_count < 1:
         ap.error("--trials and --rtt-count must be at least 1")
-    res = run(a.trials, a.sizes, a.gib, a.seconds, a.rtt_sizes, a.rtt_count)
+    res = run(a.trials, a.sizes, a.gib, a.seconds, a.rtt_sizes, a.rtt_count, a.compare_plugin)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     print(markdown(res))

@@ -100,9 +100,14 @@ struct lg_chunk_hdr {
     uint64_t offset;
     uint64_t total; /* message size */
     uint32_t tag;
+    uint32_t flags; /* LG_CHUNK_F_* */
 };
+/* The sender keeps a copy of the message (LINKGUARD_SEND_COPY) and has completed its send:
+ * the receiver's ACK may wait for a batch (window.c). */
+#define LG_CHUNK_F_KEPT 0x1u
+#define LG_CHUNK_F_ALL LG_CHUNK_F_KEPT
 void lg_chunk_encode(uint8_t out[LG_CHUNK_HDR_SIZE], const struct lg_chunk_hdr *c);
-/* Checks magic and internal consistency (offset + len <= total, len <= max_len). */
+/* Checks magic, known flags and internal consistency (offset + len <= total, len <= max_len). */
 int lg_chunk_decode(const uint8_t in[LG_CHUNK_HDR_SIZE], uint32_t max_len, struct lg_chunk_hdr *c);
 
 /* Chunking of a message: a zero-byte message is one empty chunk, so every message has at
