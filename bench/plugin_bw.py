@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +149,38 @@ def bandwidth_markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+BASELINE = Path(__file__).resolve().parent / "latency_baseline.json"
+WORSE = 1.10  # a ratio more than 10 % above the baseline's is reported (issue 24, goal 3)
+
+
+def baseline_rows(res: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """What a baseline keeps: per size, native / plain TCP at min and p50 (ratios of the medians
+    of one run's trials: the machine's mood cancels, unlike absolute microseconds)."""
+    return {str(r["size"]): {q: r[q]["ratio"] for q in ("min", "p50")}
+            for r in res["rtt"]["table"]}
+
+
+def against_baseline(res: dict[str, Any], base: dict[str, Any]) -> tuple[str, bool]:
+    """The per-size ratio of this run's native / TCP ratios to the baseline's, and whether any
+    got worse by more than 10 %."""
+    now, then = baseline_rows(res), base["sizes"]
+    lines = [(f"Against the baseline of commit {base['commit']} ({base['date']}): this run's "
+              "native / TCP ratio over the baseline's, per size."), "",
+             "| message | min: now / baseline | p50: now / baseline | verdict |",
+             "|---|---:|---:|---|"]
+    worse = False
+    for size in sorted(now, key=int):
+        if size not in then:
+            continue
+        r = {q: now[size][q] / then[size][q] for q in ("min", "p50")}
+        bad = [q for q in r if r[q] > WORSE]
+        worse = worse or bool(bad)
+        verdict = f"**WORSE by more than 10 % at {', '.join(bad)}**" if bad else "ok"
+        lines.append(f"| {rtt.size_label(int(size))} | {r['min']:.3f} | {r['p50']:.3f} | "
+                     f"{verdict} |")
+    return "\n".join(lines), worse
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=3)
@@ -160,6 +194,11 @@ def main() -> None:
     ap.add_argument("--compare-plugin", type=Path, default=None,
                     help="another build's libnccl-net-linkguard.so: its round trips run in "
                          "the same trials, beside this one's")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help=f"compare the round trips with this baseline ({BASELINE.name})")
+    ap.add_argument("--save-baseline", metavar="COMMIT", default=None,
+                    help="write this run's round-trip ratios as the new --baseline, naming "
+                         "the commit measured")
     ap.add_argument("--json", help="write the full result here")
     a = ap.parse_args()
     if a.trials < 1 or a.rtt_count < 1:
@@ -168,6 +207,18 @@ def main() -> None:
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     print(markdown(res))
+    if a.baseline and a.baseline.exists() and res["rtt"]["table"]:
+        text, worse = against_baseline(res, json.loads(a.baseline.read_text()))
+        print("\n" + text)
+        if worse:
+            print("\nA round trip got worse than the baseline by more than 10 %.",
+                  file=sys.stderr)
+    if a.save_baseline and res["rtt"]["table"]:
+        target = a.baseline or BASELINE
+        target.write_text(json.dumps({"commit": a.save_baseline,
+                                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                      "trials": a.trials, "load": os.getloadavg()[0],
+                                      "sizes": baseline_rows(res)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

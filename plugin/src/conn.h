@@ -13,7 +13,10 @@
  * wholly placed: completion by coverage, never by byte count), acknowledges the number of
  * messages placed so far (ACK, cumulative) on the control channel. A send completes only when
  * that ack covers it and no writer still reads its buffer (lg_req.writers), so the sender's
- * buffer is intact until the data is placed: that is what makes replay possible.
+ * buffer is intact until the data is placed: that is what makes replay possible. A small send
+ * (LINKGUARD_SEND_COPY) is copied into its slot's buffer instead and completes at once (kept):
+ * the slot and its copy stay taken until the ack (LG_REQ_KEPT), a replay reads the copy, and
+ * the receiver batches the acks of kept messages (chunk flag LG_CHUNK_F_KEPT; window.c).
  * Requests live in a window of LG_WINDOW slots indexed by seq % LG_WINDOW; a slot is reused
  * only after NCCL has seen its request complete, so `*request = NULL` is the back-pressure
  * answer when the slot for the next seq is still taken.
@@ -42,7 +45,8 @@
  *   READY(gen)          recv->send  on a rebuilt path: accepted
  *   BYE(CLOSE|FENCE)    both ways   EOF follows on purpose: the connection / only this path
  *   POSTED(n)           send->recv  wrap mode: n messages handed to the inner plugin (with
- *                                   heartbeats, on the active path, while any is unacked)
+ *                                   heartbeats, on the active path, while any is unacked);
+ *                                   TCP: ack the first n as they are placed (kept sends)
  *  - Epochs. Both sides hold a committed epoch E (0 at connect), the active slot and the path
  *    object E uses. Only the sender proposes (SWITCH, with E' = max(own, seen, proposed) + 1),
  *    only the receiver commits; a SWITCH or RESYNC whose epoch is not above the committed one

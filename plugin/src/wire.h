@@ -63,7 +63,9 @@ enum lg_ctrl_type {
                             * inner plugin placed them): hold every one */
     LG_CTRL_POSTED = 9, /* send->recv, wrap mode, on the active path with its heartbeats while
                          * a message is unacknowledged: value = messages handed to the inner
-                         * plugin; the receiver's progress watchdog (failover.c) */
+                         * plugin; the receiver's progress watchdog (failover.c). TCP
+                         * transport: "ack the first `value` messages as they are placed" (a
+                         * sender waiting on kept sends: window.c) */
     LG_CTRL_STALLED = 10, /* recv->send, TCP transport, on the active path: message `value` got
                            * no data for LINKGUARD_STALL_MS while data around it arrived; the
                            * sender judges from its data sockets' TCP view (tcp_watch.c) */
