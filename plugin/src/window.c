@@ -135,7 +135,7 @@ int lg_send_slot_free(struct lg_conn *c, const struct lg_req *r)
 void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t size)
 {
     r->kept = 0;
-    if (size > (size_t)lg_params.send_copy || (c->tr->caps & LG_TR_MSGS))
+    if (!lg_params.send_copy || size > (size_t)lg_params.send_copy || (c->tr->caps & LG_TR_MSGS))
         return;
     if (size > r->copy_cap || !r->copy) {
         char *m = realloc(r->copy, size ? size : 1);
