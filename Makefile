@@ -136,7 +136,7 @@ bench-wrap: build
 # TCP ping-pong on the same rail. Method and results: BENCHMARKS.md, "Round trips".
 bench-latency: build
 	$(PY) -m bench.wrap_bw --trials 9 --gib 1
-	$(PY) -m bench.plugin_bw --trials 9 --sizes ''
+	$(PY) -m bench.plugin_bw --trials 9 --sizes '' --baseline bench/latency_baseline.json
 
 # The real-NCCL check (tests/gpu/, CONTRIBUTING.md "GPU check"; root). gpu-prep here, before
 # a GPU-machine run: .gpu/ (wheels, stubs, prebuilt plugin, ip) for the run to carry.

@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,8 @@ from linkguard_lab.lab import Lab, unique_prefix
 PAIRS = {"LINKGUARD_PAIRS": "rail0:rail1,rail1:rail0"}
 parse_size = rtt.parse_size  # kept importable from here
 RTT_GOAL = ("min", 1.1)
-LABELS = {"tcp": "plain TCP", "tcp-spin": "polling TCP", "plugin": "linkguard native"}
+LABELS = {"tcp": "plain TCP", "tcp-spin": "polling TCP", "plugin": "linkguard native",
+          "other": "other build"}
 
 
 def driver_gbps(lab: Lab, size: int, total: int, env: dict[str, str], verify: bool,
@@ -57,7 +60,7 @@ def driver_gbps(lab: Lab, size: int, total: int, env: dict[str, str], verify: bo
 
 
 def run(trials: int, sizes: list[int], gib: float, seconds: float, rtt_sizes: list[int],
-        rtt_count: int) -> dict[str, Any]:
+        rtt_count: int, other: Path | None = None) -> dict[str, Any]:
     build_plugin()
     total = int(gib * (1 << 30))
     rows: dict[str, list[float]] = {}
@@ -73,6 +76,9 @@ def run(trials: int, sizes: list[int], gib: float, seconds: float, rtt_sizes: li
         runners = {"tcp": rtt.lab_runner(lab, "tcp", ports, rtt_count),
                    "tcp-spin": rtt.lab_runner(lab, "tcp-spin", ports, rtt_count),
                    "plugin": rtt.lab_runner(lab, "plugin", ports, rtt_count, env=PAIRS)}
+        if other:
+            runners["other"] = rtt.lab_runner(lab, "plugin", ports, rtt_count, env=PAIRS,
+                                              plugin=other)
         for t in range(trials):
             print(f"trial {t + 1}/{trials}", file=sys.stderr, flush=True)
             if sizes:
@@ -92,6 +98,10 @@ def run(trials: int, sizes: list[int], gib: float, seconds: float, rtt_sizes: li
     res = {"machine": machine(), "trials": trials, "bytes_per_run": total, "samples": rows,
            "rtt": rtt.result(rtts, rtt_count, "plugin", "tcp"),
            "rtt_vs_polling_tcp": rtt.result(rtts, rtt_count, "plugin", "tcp-spin")}
+    if other:
+        res |= {"other_plugin": str(other),
+                "rtt_other": rtt.result(rtts, rtt_count, "other", "tcp"),
+                "rtt_vs_other": rtt.result(rtts, rtt_count, "plugin", "other")}
     return {**res, **bandwidth_table(rows, sizes)} if sizes else {**res, "table": []}
 
 
@@ -114,6 +124,11 @@ def markdown(res: dict[str, Any]) -> str:
         parts.append(rtt.markdown(res["rtt"], LABELS, RTT_GOAL))
         parts.append("Against a TCP ping-pong that polls like the plugin's caller (no goal):\n\n"
                      + rtt.markdown(res["rtt_vs_polling_tcp"], LABELS, None))
+    if res.get("rtt_other", {}).get("table"):
+        parts.append(f"The other build ({res['other_plugin']}) against plain TCP:\n\n"
+                     + rtt.markdown(res["rtt_other"], LABELS, RTT_GOAL))
+        parts.append("This build against the other one, same trials (no goal):\n\n"
+                     + rtt.markdown(res["rtt_vs_other"], LABELS, None))
     return "\n\n".join(parts)
 
 
@@ -134,6 +149,38 @@ def bandwidth_markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+BASELINE = Path(__file__).resolve().parent / "latency_baseline.json"
+WORSE = 1.10  # a ratio more than 10 % above the baseline's is reported (issue 24, goal 3)
+
+
+def baseline_rows(res: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """What a baseline keeps: per size, native / plain TCP at min and p50 (ratios of the medians
+    of one run's trials: the machine's mood cancels, unlike absolute microseconds)."""
+    return {str(r["size"]): {q: r[q]["ratio"] for q in ("min", "p50")}
+            for r in res["rtt"]["table"]}
+
+
+def against_baseline(res: dict[str, Any], base: dict[str, Any]) -> tuple[str, bool]:
+    """The per-size ratio of this run's native / TCP ratios to the baseline's, and whether any
+    got worse by more than 10 %."""
+    now, then = baseline_rows(res), base["sizes"]
+    lines = [(f"Against the baseline of commit {base['commit']} ({base['date']}): this run's "
+              "native / TCP ratio over the baseline's, per size."), "",
+             "| message | min: now / baseline | p50: now / baseline | verdict |",
+             "|---|---:|---:|---|"]
+    worse = False
+    for size in sorted(now, key=int):
+        if size not in then:
+            continue
+        r = {q: now[size][q] / then[size][q] for q in ("min", "p50")}
+        bad = [q for q in r if r[q] > WORSE]
+        worse = worse or bool(bad)
+        verdict = f"**WORSE by more than 10 % at {', '.join(bad)}**" if bad else "ok"
+        lines.append(f"| {rtt.size_label(int(size))} | {r['min']:.3f} | {r['p50']:.3f} | "
+                     f"{verdict} |")
+    return "\n".join(lines), worse
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=3)
@@ -144,14 +191,34 @@ def main() -> None:
     ap.add_argument("--rtt-sizes", default=rtt.SIZES, type=rtt.size_list,
                     help="round-trip sizes ('' for none)")
     ap.add_argument("--rtt-count", type=int, default=rtt.COUNT, help="round trips per run")
+    ap.add_argument("--compare-plugin", type=Path, default=None,
+                    help="another build's libnccl-net-linkguard.so: its round trips run in "
+                         "the same trials, beside this one's")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help=f"compare the round trips with this baseline ({BASELINE.name})")
+    ap.add_argument("--save-baseline", metavar="COMMIT", default=None,
+                    help="write this run's round-trip ratios as the new --baseline, naming "
+                         "the commit measured")
     ap.add_argument("--json", help="write the full result here")
     a = ap.parse_args()
     if a.trials < 1 or a.rtt_count < 1:
         ap.error("--trials and --rtt-count must be at least 1")
-    res = run(a.trials, a.sizes, a.gib, a.seconds, a.rtt_sizes, a.rtt_count)
+    res = run(a.trials, a.sizes, a.gib, a.seconds, a.rtt_sizes, a.rtt_count, a.compare_plugin)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     print(markdown(res))
+    if a.baseline and a.baseline.exists() and res["rtt"]["table"]:
+        text, worse = against_baseline(res, json.loads(a.baseline.read_text()))
+        print("\n" + text)
+        if worse:
+            print("\nA round trip got worse than the baseline by more than 10 %.",
+                  file=sys.stderr)
+    if a.save_baseline and res["rtt"]["table"]:
+        target = a.baseline or BASELINE
+        target.write_text(json.dumps({"commit": a.save_baseline,
+                                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                      "trials": a.trials, "load": os.getloadavg()[0],
+                                      "sizes": baseline_rows(res)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -111,6 +111,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     setenv("LINKGUARD_SILENT_TIMEOUT_MS", "60000", 1);
     setenv("LINKGUARD_DEAD_TIMEOUT_MS", "60000", 1);
     setenv("LINKGUARD_REJOIN_MS", "3600000", 1);
+    /* The oracle: a send completes only on the peer's ack. Kept sends (which complete at once,
+     * and whose close waits for an ack this peer may never send) are tests/test_kept_send.c's. */
+    setenv("LINKGUARD_SEND_COPY", "0", 1);
     loopback_devices("lgf0", "lgf1");
     FUZZ_ASSERT(lg_core_init(LG_FLAVOR_LINKGUARD, fuzz_silent_logger) == ncclSuccess);
     return 0;

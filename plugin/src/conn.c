@@ -343,8 +343,10 @@ void lg_conn_free(struct lg_conn *c)
     for (int i = 0; i < LG_NPATHS; i++)
         if (c->listener[i])
             lg_listener_put(c->listener[i]);
-    for (int i = 0; i < LG_WINDOW; i++)
+    for (int i = 0; i < LG_WINDOW; i++) {
         free(c->reqs[i].cover_heap);
+        free(c->reqs[i].copy);
+    }
     lg_ctx_release(c->ctx); /* after the inner comms: the last one may end the inner context */
     c->magic = 0;
     lg_conn_put(c);

@@ -13,7 +13,10 @@
  * wholly placed: completion by coverage, never by byte count), acknowledges the number of
  * messages placed so far (ACK, cumulative) on the control channel. A send completes only when
  * that ack covers it and no writer still reads its buffer (lg_req.writers), so the sender's
- * buffer is intact until the data is placed: that is what makes replay possible.
+ * buffer is intact until the data is placed: that is what makes replay possible. A small send
+ * (LINKGUARD_SEND_COPY) is copied into its slot's buffer instead and completes at once (kept):
+ * the slot and its copy stay taken until the ack (LG_REQ_KEPT), a replay reads the copy, and
+ * the receiver batches the acks of kept messages (chunk flag LG_CHUNK_F_KEPT; window.c).
  * Requests live in a window of LG_WINDOW slots indexed by seq % LG_WINDOW; a slot is reused
  * only after NCCL has seen its request complete, so `*request = NULL` is the back-pressure
  * answer when the slot for the next seq is still taken.
@@ -42,7 +45,8 @@
  *   READY(gen)          recv->send  on a rebuilt path: accepted
  *   BYE(CLOSE|FENCE)    both ways   EOF follows on purpose: the connection / only this path
  *   POSTED(n)           send->recv  wrap mode: n messages handed to the inner plugin (with
- *                                   heartbeats, on the active path, while any is unacked)
+ *                                   heartbeats, on the active path, while any is unacked);
+ *                                   TCP: ack the first n as they are placed (kept sends)
  *  - Epochs. Both sides hold a committed epoch E (0 at connect), the active slot and the path
  *    object E uses. Only the sender proposes (SWITCH, with E' = max(own, seen, proposed) + 1),
  *    only the receiver commits; a SWITCH or RESYNC whose epoch is not above the committed one
@@ -179,6 +183,8 @@ enum lg_conn_kind { LG_CONN_SEND = 1, LG_CONN_RECV = 2 };
 /* Request slot state bits. */
 #define LG_REQ_POSTED 0x1u /* isend/irecv filled the slot */
 #define LG_REQ_DONE 0x2u   /* recv: every byte placed */
+#define LG_REQ_KEPT 0x4u   /* send: NCCL saw it complete (a kept copy); the slot is taken
+                            * until the receiver acks it (lg_send_slot_free) */
 #define LG_TOTAL_UNKNOWN UINT64_MAX /* lg_req.total before a chunk header said it */
 
 struct lg_conn;
@@ -252,8 +258,11 @@ struct lg_req {
     int optional;   /* recv posted with NCCL_NET_OPTIONAL_RECV_COMPLETION */
     int tag;
     /* send */
-    const char *data;
+    const char *data; /* NCCL's buffer, or `copy` */
     size_t size;
+    int kept;         /* the message is in `copy` (LINKGUARD_SEND_COPY): done for NCCL at once */
+    char *copy;       /* the slot's copy buffer, kept across posts */
+    size_t copy_cap;
     uint64_t nchunks; /* chunks the message is cut into */
     uint32_t writers; /* streams holding a chunk of it (atomic; taken under conn->mu) */
     /* recv */
@@ -330,6 +339,8 @@ struct lg_conn {
     uint64_t posted;   /* messages posted (atomic) */
     /* send side */
     uint64_t acked;        /* messages the receiver placed (atomic, from acks) */
+    uint64_t kept_hi;      /* seq + 1 of the last kept send (atomic): close waits for its ack */
+    uint64_t ack_asked;    /* the last POSTED(n) sent to ask for acks (NCCL's thread, monitor) */
     uint64_t cursor_seq;   /* next chunk to hand to a stream (under mu) */
     uint64_t cursor_chunk;
     uint32_t parked; /* data streams with nothing to send (bit i-1 = data[i]; under mu) */
@@ -341,6 +352,8 @@ struct lg_conn {
     struct lg_seqwin win;  /* placement (under mu) */
     uint64_t placed;       /* win.base, readable without mu (atomic) */
     uint64_t ack_sent;     /* highest placement count acknowledged to the sender (atomic) */
+    uint64_t ack_need;     /* acks up to here are awaited: messages not kept by the sender,
+                            * or what its POSTED asked for (atomic; raised under mu) */
     uint32_t rx_waiting;   /* data streams waiting for a receive to be posted (atomic bits) */
     int polled;            /* NCCL's thread called test() since the monitor last looked
                             * (atomic): small chunks are placed by those calls, so no

@@ -354,6 +354,7 @@ static ncclResult_t close_conn(void *comm, enum lg_conn_kind kind, const char *c
     struct lg_conn *c = as_conn(comm, kind, call);
     if (!c)
         return ncclInternalError;
+    lg_send_settle(c); /* kept sends acked first: until then a failover may replay them */
     lg_monitor_remove(c); /* from here on, no path changes under us */
     /* Say goodbye first, so the peer logs a close, not a failure. A receiver's BYE carries
      * what it placed: the sender completes those sends, whatever ACK it has not read yet (a

@@ -20,6 +20,7 @@
 #include "reconnect.h"
 #include "util.h"
 #include "wake.h"
+#include "window.h"
 
 
 /* When a rebuild `delay` from now may start: later by up to LINKGUARD_REJOIN_JITTER_MS, so
@@ -450,9 +451,10 @@ static void start_switch(struct lg_conn *c, const struct lg_fo_decision *d, uint
     fo->sw_trigger_ns = fo->trigger_ns ? fo->trigger_ns : now;
     reason(c, d, now, fo->sw_reason, sizeof(fo->sw_reason));
     set_hold(c, fo->sw_graceful ? LG_HOLD_BOUNDARY : LG_HOLD_ALL);
-    if (fo->sw_graceful)
+    if (fo->sw_graceful) {
         fo->sw_phase = LG_SW_QUIESCE;
-    else
+        lg_send_ask_ack(c); /* kept sends are acked in batches: the quiesce wants them now */
+    } else
         send_switch(c, now);
 }
 
@@ -802,7 +804,9 @@ static int idle(const struct lg_conn *c)
     uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
     uint64_t done = c->kind == LG_CONN_SEND ? __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)
                                             : __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
-    return posted == done;
+    /* A receiver holding a batched ack (window.c) is not idle: its next run sends it. */
+    return posted == done &&
+           (c->kind == LG_CONN_SEND || __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) == done);
 }
 
 uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
@@ -851,6 +855,8 @@ uint64_t lg_fo_run(struct lg_conn *c, uint64_t now)
     else
         rx_step(c, now);
     heartbeats(c, now);
+    if (c->kind == LG_CONN_RECV && lg_path_up(c->active_path))
+        lg_recv_flush_ack(c->active_path); /* a batched ack waits at most one run */
     if (late)
         return now + LG_MS(1);
     if (dead_check(c, now, gap))

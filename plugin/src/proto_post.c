@@ -8,6 +8,7 @@
 #include "log.h"
 #include "util.h"
 #include "wake.h"
+#include "window.h"
 
 ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
                            struct lg_inner_mr *imr, void **request)
@@ -20,8 +21,11 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
     pthread_mutex_lock(&c->mu);
     uint64_t seq = c->next_seq;
     struct lg_req *r = &c->reqs[seq % LG_WINDOW];
-    if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != 0) {
+    if (!lg_send_slot_free(c, r)) {
+        int kept = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == LG_REQ_KEPT;
         pthread_mutex_unlock(&c->mu);
+        if (kept)
+            lg_send_ask_ack(c); /* the window is full of sends that only wait for their ack */
         *request = NULL; /* window full: NCCL retries */
         return ncclSuccess;
     }
@@ -30,6 +34,7 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
     r->size = size;
     r->tag = tag;
     r->imr = imr;
+    lg_send_keep(c, r, data, size);
     r->nchunks = lg_chunk_count(size, c->chunk_size);
     __atomic_store_n(&r->writers, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);

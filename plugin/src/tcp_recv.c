@@ -370,7 +370,7 @@ static void recv_stream_run(struct lg_task *t)
             __atomic_add_fetch(&r->placed, h->len, __ATOMIC_RELAXED);
             uint64_t done = __atomic_add_fetch(&r->chunks, 1, __ATOMIC_ACQ_REL);
             if (done == lg_chunk_count(h->total, c->chunk_size))
-                rc = lg_recv_complete(p, r, h->total);
+                rc = lg_recv_complete(p, r, h->total, (h->flags & LG_CHUNK_F_KEPT) != 0);
         }
         gate_exit(s);
         if (rc < 0)
@@ -385,7 +385,7 @@ void lg_tcp_recv_handler(struct lg_task *t, uint32_t events)
     if (lg_params.poll_inline && !s->rx.have_hdr)
         set_mode(s, 0); /* after a switch: the active path's streams go inline, others not */
     recv_stream_run(t);
-    lg_recv_flush_ack(s->path);
+    lg_recv_flush_due(s->path);
 }
 
 int lg_tcp_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)

@@ -40,7 +40,7 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
     uint64_t len = r->size - off < c->chunk_size ? r->size - off : c->chunk_size;
     struct lg_chunk_hdr h = {.epoch = (uint16_t)c->epoch, .len = (uint32_t)len,
                              .seq = c->cursor_seq, .offset = off, .total = r->size,
-                             .tag = (uint32_t)r->tag};
+                             .tag = (uint32_t)r->tag, .flags = r->kept ? LG_CHUNK_F_KEPT : 0};
     s->tx.payload = r->data + off;
     s->tx.req = r;
     /* Taken under mu, like a rewind: completion waits for this hold on the buffer. */

@@ -16,6 +16,7 @@
 #include "util.h"
 #include "verdict.h"
 #include "wake.h"
+#include "window.h"
 #include "wire.h"
 
 /* A stall the sender does not confirm is judged by the receiver alone once it has lasted this
@@ -88,10 +89,15 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
     lg_path_stalled(p, why, for_ms);
 }
 
-/* Sender: the receiver's STALLED, for the watchdog's next run to answer. */
+/* Sender: the receiver's STALLED, for the watchdog's next run to answer. Receiver: the
+ * sender's POSTED, asking for the acks of its kept sends (window.c). */
 int lg_tcp_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 {
     struct lg_conn *c = p->conn;
+    if (f->type == LG_CTRL_POSTED && c->kind == LG_CONN_RECV) {
+        lg_recv_ack_asked(p, f->value);
+        return 1;
+    }
     if (f->type != LG_CTRL_STALLED)
         return 0;
     if (f->value >= __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {

@@ -12,11 +12,30 @@ struct lg_conn;
 struct lg_path;
 struct lg_req;
 
-/* Receiver: a receive is complete (`size` bytes placed, on path p): marks it, advances the
- * placed count, acks when due. -1 on a protocol error (the path failed). */
-int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size);
+/* Receiver: a receive is complete (`size` bytes placed, on path p; `kept`: its chunks said
+ * LG_CHUNK_F_KEPT): marks it, advances the placed count, acks when due. -1 on a protocol
+ * error (the path failed). */
+int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size, int kept);
 /* Receiver: acks what is placed and not yet acknowledged, on path p. */
 void lg_recv_flush_ack(struct lg_path *p);
+/* Receiver, a stream about to sleep: acks if the sender waits for one (a message it did not
+ * keep) or a batch of kept ones is due. */
+void lg_recv_flush_due(struct lg_path *p);
+/* Receiver: the sender asks (POSTED(n)) for the acks of its first n messages, as they are
+ * placed (it closes, switches gracefully, or its window is full of kept sends). */
+void lg_recv_ack_asked(struct lg_path *p, uint64_t n);
+/* Sender, isend under mu: the slot may take the next message (free, or a kept send acked and
+ * written out). */
+int lg_send_slot_free(struct lg_conn *c, const struct lg_req *r);
+/* Sender, isend under mu, slot r filled but for its data: copies a small message into the
+ * slot's buffer (LINKGUARD_SEND_COPY; chunk transports), so that its send completes at once;
+ * else leaves it to complete on its ack. */
+void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t size);
+/* Sender, any thread: asks the receiver to ack what was posted (POSTED), once per count. */
+void lg_send_ask_ack(struct lg_conn *c);
+/* Sender, close: waits until the kept sends are acked (the monitor may fail over meanwhile
+ * and replay them from their copies), the connection failed, or the peer closed. */
+void lg_send_settle(struct lg_conn *c);
 /* Sender: the receiver placed every message below n (an ACK, or the count a closing
  * receiver's BYE carries): completes them, or fails the connection if no honest peer could
  * say so. 0 or -1. */

@@ -86,7 +86,7 @@ void lg_chunk_encode(uint8_t out[LG_CHUNK_HDR_SIZE], const struct lg_chunk_hdr *
     lg_put64(out + 16, c->offset);
     lg_put64(out + 24, c->total);
     lg_put32(out + 32, c->tag);
-    lg_put32(out + 36, 0);
+    lg_put32(out + 36, c->flags);
 }
 
 int lg_chunk_decode(const uint8_t in[LG_CHUNK_HDR_SIZE], uint32_t max_len, struct lg_chunk_hdr *c)
@@ -99,7 +99,8 @@ int lg_chunk_decode(const uint8_t in[LG_CHUNK_HDR_SIZE], uint32_t max_len, struc
     c->offset = lg_get64(in + 16);
     c->total = lg_get64(in + 24);
     c->tag = lg_get32(in + 32);
-    if (c->len > max_len || c->offset > c->total || c->total - c->offset < c->len ||
+    c->flags = lg_get32(in + 36);
+    if ((c->flags & ~LG_CHUNK_F_ALL) || c->len > max_len || c->offset > c->total || c->total - c->offset < c->len ||
         (c->len == 0 && c->total != 0))
         return -1;
     return 0;

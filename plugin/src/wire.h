@@ -63,7 +63,9 @@ enum lg_ctrl_type {
                             * inner plugin placed them): hold every one */
     LG_CTRL_POSTED = 9, /* send->recv, wrap mode, on the active path with its heartbeats while
                          * a message is unacknowledged: value = messages handed to the inner
-                         * plugin; the receiver's progress watchdog (failover.c) */
+                         * plugin; the receiver's progress watchdog (failover.c). TCP
+                         * transport: "ack the first `value` messages as they are placed" (a
+                         * sender waiting on kept sends: window.c) */
     LG_CTRL_STALLED = 10, /* recv->send, TCP transport, on the active path: message `value` got
                            * no data for LINKGUARD_STALL_MS while data around it arrived; the
                            * sender judges from its data sockets' TCP view (tcp_watch.c) */
@@ -100,9 +102,14 @@ struct lg_chunk_hdr {
     uint64_t offset;
     uint64_t total; /* message size */
     uint32_t tag;
+    uint32_t flags; /* LG_CHUNK_F_* */
 };
+/* The sender keeps a copy of the message (LINKGUARD_SEND_COPY) and has completed its send:
+ * the receiver's ACK may wait for a batch (window.c). */
+#define LG_CHUNK_F_KEPT 0x1u
+#define LG_CHUNK_F_ALL LG_CHUNK_F_KEPT
 void lg_chunk_encode(uint8_t out[LG_CHUNK_HDR_SIZE], const struct lg_chunk_hdr *c);
-/* Checks magic and internal consistency (offset + len <= total, len <= max_len). */
+/* Checks magic, known flags and internal consistency (offset + len <= total, len <= max_len). */
 int lg_chunk_decode(const uint8_t in[LG_CHUNK_HDR_SIZE], uint32_t max_len, struct lg_chunk_hdr *c);
 
 /* Chunking of a message: a zero-byte message is one empty chunk, so every message has at

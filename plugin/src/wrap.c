@@ -244,7 +244,8 @@ static int rx_complete(struct lg_conn *c, struct lg_path *p)
             m->w_slot = p->index; /* a flush of this buffer goes to that NIC */
             __atomic_store_n(&m->total, (uint64_t)sizes[i], __ATOMIC_RELAXED);
             __atomic_store_n(&m->placed, (uint64_t)sizes[i], __ATOMIC_RELAXED);
-            if (lg_recv_complete(p, m, (uint64_t)sizes[i]) != 0)
+            if (lg_recv_complete(p, m, (uint64_t)sizes[i],
+                                 __atomic_load_n(&c->peer_placed, __ATOMIC_ACQUIRE)) != 0)
                 return -1;
         }
         c->w_test += (uint64_t)n;

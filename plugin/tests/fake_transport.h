@@ -203,7 +203,7 @@ static void fake_recv_pump(struct lg_conn *c, struct lg_path *p)
                 return;
             }
             memcpy(r->buf, m->data, m->size);
-            if (lg_recv_complete(p, r, m->size) != 0) {
+            if (lg_recv_complete(p, r, m->size, 0) != 0) {
                 free(m);
                 return;
             }

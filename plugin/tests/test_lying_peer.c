@@ -278,9 +278,9 @@ static void test_forged_switch(void)
     free(buf);
 }
 
-/* 5c. A POSTED frame (wrap mode's watchdog input) to a receiver of linkguard's own transport:
- * no honest sender sends it there. */
-static void test_posted_outside_wrap_mode(void)
+/* 5c. A DELIVERED frame (wrap mode's placed completion) to a receiver of linkguard's own
+ * transport: no honest sender sends it there. */
+static void test_delivered_outside_wrap_mode(void)
 {
     struct lg_peer pe;
     CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 2, 1, CHUNK), 0);
@@ -288,7 +288,7 @@ static void test_posted_outside_wrap_mode(void)
     void *data[1] = {buf}, *r = NULL;
     size_t size[1] = {64};
     CHECK_EQ(lg_core_irecv(pe.c, 1, data, size, NULL, NULL, &r), ncclSuccess);
-    CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_POSTED, .value = 1}), 0);
+    CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_DELIVERED, .value = 1}), 0);
     ncclResult_t rc;
     CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
     CHECK_EQ(rc, ncclRemoteError);
@@ -559,6 +559,9 @@ int main(void)
     setenv("LINKGUARD_HEARTBEAT_MS", "20", 1);
     setenv("LINKGUARD_SILENT_TIMEOUT_MS", "5000", 1); /* the scripted peer is often quiet */
     setenv("LINKGUARD_DEAD_TIMEOUT_MS", "20000", 1);
+    /* The lies here are about acks: every send waits for its own (test_kept_send.c has the
+     * sends kept in a copy). */
+    setenv("LINKGUARD_SEND_COPY", "0", 1);
     loopback_devices("lgt0", "lgt1");
     CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, NULL), ncclSuccess);
     test_overlapping_chunks();
@@ -568,7 +571,7 @@ int main(void)
     test_ack_after_rewind_covers_held_messages();
     test_forged_heartbeat();
     test_forged_switch();
-    test_posted_outside_wrap_mode();
+    test_delivered_outside_wrap_mode();
     test_honest_switch();
     test_goodbye_carries_the_final_count();
     test_unprotected_silent_peer();
