@@ -8,7 +8,6 @@ is the README's command as it is. The busy loops are this script's children, end
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import signal
@@ -22,11 +21,11 @@ REPO = Path(__file__).resolve().parents[1]
 # What names a failure, most specific first: pytest's summary, the C tiers' own list
 # (plugin/tests/run_checks.sh), a fuzz harness, then make's own last word.
 FAILURE_PATTERNS = (
-    re.compile(r"^FAILED (\S+)", re.M),
-    re.compile(r"^ERROR (\S+)", re.M),
-    re.compile(r"^C tests \(\w+\) that failed:\n\s+(.+)$", re.M),
-    re.compile(r"^==\d+==ERROR: libFuzzer: (.+)$", re.M),
-    re.compile(r"^make(?:\[\d+\])?: \*\*\* (.+)$", re.M),
+    re.compile(r"^FAILED (\S+)", re.MULTILINE),
+    re.compile(r"^ERROR (\S+)", re.MULTILINE),
+    re.compile(r"^C tests \(\w+\) that failed:\n\s+(.+)$", re.MULTILINE),
+    re.compile(r"^==\d+==ERROR: libFuzzer: (.+)$", re.MULTILINE),
+    re.compile(r"^make(?:\[\d+\])?: \*\*\* (.+)$", re.MULTILINE),
 )
 
 
@@ -65,7 +64,8 @@ def main() -> int:
             t0 = time.monotonic()
             with log_path.open("wb") as log:
                 rc = subprocess.run(["make", "test"], cwd=clone, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    check=False).returncode
             took = time.monotonic() - t0
             failure = "" if rc == 0 else first_failure(log_path.read_text(errors="replace"))
             rows.append((run, "pass" if rc == 0 else f"FAIL ({rc})", took, failure))
@@ -74,7 +74,7 @@ def main() -> int:
         for p in loops:
             p.send_signal(signal.SIGTERM)
             p.wait()
-    print(f"\n| run | result | time (min) | first failing test |\n|---:|---|---:|---|")
+    print("\n| run | result | time (min) | first failing test |\n|---:|---|---:|---|")
     for run, result, took, failure in rows:
         print(f"| {run} | {result} | {took / 60:.1f} | {failure or '-'} |")
     passed = sum(1 for r in rows if r[1] == "pass")
