@@ -541,6 +541,23 @@ int lg_path_attach(struct lg_path *p, struct lg_session *s, uint32_t id)
     return lg_session_attach(s, &p->ch, id, &path_chan_ops);
 }
 
+int lg_path_open_session(struct lg_path *p, const char *nic, uint32_t local_ip,
+                         uint32_t peer_ip, uint16_t peer_port)
+{
+    /* A shared session can fail between its lookup and the attach (its peer went silent, on a
+     * starved machine too): the second lookup no longer finds it and opens another. */
+    for (int tries = 0; tries < 2; tries++) {
+        struct lg_session *s = lg_session_open(nic, local_ip, peer_ip, peer_port);
+        if (!s)
+            return -1;
+        if (lg_path_attach(p, s, 0) == 0)
+            return 0;
+        lg_session_put(s);
+    }
+    errno = ECONNRESET;
+    return -1;
+}
+
 /* A progress watchdog's verdict: logged, reported to the daemon, and the path fails like a
  * dead one (the sender fails over, an unprotected connection reports the error). */
 void lg_path_stalled(struct lg_path *p, const char *why, uint32_t for_ms)

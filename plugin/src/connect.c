@@ -159,15 +159,10 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
             return NULL;
         }
         cg->path_live[p] = 1;
-        struct lg_session *s = lg_session_open(d->nic[p].name, d->nic[p].ip, h->ip[p],
-                                               h->port[p]);
-        if (s && lg_path_attach(path, s, 0) != 0) {
-            lg_session_put(s);
-            s = NULL;
-            errno = ECONNRESET;
-        }
+        int attached = lg_path_open_session(path, d->nic[p].name, d->nic[p].ip, h->ip[p],
+                                            h->port[p]) == 0;
         for (int k = 0; k <= c->nstreams; k++) {
-            int fd = !k ? (s ? 0 : -1)
+            int fd = !k ? (attached ? 0 : -1)
                         : lg_sock_connect_start(d->nic[p].name, d->nic[p].ip, h->ip[p],
                                                 h->port[p], LG_SOCK_DATA);
             if (fd < 0) {

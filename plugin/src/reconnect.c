@@ -90,12 +90,10 @@ int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
     __atomic_add_fetch(&tx_inflight, 1, __ATOMIC_RELAXED);
     rj->gen = p->gen = ++c->fo.slot[slot].next_gen;
     rj->t0 = now;
-    struct lg_session *s = lg_session_open(d->nic[slot].name, c->local_ip[slot],
-                                           c->peer_ip[slot], c->peer_port[slot]);
-    if (!s || lg_path_attach(p, s, 0) != 0) {
+    if (lg_path_open_session(p, d->nic[slot].name, c->local_ip[slot], c->peer_ip[slot],
+                             c->peer_port[slot]) != 0) {
         LG_TRACE("send conn %016llx: rebuild of path %d: no control session (%s)",
-                 (unsigned long long)c->nonce, slot, strerror(s ? ECONNRESET : errno));
-        lg_session_put(s);
+                 (unsigned long long)c->nonce, slot, strerror(errno));
         lg_rejoin_abort(c, slot);
         return -1;
     }
