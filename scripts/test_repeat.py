@@ -50,6 +50,7 @@ def main() -> int:
     if args.runs < 1 or args.load < 0:
         ap.error("--runs must be at least 1 and --load at least 0")
     work = Path(tempfile.mkdtemp(prefix="lg-test-repeat-"))
+    work.chmod(0o755)  # as a clone anywhere else: tests that drop to uid 65534 import from it
     clone = work / "linkguard"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     head = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
