@@ -150,7 +150,6 @@ static void test_receiver_batches_kept_acks(void)
 int main(void)
 {
     setenv(LG_SHM_PATH_ENV, "/nonexistent/linkguard-test", 1); /* no daemon */
-    setenv("LINKGUARD_SEND_COPY", "16K", 1); /* off by default (params.def says why) */
     setenv("LINKGUARD_SILENT_TIMEOUT_MS", "5000", 1); /* the scripted peer is quiet */
     setenv("LINKGUARD_DEAD_TIMEOUT_MS", "20000", 1);
     /* The monitor's runs flush batched acks: far apart, so the test sees the batch held. */
