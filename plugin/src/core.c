@@ -110,6 +110,10 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
         lg_health_init(); /* before discovery: the daemon's table lists the devices */
     if (lg_core_loaded != (int)flavor)
         lg_params_load(&lg_params, getenv_wrap);
+    /* lgtcp promises that a send completes once its receiver placed it (wrap mode's placed
+     * completion rests on that, docs/wrap-mode.md): a kept send completes before. */
+    if (flavor == LG_FLAVOR_TCP)
+        lg_params.send_copy = 0;
     /* Wrap mode (the failover plugin only: the standalone transport is what gets wrapped)
      * starts the inner plugin first: LINKGUARD_PAIRS may name its devices. */
     if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_open(logger)) != ncclSuccess)

@@ -161,5 +161,10 @@ int main(void)
     test_kept_sends_hold_the_window();
     test_receiver_batches_kept_acks();
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
+    /* lgtcp keeps none: its completion means placed (wrap mode's LINKGUARD_INNER_PLACED). */
+    setenv("LGTCP_IFS", "lo", 1);
+    CHECK_EQ(lg_core_init(LG_FLAVOR_TCP, NULL), ncclSuccess);
+    CHECK_EQ(lg_params.send_copy, 0);
+    CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }
