@@ -125,14 +125,14 @@ def main() -> None:
                     help="round-trip sizes ('' for none)")
     ap.add_argument("--rtt-count", type=int, default=rtt.COUNT, help="round trips per run")
     ap.add_argument("--json", help="write the full result here")
-    ap.add_argument("--placed", action="store_true",
-                    help="wrap mode with LINKGUARD_INNER_PLACED=1: sends complete on the inner "
-                         "plugin's completion (lgtcp's means placed), not linkguard's ACK")
+    ap.add_argument("--inner-placed", choices=("auto", "1", "0"), default="auto",
+                    help="wrap mode's LINKGUARD_INNER_PLACED: auto (the default) gives lgtcp "
+                         "placed completion (sends complete on the inner plugin's completion); "
+                         "0 measures the acknowledged one every unknown plugin gets")
     a = ap.parse_args()
     if a.trials < 1 or a.rtt_count < 1:
         ap.error("--trials and --rtt-count must be at least 1")
-    if a.placed:
-        MODES["wrap"][1]["LINKGUARD_INNER_PLACED"] = "1"
+    MODES["wrap"][1]["LINKGUARD_INNER_PLACED"] = a.inner_placed
     res = run(a.trials, a.sizes, a.gib, a.rtt_sizes, a.rtt_count)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "inner_completion.h"
 #include "inner_pair.h"
 #include "inner_props.h"
 #include "log.h"
@@ -216,11 +217,19 @@ ncclResult_t lg_wrap_start(struct lg_device_table *t)
                 "dev %d (NIC %s)", d, w->name[d], w->in->name, w->inner_dev[d][0],
                 t->dev[d].nic[0].name, w->inner_dev[d][1],
                 t->dev[d].has_backup ? t->dev[d].nic[1].name : "none");
-    LG_INFO(NCCL_INIT | NCCL_NET, "wrap mode: a send completes %s",
-            lg_params.inner_placed ? "when the inner plugin completes it (LINKGUARD_INNER_PLACED"
-                                     "=1: its completion means placed at the receiver)"
-                                   : "on linkguard's acknowledgement and the inner plugin's "
-                                     "completion (LINKGUARD_INNER_PLACED=0)");
+    const char *why;
+    w->placed = lg_inner_completion_placed(lg_params.inner_placed, w->in->name, w->in->version,
+                                           &why);
+    if (w->placed < 0) {
+        LG_WARN("LINKGUARD_INNER_PLACED=\"%s\": neither auto, 1 nor 0; using auto",
+                lg_params.inner_placed);
+        w->placed = lg_inner_completion_placed("auto", w->in->name, w->in->version, &why);
+    }
+    LG_INFO(NCCL_INIT | NCCL_NET, "wrap mode: a send completes %s (%s)",
+            w->placed ? "when the inner plugin completes it: its completion means placed at "
+                        "the receiver"
+                      : "on linkguard's acknowledgement and the inner plugin's completion",
+            why);
     lg_wrap = w;
     return ncclSuccess;
 }

@@ -16,6 +16,7 @@ struct lg_wrap {
     int inner_dev[LG_MAX_DEVS][2]; /* inner device of the primary / backup NIC (-1: none) */
     char name[LG_MAX_DEVS][2 * 64 + 2];
     ncclNetProperties_v12_t props[LG_MAX_DEVS];
+    int placed; /* an inner send completion means placed (inner_completion.h) */
 };
 /* NULL in native mode; set once by lg_wrap_start and never freed (the inner's threads may
  * outlive us). */

@@ -152,7 +152,7 @@ static int tx_complete(struct lg_conn *c, struct lg_path *p)
             __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
         }
     }
-    if (lg_params.inner_placed) {
+    if (lg_wrap->placed) {
         pthread_mutex_lock(&c->mu);
         if (c->w_test > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
             __atomic_store_n(&c->acked, c->w_test, __ATOMIC_RELEASE);
@@ -163,7 +163,7 @@ static int tx_complete(struct lg_conn *c, struct lg_path *p)
 
 void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target)
 {
-    if (!lg_params.inner_placed)
+    if (!lg_wrap->placed)
         return;
     pthread_mutex_lock(&c->wmu);
     pthread_mutex_lock(&c->mu);
@@ -458,7 +458,7 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_
         struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
         lg_path_ctrl_send(p, &ready);
     }
-    if (c->kind == LG_CONN_SEND && lg_params.inner_placed) {
+    if (c->kind == LG_CONN_SEND && lg_wrap->placed) {
         /* Tells the receiver that our sends complete on placement: it then acks only now and
          * then (an ack is a syscall on its way to NCCL's completion), never making us wait. */
         struct lg_ctrl f = {.type = LG_CTRL_DELIVERED,

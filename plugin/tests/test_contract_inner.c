@@ -34,14 +34,14 @@ int main(void)
     if (!lg_wrap)
         LG_TEST_DONE();
     for (int placed = 0; placed <= 1; placed++) {
-        lg_params.inner_placed = placed;
+        lg_wrap->placed = placed;
         lg_contract_run(&(struct lg_contract){
             .transport = placed ? "inner (completion means placed)" : "inner",
             /* the fake's loop mode takes single receives only; wrap mode hands a group to
              * the inner plugin whole, which test_inner.c checks */
             .break_path = contract_shutdown_path, .grouped = 0});
     }
-    lg_params.inner_placed = 0;
+    lg_wrap->placed = 0;
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }

@@ -351,7 +351,7 @@ static void test_flush(void)
 static void test_placed_completion(int placed)
 {
     struct pair p;
-    lg_params.inner_placed = placed;
+    lg_wrap->placed = placed;
     CHECK_EQ(pair_open(&p, NULL), 0);
     /* A placed sender says so as its comms come up: its receiver then acks only when due. */
     uint64_t t0 = lg_now_ns();
@@ -369,7 +369,7 @@ static void test_placed_completion(int placed)
     /* The receive's completion acked it at once only for a sender that waits for acks. */
     CHECK_EQ(__atomic_load_n(&C(p.r)->ack_sent, __ATOMIC_ACQUIRE), !placed);
     pair_close(&p);
-    lg_params.inner_placed = 0;
+    lg_wrap->placed = 0;
 }
 
 /* Sends completed on placement and then reused (overwritten, as NCCL may) while their
@@ -381,7 +381,7 @@ static void test_placed_resync(int kill_receiver)
     struct pair p;
     void *rreq[NBUF], *sreq[NBUF];
     int size = -1, ok = 1;
-    lg_params.inner_placed = 1;
+    lg_wrap->placed = 1;
     CHECK_EQ(pair_open(&p, NULL), 0);
     for (int k = 0; k < NBUF; k++)
         CHECK((rreq[k] = post_recv(&p, k)) != NULL);
@@ -398,7 +398,7 @@ static void test_placed_resync(int kill_receiver)
     CHECK(ok);
     CHECK(roundtrip(&p, 0, 40)); /* and on from there */
     pair_close(&p);
-    lg_params.inner_placed = 0;
+    lg_wrap->placed = 0;
 }
 
 /* ---- a hung inner path -------------------------------------------------------------------- */
@@ -445,7 +445,7 @@ static void test_traffic(int placed, int kill_receiver)
     uint64_t posted[2] = {0}, done_s[2] = {0}, done_r[2] = {0};
     const uint64_t total = 120;
     int bad = 0, errors = 0, killed = 0;
-    lg_params.inner_placed = placed;
+    lg_wrap->placed = placed;
     CHECK_EQ(pair_open(&ab, NULL), 0);
     CHECK_EQ(pair_open(&ba, NULL), 0);
     uint32_t e0[2] = {epoch_of(ab.s), epoch_of(ba.s)};
@@ -486,7 +486,7 @@ static void test_traffic(int placed, int kill_receiver)
     CHECK(roundtrip(&ab, 0, 200) && roundtrip(&ba, 0, 201));
     pair_close(&ab);
     pair_close(&ba);
-    lg_params.inner_placed = 0;
+    lg_wrap->placed = 0;
 }
 
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,

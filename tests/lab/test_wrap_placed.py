@@ -1,10 +1,14 @@
-"""Wrap mode with LINKGUARD_INNER_PLACED=1: a send completes on the inner plugin's own
-completion (the inner, linkguard's standalone lgtcp, completes a send only once its receiver
-placed it), without waiting for linkguard's acknowledgement. Across a cut on either host and
-the restore, resync must stay exact: sends NCCL saw complete before the receiver counted them
-are held by the receiver (never sent again from reused buffers), every other one is replayed.
-The driver verifies every byte of every message, both directions, two connections each way
-(test_failover.py's Run, with the wrap transport and the setting on)."""
+"""Wrap mode's two completion models across cuts (docs/wrap-mode.md, "Completion").
+
+Placed: a send completes on the inner plugin's own completion, without waiting for linkguard's
+acknowledgement. The inner, linkguard's standalone lgtcp, completes a send only once its
+receiver placed it, so LINKGUARD_INNER_PLACED's default ("auto") chooses placed for it.
+Acknowledged (LINKGUARD_INNER_PLACED=0, what every plugin not known to place first gets): a
+send completes on linkguard's acknowledgement. Across a cut on either host and the restore,
+resync must stay exact in both: sends NCCL saw complete before the receiver counted them are
+held by the receiver (never sent again from reused buffers), every other one is replayed. The
+driver verifies every byte of every message, both directions, two connections each way
+(test_failover.py's Run, with the wrap transport)."""
 
 from __future__ import annotations
 
@@ -23,13 +27,20 @@ from linkguard_lab.lab import Lab
 
 pytestmark = pytest.mark.lab
 
-PLACED = {**TRANSPORTS["wrap"], "LINKGUARD_INNER_PLACED": "1"}
+MODELS = {
+    "placed_by_default": ({}, r"wrap mode: a send completes when the inner plugin completes it"
+                              r".*\(linkguard's lgtcp completes a send on its receiver's"),
+    "acknowledged": ({"LINKGUARD_INNER_PLACED": "0"},
+                     r"wrap mode: a send completes on linkguard's acknowledgement .*"
+                     r"\(LINKGUARD_INNER_PLACED=0\)"),
+}
 
 
-def test_cut_on_each_side_then_restore(lab: Lab, daemons: Daemons) -> None:
-    run = Run(lab, daemons, env=PLACED)
-    assert run.lines(r"wrap mode: a send completes when the inner plugin completes it"), \
-        run.tail()
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_cut_on_each_side_then_restore(lab: Lab, daemons: Daemons, model: str) -> None:
+    env, says = MODELS[model]
+    run = Run(lab, daemons, env={**TRANSPORTS["wrap"], **env})
+    assert run.lines(says), run.tail()
     for host in ("a", "b"):  # the sender's side of one direction, the receiver's of the other
         t = stamp()
         lab.cut(host, 0)
