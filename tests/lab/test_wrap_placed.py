@@ -27,12 +27,13 @@ from linkguard_lab.lab import Lab
 
 pytestmark = pytest.mark.lab
 
+PLACED_SAYS = (r"wrap mode: a send completes when the inner plugin completes it"
+               r".*\(linkguard's lgtcp completes a send on its receiver's")
+ACKED_SAYS = (r"wrap mode: a send completes on linkguard's acknowledgement .*"
+              r"\(LINKGUARD_INNER_PLACED=0\)")
 MODELS = {
-    "placed_by_default": ({}, r"wrap mode: a send completes when the inner plugin completes it"
-                              r".*\(linkguard's lgtcp completes a send on its receiver's"),
-    "acknowledged": ({"LINKGUARD_INNER_PLACED": "0"},
-                     r"wrap mode: a send completes on linkguard's acknowledgement .*"
-                     r"\(LINKGUARD_INNER_PLACED=0\)"),
+    "placed_by_default": ({}, PLACED_SAYS),
+    "acknowledged": ({"LINKGUARD_INNER_PLACED": "0"}, ACKED_SAYS),
 }
 
 
