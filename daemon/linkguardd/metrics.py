@@ -294,7 +294,7 @@ def _plugin_census_families(view: DaemonView, nics: list[NicView]) -> Iterator[M
     yield connections
     count = GaugeMetricFamily(
         "linkguard_plugin_processes", "Processes whose NCCL plugin reports its connections "
-        "(forgotten 5 s after their last report, or when they exit).")
+        "(forgotten plugin_census_ttl_s after their last report, or when they exit).")
     count.add_metric([], processes)
     yield count
     yield failovers
