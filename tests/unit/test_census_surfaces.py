@@ -7,20 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import struct
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from test_exporters import settings_in
 from test_plugin_verdicts import GOOD as VERDICT
+from test_plugin_verdicts import (
+    Clock,
+    kernel_hands_over,
+    linked_engine,
+    run_monitor,
+)
 
 from linkguardd.census import wire
-from linkguardd.engine import Engine
 from linkguardd.exporters.metrics import MetricsExporter
 from linkguardd.facts import (
-    LinkFact,
     NicCensus,
     PluginCensusFact,
     PluginCensusRejectedFact,
@@ -36,46 +35,10 @@ CENSUS = wire.encode((NicCensus("rail0", away=64, failovers=64),
                      job="4242", seq=5, flags=wire.F_CHANGE)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 10 * S
-
-    def __call__(self) -> int:
-        return self.now
-
-
-@pytest.fixture
-def sock_path(tmp_path: Path) -> Iterator[str]:
-    path = f"/tmp/lgc-{os.getpid()}-{tmp_path.name[-20:]}.sock"  # sun_path: 107 bytes at most
-    yield path
-    if os.path.exists(path):
-        os.unlink(path)
-
-
-def through_the_socket(path: str, datagrams: list[bytes], clock: Clock | None = None
-                       ) -> list[object]:
-    """Starts the monitor on `path`, sends each datagram from this process, returns the facts."""
-    facts: list[object] = []
-    monitor = PluginVerdictMonitor(path, ["rail0", "rail1"], clock or Clock())
-
-    async def main() -> None:
-        await monitor.start(facts.append)
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as tx:
-                for data in datagrams:
-                    tx.sendto(data, path)
-                    monitor.read_batch()  # what the loop's reader does
-        finally:
-            await monitor.stop()
-
-    asyncio.run(main())
-    return facts
-
-
 def test_census_and_verdicts_share_the_socket_told_apart_by_magic(sock_path: str) -> None:
     too_long = CENSUS + b"\0"
-    facts = through_the_socket(sock_path, [CENSUS, VERDICT, too_long, CENSUS[:-1],
-                                           wire.MAGIC + b"\0" * 100])
+    facts, _ = run_monitor(sock_path, [CENSUS, VERDICT, too_long, CENSUS[:-1],
+                                       wire.MAGIC + b"\0" * 100])
     census, verdict, *rejected = facts
     assert isinstance(census, PluginCensusFact) and isinstance(verdict, PluginVerdictFact)
     assert census.pid == os.getpid() and census.uid == os.getuid() and census.job == "4242"
@@ -85,28 +48,17 @@ def test_census_and_verdicts_share_the_socket_told_apart_by_magic(sock_path: str
         ("PluginCensusRejectedFact", "bad_size")] * 3  # a census read whole, one byte more
 
 
-def kernel_says(monitor: PluginVerdictMonitor, data: bytes, uid: int, count: int) -> list[object]:
-    """`count` datagrams as the kernel hands them over from `uid` (the SCM_CREDENTIALS a real
-    socket gives)."""
-    creds = [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack("iII", 4242, uid, uid))]
-    taken: list[object] = []
-    monitor._sink = taken.append
-    for _ in range(count):
-        monitor._take(data, creds)
-    return taken
-
-
 def test_a_census_flood_does_not_starve_verdicts_nor_the_reverse() -> None:
     monitor = PluginVerdictMonitor("", ["rail0", "rail1"], Clock())  # frozen: no refill
     burst = int(plugin_verdicts.CENSUS_BURST)
-    flood = kernel_says(monitor, CENSUS, 1000, burst + 3)
+    flood = kernel_hands_over(monitor, CENSUS, 1000, burst + 3)
     assert sum(isinstance(f, PluginCensusFact) for f in flood) == burst
     assert [f.reason for f in flood if isinstance(f, PluginCensusRejectedFact)] == \
         ["rate_limited"] * 3
-    verdicts = kernel_says(monitor, VERDICT, 1000, int(plugin_verdicts.BURST) + 1)
+    verdicts = kernel_hands_over(monitor, VERDICT, 1000, int(plugin_verdicts.BURST) + 1)
     assert sum(isinstance(f, PluginVerdictFact) for f in verdicts) == plugin_verdicts.BURST
     assert isinstance(verdicts[-1], PluginVerdictRejectedFact)
-    many = [f for uid in range(2000, 2100) for f in kernel_says(monitor, CENSUS, uid, 20)]
+    many = [f for uid in range(2000, 2100) for f in kernel_hands_over(monitor, CENSUS, uid, 20)]
     assert sum(isinstance(f, PluginCensusFact) for f in many) == \
         plugin_verdicts.CENSUS_GLOBAL_BURST - burst  # every uid together: the global bucket
 
@@ -115,12 +67,8 @@ def test_the_engine_shows_census_in_the_nic_view_jobs_dump_and_metrics(tmp_path:
     clock = Clock()
 
     async def main() -> dict[str, object]:
-        engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [], clock=clock)
-        await engine.start()
+        engine = await linked_engine(tmp_path, clock)
         try:
-            for nic in ("rail0", "rail1"):
-                engine.on_fact(LinkFact(nic, clock.now, admin_up=True, carrier=True,
-                                        operstate="UP"), "netlink")
             dead = 2**22 + 12345  # past PID_MAX_LIMIT (linux/threads.h): never a live pid
             engine.on_fact(wire.decode(CENSUS, os.getpid(), 1000, clock.now), "plugin_verdicts")
             engine.on_fact(wire.decode(wire.encode((NicCensus("rail0", primary=9),)), dead,
