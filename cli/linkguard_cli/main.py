@@ -41,7 +41,7 @@ DEFAULT_SOCKET = next(s.default for s in SETTINGS if s.name == "grpc_socket")
 DEFAULT_RO_SOCKET = next(s.default for s in SETTINGS if s.name == "grpc_ro_socket")
 DEFAULT_TIMEOUT_S = 5.0  # a healthy daemon answers in milliseconds; 5 s covers a loaded host
 COMPLETION_TIMEOUT_S = 1.0  # a tab press must not hang on a stuck daemon
-# drain --wait: plugins report a change within 100 ms (census-spec LG_CENSUS_MIN_INTERVAL_MS),
+# drain --wait: plugins report a change within 100 ms (LG_CENSUS_MIN_INTERVAL_MS, census.h),
 # so polling at twice that rate sees the NIC empty soon after; a minute covers a slow failover.
 DRAIN_POLL_S = 0.2
 DEFAULT_DRAIN_WAIT_S = 60.0

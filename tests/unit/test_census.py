@@ -1,5 +1,5 @@
 """The connection census of jobs' plugins (issue 29), daemon side: the decoder of the datagram
-(census-spec; plugin/src/census.h is the one definition) and the pure store that keeps each
+(plugin/src/census.h is the one definition) and the pure store that keeps each
 process's latest census (TTL, BYE, pid gone, per-uid caps, counter deltas across restarts).
 The socket, the engine and the operator surfaces: test_census_surfaces.py; fuzzing:
 test_hostile_input.py."""
@@ -37,7 +37,7 @@ def test_a_valid_census_decodes_field_by_field() -> None:
     assert got == PluginCensusFact(at_ns=99, pid=4242, uid=1000, instance=0xFEEDC0DE12345678,
                                    seq=7, job="4242", change=True, bye=False,
                                    nics=(RAIL0, NicCensus("rail1", backup=2)))
-    # the layout of census-spec, byte by byte: entry 0's primary at 88 + 16, failed_other at 134
+    # the layout of census.h, byte by byte: entry 0's primary at 88 + 16, failed_other at 134
     assert GOOD[:4] == b"LGCS" and GOOD[6] == 2 and GOOD[104] == 60 and GOOD[134:136] == b"\xff\xff"
     bye = wire.decode(wire.encode(flags=wire.F_BYE | wire.F_CHANGE), 0, 0, 0)
     assert bye.bye and bye.change and bye.nics == () and bye.job == ""

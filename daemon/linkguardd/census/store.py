@@ -26,7 +26,7 @@ from linkguardd.census.wire import FAILURE_REASONS
 from linkguardd.facts import NicCensus, PluginCensusFact
 
 NS_PER_S = 1_000_000_000
-# A host runs one process per GPU (8, a few dozen with MPS); census-spec "Receiving rules".
+# A host runs one process per GPU (8, a few dozen with MPS); docs/operators.md, "Who is on the backup".
 MAX_PROCESSES_PER_UID = 256
 MAX_PROCESSES = 4096
 # The plugin sends a heartbeat once a second (LG_CENSUS_INTERVAL_MS) while it has a connection:

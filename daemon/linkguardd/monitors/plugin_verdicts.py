@@ -44,7 +44,7 @@ MAX_SENDERS = 1024  # uids with a bucket; the least recently seen goes first
 # thousands of uids, so the per-uid buckets alone do not bound the sum. Four uids' worth.
 GLOBAL_RATE_PER_S = 4 * RATE_PER_S
 GLOBAL_BURST = 2 * BURST
-# Census (census-spec): each process sends at most 10 a second (LG_CENSUS_MIN_INTERVAL_MS), 1 a
+# Census (plugin/src/census.h): each process sends at most 10 a second (LG_CENSUS_MIN_INTERVAL_MS), 1 a
 # second while nothing changes; 8 GPUs' processes all changing during a failover is 80/s.
 CENSUS_RATE_PER_S = 128.0
 CENSUS_BURST = 256.0
