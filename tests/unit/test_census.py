@@ -6,6 +6,8 @@ test_hostile_input.py."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from linkguardd.census import wire
 from linkguardd.census.store import (
@@ -201,3 +203,29 @@ def test_a_reload_drops_nics_no_longer_monitored() -> None:
     s.configure(9, ["rail1"])
     assert s.nic_traffic("rail0", 0).processes == 0 and s.nic_traffic("rail1", 0).primary == 2
     assert s.ttl_ns == 9 * S
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 2), st.integers(0, 2),
+                          st.lists(st.tuples(st.sampled_from(["rail0", "rail1", "eth9"]),
+                                             st.integers(0, 3), st.integers(0, 3)),
+                                   max_size=3, unique_by=lambda t: t[0]),
+                          st.booleans(), st.integers(0, 3)), max_size=40))
+def test_the_kept_sums_are_what_a_walk_over_the_processes_counts(
+        steps: list[tuple[int, int, int, list[tuple[str, int, int]], bool, int]]) -> None:
+    """The store keeps each NIC's sums as reports come and go (reads walk nothing): after any
+    reports, restarts, byes, reloads and expiries they equal a count over the processes."""
+    s = CensusStore(5, ["rail0", "rail1"], alive=lambda pid: pid != 3)
+    now = 0
+    for pid, uid, instance, lines, bye, later_s in steps:
+        now += later_s * S
+        if later_s == 3 and pid == 0:
+            s.configure(5, ["rail0"] if uid == 1 else ["rail0", "rail1"])
+        s.report(report(pid, now / S, *(NicCensus(n, primary=p, backup=b) for n, p, b in lines),
+                        uid=uid, instance=instance, bye=bye))
+        for nic in ("rail0", "rail1"):
+            got = s.nic_traffic(nic, now)
+            lines_on = [p.nics[nic] for p in s.processes(now)
+                        if nic in p.nics and (p.nics[nic].primary or p.nics[nic].backup)]
+            assert (got.processes, got.primary, got.backup) == (
+                len(lines_on), sum(n.primary for n in lines_on), sum(n.backup for n in lines_on))
