@@ -67,7 +67,6 @@ class Engine:
         self.verdicts = VerdictStore(settings.plugin_verdict_ttl_s, self.ifnames)
         self.verdict_rejects: dict[str, int] = {}  # reason -> datagrams, for /metrics
         self.census = CensusStore(settings.plugin_census_ttl_s, self.ifnames)
-        self.census_rejects: dict[str, int] = {}  # reason -> datagrams, for /metrics
         self.state = StateStore(settings.state_dir)
         self.next_seq = 1  # the next event's sequence number (the shm ring's too): see start()
         self.exporters = exporters(self)
@@ -150,7 +149,7 @@ class Engine:
             self.census.report(fact)
             return
         if isinstance(fact, PluginCensusRejectedFact):
-            self.census_rejects[fact.reason] = self.census_rejects.get(fact.reason, 0) + 1
+            self.census.reject(fact.reason)
             return
         if isinstance(fact, CountersFact) and fact.ifname in self.counters:
             self.counters[fact.ifname].update(fact.counters)
@@ -338,9 +337,7 @@ class Engine:
             "inventory": {k: asdict(v) for k, v in self.inventory.items()},
             "monitors": {k: asdict(v) for k, v in self.monitor_health().items()},
             "events": [asdict(e) for e in self.events_since(0)],
-            "census": {"jobs": [asdict(j) for j in self.jobs()],
-                       "stale_reports": self.census.stale_reports,
-                       "evicted": self.census.evicted},
+            "census": self.census.dump(self.clock()),
         }
 
     def monitor_health(self) -> Mapping[str, MonitorHealth]:
@@ -350,7 +347,7 @@ class Engine:
         return self.census.jobs(self.clock())
 
     def census_counts(self) -> tuple[int, Mapping[str, int]]:
-        return len(self.census.processes(self.clock())), self.census_rejects
+        return self.census.process_count(self.clock()), self.census.rejected
 
     def plugin_verdict_counts(self) -> tuple[Mapping[tuple[str, str], int], Mapping[str, int]]:
         return self.verdicts.accepted, self.verdict_rejects

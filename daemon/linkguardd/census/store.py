@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 
 from linkguardd.census.wire import FAILURE_REASONS
@@ -131,6 +131,7 @@ class CensusStore:
         self.failures: dict[tuple[str, str], int] = {}  # (NIC, reason) -> total
         self.stale_reports = 0  # reports older than one already taken (seq), dropped
         self.evicted = 0  # processes pushed out by the caps
+        self.rejected: dict[str, int] = {}  # reason -> census datagrams not taken, for /metrics
         self._swept_ns: int | None = None
         # NIC -> the role counts of every process, and how many processes: kept as reports
         # come and go, so a read costs no walk over up to MAX_PROCESSES processes
@@ -236,6 +237,10 @@ class CensusStore:
         self._swept(now_ns)
         return sorted(self._processes.values(), key=lambda p: -p.last_ns)
 
+    def process_count(self, now_ns: int) -> int:
+        self._swept(now_ns)
+        return len(self._processes)
+
     def nic_traffic(self, ifname: str, now_ns: int) -> NicTraffic:
         self._swept(now_ns)
         if self._silent is None or self._silent[:2] != (self._changes, self._swept_ns):
@@ -262,6 +267,15 @@ class CensusStore:
             failovers=self.failovers.get(ifname, 0),
             reintegrations=self.reintegrations.get(ifname, 0),
             failures={r: self.failures.get((ifname, r), 0) for r in FAILURE_REASONS})
+
+    def reject(self, reason: str) -> None:
+        """Count a datagram the monitor did not take (datagram.REJECT_REASONS)."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    def dump(self, now_ns: int) -> dict[str, object]:
+        return {"jobs": [asdict(j) for j in self.jobs(now_ns)],
+                "stale_reports": self.stale_reports, "evicted": self.evicted,
+                "rejected": dict(self.rejected)}
 
     def jobs(self, now_ns: int) -> list[JobTraffic]:
         """Every reporting job (processes without a job id each on their own), by name."""
