@@ -128,7 +128,12 @@ def test_a_process_is_forgotten_after_the_ttl_on_bye_and_when_its_pid_is_gone() 
 
 def test_reads_within_the_sweep_interval_share_one_liveness_check() -> None:
     checks: list[int] = []
-    s = CensusStore(5, ["rail0"], alive=lambda pid: checks.append(pid) is None)
+
+    def alive(pid: int) -> bool:
+        checks.append(pid)
+        return True
+
+    s = CensusStore(5, ["rail0"], alive=alive)
     s.report(report(9, 0, NicCensus("rail0", primary=1)))
     for i in range(5):
         s.nic_traffic("rail0", int(i * SWEEP_INTERVAL_S * S / 10))

@@ -18,6 +18,7 @@ from test_plugin_verdicts import (
 )
 
 from linkguardd.census import wire
+from linkguardd.census.store import JobTraffic, NicTraffic
 from linkguardd.exporters.metrics import MetricsExporter
 from linkguardd.facts import (
     NicCensus,
@@ -66,7 +67,7 @@ def test_a_census_flood_does_not_starve_verdicts_nor_the_reverse() -> None:
 def test_the_engine_shows_census_in_the_nic_view_jobs_dump_and_metrics(tmp_path: Path) -> None:
     clock = Clock()
 
-    async def main() -> dict[str, object]:
+    async def main() -> tuple[NicTraffic, NicTraffic, list[JobTraffic], str, str]:
         engine = await linked_engine(tmp_path, clock)
         try:
             dead = 2**22 + 12345  # past PID_MAX_LIMIT (linux/threads.h): never a live pid
@@ -76,20 +77,17 @@ def test_the_engine_shows_census_in_the_nic_view_jobs_dump_and_metrics(tmp_path:
             engine.on_fact(PluginCensusRejectedFact("bad_field", 1, 1000, clock.now))
             metrics = engine.exporter(MetricsExporter)
             assert metrics is not None
-            return {"rail0": engine.nic("rail0").traffic, "rail1": engine.nic("rail1").traffic,
-                    "jobs": engine.jobs(), "dump": json.dumps(engine.dump()),
-                    "scrape": metrics.metrics.render()[0].decode()}
+            return (engine.nic("rail0").traffic, engine.nic("rail1").traffic, engine.jobs(),
+                    json.dumps(engine.dump()), metrics.metrics.render()[0].decode())
         finally:
             await engine.stop()
 
-    got = asyncio.run(main())
-    rail0, rail1 = got["rail0"], got["rail1"]
-    assert (rail0.processes, rail0.primary, rail0.away, rail0.failovers) == (1, 0, 64, 64)  # type: ignore[attr-defined]
-    assert (rail1.primary, rail1.backup, rail1.on_nic) == (3, 64, 67)  # type: ignore[attr-defined]
-    (job,) = got["jobs"]  # type: ignore[misc]
+    rail0, rail1, jobs, dump, scrape = asyncio.run(main())
+    assert (rail0.processes, rail0.primary, rail0.away, rail0.failovers) == (1, 0, 64, 64)
+    assert (rail1.primary, rail1.backup, rail1.on_nic) == (3, 64, 67)
+    (job,) = jobs
     assert (job.job, job.on_backup, job.failovers) == ("4242", 64, 64)
-    assert '"job": "4242"' in str(got["dump"])
-    scrape = str(got["scrape"])
+    assert '"job": "4242"' in dump and '"rejected": {"bad_field": 1}' in dump
     for line in ('linkguard_plugin_connections{device="rail0",role="away"} 64.0',
                  'linkguard_plugin_connections{device="rail1",role="backup"} 64.0',
                  'linkguard_plugin_connections{device="rail0",role="primary"} 0.0',

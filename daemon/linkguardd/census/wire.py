@@ -54,7 +54,7 @@ def decode(data: bytes, pid: int, uid: int, at_ns: int) -> PluginCensusFact:
         raise Rejected("bad_field", f"nnics: {nnics} is more than {MAX_NICS}")
     if flags & ~_KNOWN_FLAGS:
         raise Rejected("bad_field", f"flags: unknown bits {flags & ~_KNOWN_FLAGS:#x}")
-    nics = []
+    nics: list[NicCensus] = []
     for i in range(MAX_NICS):
         raw = data[_HEAD.size + i * _ENTRY.size:_HEAD.size + (i + 1) * _ENTRY.size]
         if i >= nnics:

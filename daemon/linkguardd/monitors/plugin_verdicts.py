@@ -191,19 +191,19 @@ class PluginVerdictMonitor:
             if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and \
                     len(payload) >= _CREDS.size:
                 pid, uid, _ = _CREDS.unpack_from(payload)
-        kind = self._census if data[:4] == census_wire.MAGIC else self._verdicts
+        datagram = self._census if data[:4] == census_wire.MAGIC else self._verdicts
         try:
             if uid < 0:
                 raise Rejected("no_credentials", "the kernel gave no sender credentials")
-            if not kind.buckets.allow(uid, now):
-                raise Rejected("rate_limited", kind.buckets.refusal(uid))
-            fact = kind.decode(data, pid, uid, now)
+            if not datagram.buckets.allow(uid, now):
+                raise Rejected("rate_limited", datagram.buckets.refusal(uid))
+            fact = datagram.decode(data, pid, uid, now)
             nic = getattr(fact, "ifname", None)
             if nic is not None and nic not in self.interfaces:
                 raise Rejected("unknown_nic", f"{nic} is not a monitored NIC")
         except Rejected as exc:
-            self._sink(kind.rejected(exc.reason, pid, uid, now))
-            self._log_rejection(kind.name, exc, pid, uid, now)
+            self._sink(datagram.rejected(exc.reason, pid, uid, now))
+            self._log_rejection(datagram.name, exc, pid, uid, now)
             return
         self._sink(fact)
 
