@@ -23,6 +23,7 @@ EXIT_DENIED = 4  # the daemon refused: drain/undrain on the read-only socket
 EXIT_DAEMON_ERROR = 5  # the daemon failed the request for another reason
 EXIT_REFUSED = 6  # drain refused: the backup NIC is not UP (--force overrides)
 EXIT_NO_NICS = 7  # status: the daemon monitors no NIC at all (nothing is known to be UP)
+EXIT_NOT_EMPTY = 8  # drain --wait: connections were still on the NIC at the timeout
 EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): linkguard-cli itself crashed; never a NIC state
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 ADMIN_METHODS = frozenset({"Drain", "Undrain"})

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from linkguard_cli.client import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_NO_NICS,
+    EXIT_NOT_EMPTY,
     EXIT_NOT_UP,
     EXIT_OK,
     EXIT_UNREACHABLE,
@@ -39,6 +41,10 @@ DEFAULT_SOCKET = next(s.default for s in SETTINGS if s.name == "grpc_socket")
 DEFAULT_RO_SOCKET = next(s.default for s in SETTINGS if s.name == "grpc_ro_socket")
 DEFAULT_TIMEOUT_S = 5.0  # a healthy daemon answers in milliseconds; 5 s covers a loaded host
 COMPLETION_TIMEOUT_S = 1.0  # a tab press must not hang on a stuck daemon
+# drain --wait: plugins report a change within 100 ms (LG_CENSUS_MIN_INTERVAL_MS, census.h),
+# so polling at twice that rate sees the NIC empty soon after; a minute covers a slow failover.
+DRAIN_POLL_S = 0.2
+DEFAULT_DRAIN_WAIT_S = 60.0
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -61,6 +67,7 @@ Exit status (health checks may rely on it):
   5   the daemon failed the request; for health: its heartbeat is stale
   6   drain refused: the backup NIC is not UP (--force overrides)
   7   status: the daemon monitors no NIC at all
+  8   drain --wait: connections still on the NIC at the timeout
   70  linkguard-cli itself failed (a bug: never a NIC state)
   130 interrupted"""
 
@@ -230,15 +237,60 @@ def events(ctx: click.Context, since: int, limit: int, output: str, as_json: boo
               help="Why (kept with the NIC and logged), e.g. 'swap optic, ticket 1234'.")
 @click.option("--force", is_flag=True,
               help="Drain even when the backup NIC is not UP (its traffic has nowhere to go).")
+@click.option("--wait", "wait", is_flag=True,
+              help="Then wait until jobs' plugins report no connection on NIC (exit 8 if some "
+                   "remain at the timeout).")
+@click.option("--wait-timeout", default=DEFAULT_DRAIN_WAIT_S, show_default=True,
+              metavar="SECONDS", type=click.FloatRange(min=0), help="How long --wait waits.")
 @click.pass_context
-def drain(ctx: click.Context, nic: str, reason: str, force: bool) -> None:
+def drain(ctx: click.Context, nic: str, reason: str, force: bool, wait: bool,
+          wait_timeout: float) -> None:
     """Move traffic off NIC until undrain (before swapping a cable or optic). The drain
-    survives daemon restarts. Refused (exit 6) when the backup NIC is not UP."""
-    result = _client(ctx).call("Drain", pb.DrainRequest(nic=nic, reason=reason, force=force))
+    survives daemon restarts. Refused (exit 6) when the backup NIC is not UP. Says how many
+    connections will move, as jobs' NCCL plugins report them; with --wait, returns once none
+    is left on NIC."""
+    client = _client(ctx)
+    result = client.call("Drain", pb.DrainRequest(nic=nic, reason=reason, force=force))
     state = render.state_name(result.state)
     target = f"; traffic moves to {result.backup}" if result.backup else " (it has no backup NIC)"
     click.echo(f"{result.name}: {render.styled_state(state)}{target}")
+    click.echo(render.moving_line(result))
+    if wait:
+        _wait_until_empty(ctx, client, result.name, wait_timeout)
     click.echo(f"undo with: linkguard-cli undrain {result.name}")
+
+
+def _wait_until_empty(ctx: click.Context, client: Client, name: str, timeout_s: float) -> None:
+    """Polls the NIC's census until no connection is on it, or exits EXIT_NOT_EMPTY."""
+    start = time.monotonic()
+    while True:
+        nic = next((n for n in client.status().nics if n.name == name), None)
+        if nic is None:
+            raise CliError(f"{name} is no longer monitored: cannot tell what is on it",
+                           EXIT_DAEMON_ERROR)
+        left = nic.traffic.primary + nic.traffic.backup
+        waited = time.monotonic() - start
+        if not left:
+            click.echo(f"{name}: no connection left on it after {waited:.1f} s")
+            return
+        if waited >= timeout_s:
+            click.echo(f"linkguard-cli: {name}: {render.still_on(nic)} after {waited:.1f} s "
+                       "(--wait-timeout); `linkguard-cli jobs` names the jobs", err=True)
+            ctx.exit(EXIT_NOT_EMPTY)
+        time.sleep(DRAIN_POLL_S)
+
+
+@cli.command()
+@output_option("table", "json")
+@click.pass_context
+def jobs(ctx: click.Context, output: str, as_json: bool) -> None:
+    """Each job (or process without a job id) whose NCCL plugin reports its connections: its
+    NICs, connections on the backup, failovers."""
+    resp = _client(ctx).call("ListJobs", pb.ListJobsRequest())
+    if as_json or output == "json":
+        _echo_json([render.job_json(j) for j in resp.jobs])
+        return
+    click.echo(render.jobs_table(resp.jobs))
 
 
 @cli.command()

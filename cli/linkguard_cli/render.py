@@ -127,6 +127,7 @@ def status_table(resp: pb.GetStatusResponse, wide: bool = False) -> str:
         if nic.drain_reason:
             lines.append(f"{nic.name} drained: {nic.drain_reason}")
     lines += plugin_verdict_lines(resp.nics)
+    lines += traffic_lines(resp.nics)
     not_up = [n.name for n in resp.nics if n.state != pb.NIC_STATE_UP]
     if not_up:
         lines.append(f"{len(not_up)} of {len(resp.nics)} NICs not UP: {', '.join(not_up)}")
@@ -148,6 +149,97 @@ def plugin_verdict_lines(nics: Sequence[pb.Nic]) -> list[str]:
     if out:
         out.append(f"{len(out)} of {len(nics)} NICs reported gray by jobs' NCCL plugins")
     return out
+
+
+# ---- traffic (the census of jobs' plugins) ----------------------------------------------------
+TRAFFIC_COLUMNS = ("TRAFFIC", "PROCESSES", "PRIMARY", "BACKUP", "AWAY", "STANDING")
+OUT_OF_SERVICE = (pb.NIC_STATE_DOWN, pb.NIC_STATE_DRAINED)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "es" if what.endswith("s") else "s")
+
+
+def still_on(nic: pb.Nic) -> str:
+    """'3 connections of 1 process still on it' / 'no connection on it'."""
+    t = nic.traffic
+    left = t.primary + t.backup
+    if not left:
+        return "no connection on it"
+    text = f"{_count(left, 'connection')} of {_count(t.processes, 'process')} still on it"
+    if t.silent:
+        text += (f" ({_count(t.silent, 'process')} silent for seconds: its numbers may be old "
+                 "until it is forgotten)")
+    return text
+
+
+def moving_line(nic: pb.Nic) -> str:
+    """What a drain moves: the connections on the NIC, as jobs' plugins report them."""
+    t = nic.traffic
+    left = t.primary + t.backup
+    if not left:
+        return f"{nic.name}: no job's plugin reports a connection on it"
+    where = f" to {nic.backup}" if nic.backup else ""
+    return (f"{nic.name}: {_count(left, 'connection')} of {_count(t.processes, 'process')} "
+            f"will move{where}")
+
+
+def traffic_lines(nics: Sequence[pb.Nic]) -> list[str]:
+    """Jobs' connections per NIC, when any plugin reports them; for a NIC DOWN or DRAINED,
+    whether anything is still on it."""
+    if not any(n.traffic.processes for n in nics):
+        return []
+    rows = [[n.name, *(str(getattr(n.traffic, f)) for f in
+                       ("processes", "primary", "backup", "away", "standing"))] for n in nics]
+    widths = [max(len(TRAFFIC_COLUMNS[i]), *(len(r[i]) for r in rows))
+              for i in range(len(TRAFFIC_COLUMNS))]
+    out = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                     for i, (h, w) in enumerate(zip(TRAFFIC_COLUMNS, widths)))]
+    out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    for nic in nics:
+        if nic.state in OUT_OF_SERVICE:
+            left = nic.traffic.primary + nic.traffic.backup
+            text = still_on(nic)
+            out.append(f"{nic.name} {state_name(nic.state)}: "
+                       + (click.style(text, fg="red", bold=True) if left else text))
+    return out
+
+
+def traffic_json(t: pb.Traffic) -> dict[str, Any]:
+    return {"processes": t.processes, "primary": t.primary, "backup": t.backup, "away": t.away,
+            "standing": t.standing, "silent": t.silent, "failovers": t.failovers,
+            "reintegrations": t.reintegrations, "failures": dict(sorted(t.failures.items()))}
+
+
+JOB_COLUMNS = ("JOB", "UIDS", "PROCESSES", "NICS", "CONNECTIONS", "ON BACKUP", "FAILOVERS",
+               "FAILURES", "LAST REPORT")
+
+
+def jobs_table(jobs: Sequence[pb.Job]) -> str:
+    if not jobs:
+        return ("no job's NCCL plugin reports its connections (plugins send a census over "
+                "the verdict socket while they have one)")
+    rows = [[j.job, ",".join(map(str, j.uids)), str(len(j.pids)),
+             ",".join(n.nic for n in j.nics) or "-", str(j.connections), str(j.on_backup),
+             str(j.failovers), str(j.failures), duration(j.silent_seconds) + " ago"]
+            for j in jobs]
+    widths = [max(len(JOB_COLUMNS[i]), *(len(r[i]) for r in rows))
+              for i in range(len(JOB_COLUMNS))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(JOB_COLUMNS, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    moved = sum(1 for j in jobs if j.on_backup)
+    if moved:
+        lines.append(f"{moved} of {len(jobs)} jobs have connections on the backup")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def job_json(j: pb.Job) -> dict[str, Any]:
+    return {"job": j.job, "uids": list(j.uids), "pids": list(j.pids),
+            "nics": [{"nic": n.nic, "primary": n.primary, "backup": n.backup, "away": n.away,
+                      "standing": n.standing} for n in j.nics],
+            "connections": j.connections, "on_backup": j.on_backup, "failovers": j.failovers,
+            "failures": j.failures, "silent_seconds": _json_number(round(j.silent_seconds, 3))}
 
 
 def plugin_verdict_json(v: pb.PluginVerdict) -> dict[str, Any]:
@@ -204,6 +296,7 @@ def nic_json(nic: pb.Nic) -> dict[str, Any]:
         "rdma_device": nic.rdma_device or None, "flap_penalty": nic.flap_penalty,
         "drain_reason": nic.drain_reason or None,
         "plugin_verdicts": [plugin_verdict_json(v) for v in nic.plugin_verdicts],
+        "traffic": traffic_json(nic.traffic),
     }
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
+from linkguardd.census.store import CensusStore, JobTraffic
 from linkguardd.exporters import EngineState, Exporter, Update, build_exporters
 from linkguardd.exporters.history import HistoryExporter
 from linkguardd.exporters.shm import ShmExporter
@@ -24,6 +25,8 @@ from linkguardd.facts import (
     Fact,
     LinkFact,
     LinkRenamedFact,
+    PluginCensusFact,
+    PluginCensusRejectedFact,
     PluginVerdictFact,
     PluginVerdictRejectedFact,
 )
@@ -63,6 +66,7 @@ class Engine:
         self.counters: dict[str, dict[str, int]] = {n: {} for n in self.ifnames}
         self.verdicts = VerdictStore(settings.plugin_verdict_ttl_s, self.ifnames)
         self.verdict_rejects: dict[str, int] = {}  # reason -> datagrams, for /metrics
+        self.census = CensusStore(settings.plugin_census_ttl_s, self.ifnames)
         self.state = StateStore(settings.state_dir)
         self.next_seq = 1  # the next event's sequence number (the shm ring's too): see start()
         self.exporters = exporters(self)
@@ -114,6 +118,7 @@ class Engine:
         for name in self.ifnames:
             self.counters.setdefault(name, {})
         self.verdicts.configure(settings.plugin_verdict_ttl_s, self.ifnames)
+        self.census.configure(settings.plugin_census_ttl_s, self.ifnames)
         now = self.clock()
         # Published before the monitors restart, so their facts land after it in epoch order.
         self._publish(self.policy.reconfigure(self.ifnames, settings.policy_config(), now),
@@ -139,6 +144,12 @@ class Engine:
         now = self.clock()
         if isinstance(fact, (PluginVerdictFact, PluginVerdictRejectedFact)):
             self._on_plugin_verdict(fact, now)
+            return
+        if isinstance(fact, PluginCensusFact):  # shown when read: no event, no state change
+            self.census.report(fact)
+            return
+        if isinstance(fact, PluginCensusRejectedFact):
+            self.census.reject(fact.reason)
             return
         if isinstance(fact, CountersFact) and fact.ifname in self.counters:
             self.counters[fact.ifname].update(fact.counters)
@@ -260,7 +271,8 @@ class Engine:
             plugin_verdicts=tuple(PluginVerdictView(r.fact, self._unix_time(r.first_ns),
                                                     self._unix_time(r.last_ns), r.count,
                                                     self._unix_time(self.verdicts.expires_ns(r)))
-                                  for r in self.verdicts.reports(name)))
+                                  for r in self.verdicts.reports(name)),
+            traffic=self.census.nic_traffic(name, self.clock()))
 
     def events_since(self, seq: int) -> list[EventView]:
         history = self.exporter(HistoryExporter)
@@ -325,10 +337,17 @@ class Engine:
             "inventory": {k: asdict(v) for k, v in self.inventory.items()},
             "monitors": {k: asdict(v) for k, v in self.monitor_health().items()},
             "events": [asdict(e) for e in self.events_since(0)],
+            "census": self.census.dump(self.clock()),
         }
 
     def monitor_health(self) -> Mapping[str, MonitorHealth]:
         return {m.name: m.health for m in self.monitors}
+
+    def jobs(self) -> list[JobTraffic]:
+        return self.census.jobs(self.clock())
+
+    def census_counts(self) -> tuple[int, Mapping[str, int]]:
+        return self.census.process_count(self.clock()), self.census.rejected
 
     def plugin_verdict_counts(self) -> tuple[Mapping[tuple[str, str], int], Mapping[str, int]]:
         return self.verdicts.accepted, self.verdict_rejects

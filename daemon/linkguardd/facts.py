@@ -136,7 +136,55 @@ class PluginVerdictFact:
 @dataclass(frozen=True)
 class PluginVerdictRejectedFact:
     """Event: a datagram on the verdict socket that is no valid verdict; `reason` is one of
-    verdicts.wire.REJECT_REASONS. Counted, never acted on."""
+    datagram.REJECT_REASONS. Counted, never acted on."""
+
+    reason: str
+    pid: int  # -1 when the kernel gave no credentials
+    uid: int
+    at_ns: int
+
+
+@dataclass(frozen=True)
+class NicCensus:
+    """One NIC's line of a process's census (census/wire.py): connections by role now, and
+    counters cumulative since the process started (the daemon computes their deltas)."""
+
+    ifname: str
+    primary: int = 0  # connections whose data runs on this NIC on their primary path
+    backup: int = 0  # ... on their backup path
+    away: int = 0  # connections whose primary is this NIC and whose data runs on the backup
+    standing: int = 0  # standby paths on this NIC that are up
+    failovers: int = 0
+    reintegrations: int = 0
+    failed_no_path: int = 0
+    failed_peer: int = 0
+    failed_timeout: int = 0
+    failed_other: int = 0
+
+
+@dataclass(frozen=True)
+class PluginCensusFact:
+    """Condition: a job's NCCL plugin process reports its connections (census/wire.py).
+
+    `pid` and `uid` are the kernel's (SCM_CREDENTIALS; pid 0 when the job is in another pid
+    namespace, then `instance` tells its processes apart). Only monitored NICs are in `nics`.
+    """
+
+    at_ns: int
+    pid: int
+    uid: int
+    instance: int  # drawn once per process
+    seq: int  # reports the process sent so far
+    job: str = ""  # SLURM_JOB_ID or the pod name; "" when the process found none
+    change: bool = False  # sent because something changed (else a heartbeat)
+    bye: bool = False  # the process's last report
+    nics: tuple[NicCensus, ...] = ()
+
+
+@dataclass(frozen=True)
+class PluginCensusRejectedFact:
+    """Event: a datagram with the census magic that is no valid census; `reason` is one of
+    datagram.REJECT_REASONS. Counted, never acted on."""
 
     reason: str
     pid: int  # -1 when the kernel gave no credentials
@@ -146,5 +194,5 @@ class PluginVerdictRejectedFact:
 
 Fact = (
     LinkFact | LinkRenamedFact | CountersFact | IbPortFact | VerbsEventFact | DomFact | OperatorFact
-    | PluginVerdictFact | PluginVerdictRejectedFact
+    | PluginVerdictFact | PluginVerdictRejectedFact | PluginCensusFact | PluginCensusRejectedFact
 )

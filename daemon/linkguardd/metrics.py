@@ -33,11 +33,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import choose_encoder
 
+from linkguardd.census.wire import FAILURE_REASONS
+from linkguardd.datagram import REJECT_REASONS
 from linkguardd.monitors.phy import PHY_COUNTERS
 from linkguardd.monitors.rdma_counters import ERROR_COUNTERS as RDMA_ERROR_COUNTERS
 from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
 from linkguardd.states import NOTE_REASONS, NicState, Reason
-from linkguardd.verdicts.wire import REJECT_REASONS, VERDICTS
+from linkguardd.verdicts.wire import VERDICTS
 from linkguardd.view import DaemonView, NicView
 
 # 50 µs .. 1 s: carrier-loss detection is expected well under 1 ms in the lab (issue 3 goal
@@ -153,6 +155,7 @@ class Metrics:
         if self.view is not None:
             yield from _monitor_families(monitors)
             yield from _plugin_verdict_families(self.view, nics)
+            yield from _plugin_census_families(self.view, nics)
             f = _NicFamilies()
             for nic in nics:
                 f.add(nic)
@@ -256,6 +259,53 @@ def _plugin_verdict_families(view: DaemonView, nics: list[NicView]) -> Iterator[
     for nic in nics:
         gray.add_metric([nic.name], len(nic.plugin_verdicts))
     yield gray
+
+
+ROLES = ("primary", "backup", "away", "standing")  # census/store.py NicTraffic
+
+
+def _plugin_census_families(view: DaemonView, nics: list[NicView]) -> Iterator[Metric]:
+    """Jobs' connections (census/store.py): every monitored NIC from the first scrape, no pid
+    or job label (those go to `linkguard-cli jobs`), so the series stay as few as the NICs."""
+    processes, rejected = view.census_counts()
+    connections = GaugeMetricFamily(
+        "linkguard_plugin_connections", "Connections of jobs' NCCL plugins by NIC and role: "
+        "primary/backup = their data runs on this NIC on their primary/backup path; away = "
+        "their primary is this NIC and their data is on the backup; standing = standby paths "
+        "up on this NIC.", labels=["device", "role"])
+    failovers = CounterMetricFamily(
+        "linkguard_plugin_failovers", "Times jobs' connections moved their data off a path on "
+        "this NIC (reported by their plugins).", labels=["device"])
+    reintegrations = CounterMetricFamily(
+        "linkguard_plugin_reintegrations", "Times jobs' connections moved their data back to "
+        "their primary path on this NIC.", labels=["device"])
+    failures = CounterMetricFamily(
+        "linkguard_plugin_connection_failures", "Jobs' connections that failed, by the NIC of "
+        "their primary path and reason (no_path: no healthy path left; peer: the peer closed "
+        "or vanished; timeout: the dead timeout; other).", labels=["device", "reason"])
+    for nic in nics:
+        t = nic.traffic
+        for role in ROLES:
+            connections.add_metric([nic.name, role], getattr(t, role))
+        failovers.add_metric([nic.name], t.failovers)
+        reintegrations.add_metric([nic.name], t.reintegrations)
+        for reason in FAILURE_REASONS:
+            failures.add_metric([nic.name, reason], t.failures.get(reason, 0))
+    yield connections
+    count = GaugeMetricFamily(
+        "linkguard_plugin_processes", "Processes whose NCCL plugin reports its connections "
+        "(forgotten plugin_census_ttl_s after their last report, or when they exit).")
+    count.add_metric([], processes)
+    yield count
+    yield failovers
+    yield reintegrations
+    yield failures
+    rejects = CounterMetricFamily(
+        "linkguard_plugin_census_rejected", "Census datagrams on the verdict socket that were "
+        "not taken, by reason (garbage, a sender over its rate).", labels=["reason"])
+    for reason in REJECT_REASONS:
+        rejects.add_metric([reason], rejected.get(reason, 0))
+    yield rejects
 
 
 def _split_flag(flag: str) -> tuple[str, str]:

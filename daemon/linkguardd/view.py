@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from linkguardd.census.store import JobTraffic, NicTraffic
 from linkguardd.facts import PluginVerdictFact
 
 
@@ -50,6 +51,7 @@ class NicView:
     counter_rates: Mapping[str, float] = field(default_factory=dict)
     counters_over: tuple[str, ...] = ()
     plugin_verdicts: tuple[PluginVerdictView, ...] = ()  # newest first; empty: not gray
+    traffic: NicTraffic = field(default_factory=NicTraffic)  # jobs' connections on it (census/store.py)
 
 
 @dataclass(frozen=True)
@@ -148,3 +150,9 @@ class DaemonView(Protocol):
 
     def plugin_verdict_counts(self) -> tuple[Mapping[tuple[str, str], int], Mapping[str, int]]:
         """Verdicts accepted by (NIC, verdict), datagrams rejected by reason, since start."""
+
+    def jobs(self) -> list[JobTraffic]:
+        """Every job (or process without a job id) whose plugin reports its connections."""
+
+    def census_counts(self) -> tuple[int, Mapping[str, int]]:
+        """Processes reporting a census now; census datagrams rejected by reason since start."""

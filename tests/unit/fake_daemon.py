@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import Any, Self
 
 from linkguardd.api import ApiServer, DaemonIdentity
+from linkguardd.census.store import JobTraffic
 from linkguardd.dom.common import ModuleDiagnostics
 from linkguardd.facts import PluginVerdictFact
 from linkguardd.monitors.base import MonitorHealth
@@ -109,6 +110,9 @@ class FakeDaemon:
         self.heartbeat_age = 0.042
         self.verdicts_accepted: dict[tuple[str, str], int] = {}
         self.verdicts_rejected: dict[str, int] = {}
+        self.census_jobs: list[JobTraffic] = []
+        self.census_processes = 0
+        self.census_rejected: dict[str, int] = {}
         # called inside subscribe(), e.g. to publish an event between a watcher's subscribe and
         # its history read (the race the API must close)
         self.on_subscribe: Callable[[], object] | None = None
@@ -174,6 +178,12 @@ class FakeDaemon:
 
     def plugin_verdict_counts(self) -> tuple[Mapping[tuple[str, str], int], Mapping[str, int]]:
         return dict(self.verdicts_accepted), dict(self.verdicts_rejected)
+
+    def jobs(self) -> list[JobTraffic]:
+        return list(self.census_jobs)
+
+    def census_counts(self) -> tuple[int, Mapping[str, int]]:
+        return self.census_processes, dict(self.census_rejected)
 
     # --- fault injection ----------------------------------------------------------------------
     def inject_state(self, name: str, state: NicState, reason: Reason, detail: str = "",

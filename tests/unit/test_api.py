@@ -28,6 +28,8 @@ from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 from linkguardd.api import ApiError, ApiServer
 from linkguardd.api.callers import CALLER_PID_KEY, connected_peers, read_peer_credentials
 from linkguardd.api.server import MAX_WATCHERS_PER_SOCKET
+from linkguardd.census.store import JobTraffic, NicTraffic
+from linkguardd.facts import NicCensus
 from linkguardd.state_file import StateNotSaved
 from linkguardd.states import NicState
 from linkguardd.view import WATCH_QUEUE_EVENTS
@@ -545,3 +547,24 @@ def test_each_socket_serves_a_bounded_number_of_watchers(
     finally:
         for stream in streams:
             stream.cancel()
+
+
+# --- the connection census (issue 29) ---------------------------------------------------------
+def test_list_jobs_and_nic_traffic_on_the_read_only_socket(fake: FakeDaemon,
+                                                           served: ServedFake) -> None:
+    fake.census_jobs = [JobTraffic("4242", (1000,), (7, 8), (NicCensus("rail0", away=64),
+                                                             NicCensus("rail1", backup=64)),
+                                   failovers=64, failures=1, silent_s=0.25)]
+    fake._nics["rail1"] = dataclasses.replace(fake.nic("rail1"), traffic=NicTraffic(
+        processes=2, backup=64, standing=3, silent=1, failovers=5, failures={"peer": 1}))
+    with grpc.insecure_channel("unix:" + served.ro_socket_path) as ch:
+        ro = pb_grpc.LinkguardStub(ch)
+        (job,) = ro.ListJobs(pb.ListJobsRequest(), timeout=WAIT_S).jobs
+        rail1 = ro.GetStatus(pb.GetStatusRequest(), timeout=WAIT_S).nics[1]
+    assert (job.job, list(job.uids), list(job.pids), job.connections, job.on_backup,
+            job.failovers, job.failures, job.silent_seconds) == ("4242", [1000], [7, 8], 64, 64,
+                                                                 64, 1, 0.25)
+    assert [(n.nic, n.away, n.backup) for n in job.nics] == [("rail0", 64, 0), ("rail1", 0, 64)]
+    t = rail1.traffic
+    assert (t.processes, t.primary, t.backup, t.standing, t.silent, t.failovers) == (
+        2, 0, 64, 3, 1, 5) and dict(t.failures) == {"peer": 1}

@@ -99,6 +99,13 @@ ROWS = [  # argv, exit status, fragment of the output (stdout and stderr)
      "rail0: DRAINED; traffic moves to rail1"),
     (["drain", "rail2", "--reason", "swap optic"], 0, "rail2: DRAINED; traffic moves to rail0"),
     (["undrain", "rail1"], 0, "rail1: RECOVERING; UP again once the link has been healthy"),
+    (["drain", "rail2", "--reason", "x"], 0, "rail2: no job's plugin reports a connection"),
+    (["drain", "rail2", "--reason", "x", "--wait-timeout", "-1"], 2,
+     "Invalid value for '--wait-timeout'"),
+    (["--help"], 0, "8   drain --wait: connections still on the NIC at the timeout"),
+    (["jobs"], 0, "no job's NCCL plugin reports its connections"),
+    (["jobs", "-o", "json"], 0, "[]"),
+    (["jobs", "-o", "yaml"], 2, "Invalid value for '-o'"),
 ]
 
 

@@ -5,7 +5,7 @@ values arrive, each raises only its documented error, never anything else.
 - the rtnetlink decoder (datagrams from the kernel): no exception at all, every message and
   attribute it yields lies inside the datagram and inside its own message;
 - gRPC requests to the real API server: only documented status codes, each with a message;
-- plugin verdict datagrams (any local user can send one): a valid fact or Rejected.
+- plugin verdict and census datagrams (any local user can send one): a valid fact or Rejected.
 """
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 from linkguard_cli.defang import defang, printable
 from linkguardd import state_file
+from linkguardd.census import wire as census_wire
+from linkguardd.datagram import REJECT_REASONS
+from linkguardd.facts import NicCensus
 from linkguardd.monitors import rtnl
 from linkguardd.settings import ConfigError, Settings, build_settings, load_config
 from linkguardd.validate import drain_reason_problem, nic_name_problem
@@ -253,6 +256,33 @@ def test_any_verdict_datagram_decodes_or_is_rejected(data: bytes) -> None:
     assert fact.verdict in verdict_wire.VERDICTS and fact.path in (0, 1)
     assert 0 < len(fact.ifname) < 16 and fact.ifname.isprintable() and "/" not in fact.ifname
     assert fact.peer.isprintable() and len(fact.peer) < 48 and fact.loss_ppm <= 1_000_000
+
+
+VALID_CENSUS = census_wire.encode((NicCensus("rail0", 64, 0, 0, 64, 1, 1, 0, 1, 0, 0),
+                                   NicCensus("rail1", 0, 64)), job="4242", seq=3, flags=1,
+                                  instance=0xFEED)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=census_wire.SIZE + 8)
+       | st.lists(st.tuples(st.integers(0, census_wire.SIZE - 1), st.integers(0, 255)),
+                  max_size=6).map(lambda edits: _edited(VALID_CENSUS, edits))
+       | st.tuples(st.integers(0, census_wire.SIZE - 1), st.binary(min_size=1, max_size=64))
+       .map(lambda at: (VALID_CENSUS[:at[0]] + at[1] + VALID_CENSUS[at[0] + len(at[1]):])
+            [:census_wire.SIZE]))
+def test_any_census_datagram_decodes_or_is_rejected(data: bytes) -> None:
+    try:
+        fact = census_wire.decode(data, 4242, 1000, 1)
+    except census_wire.Rejected as exc:
+        assert exc.reason in REJECT_REASONS and str(exc)
+        return
+    assert len(data) == census_wire.SIZE and data[:4] == census_wire.MAGIC
+    assert len(fact.nics) <= census_wire.MAX_NICS and fact.job.isprintable()
+    names = [n.ifname for n in fact.nics]
+    assert len(set(names)) == len(names)
+    assert all(0 < len(n) < 16 and n.isprintable() and "/" not in n for n in names)
+    assert census_wire.encode(fact.nics, job=fact.job, seq=fact.seq, instance=fact.instance,
+                              flags=fact.change | fact.bye << 1) == data  # nothing unchecked
 
 
 def _edited(data: bytes, edits: list[tuple[int, int]]) -> bytes:

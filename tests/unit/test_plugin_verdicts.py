@@ -14,7 +14,6 @@ import stat
 import struct
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,14 +42,6 @@ S = 1_000_000_000
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
     subprocess.run(["make", "-s", "-C", str(PLUGIN), "build/lg_verdict_send"], check=True)
-
-
-@pytest.fixture
-def sock_path(tmp_path: Path) -> Iterator[str]:
-    path = f"/tmp/lgv-{os.getpid()}-{tmp_path.name[-20:]}.sock"  # sun_path: 107 bytes at most
-    yield path
-    if os.path.exists(path):
-        os.unlink(path)
 
 
 def send(path: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -310,15 +301,22 @@ def test_a_sender_over_its_rate_is_cut_off_until_its_bucket_refills(sock_path: s
     assert [type(f) for f in facts] == [PluginVerdictFact]
 
 
-def kernel_says(monitor: PluginVerdictMonitor, uid: int, count: int) -> int:
-    """`count` datagrams as the kernel hands them over from `uid` (the SCM_CREDENTIALS a real
-    socket gives; a test cannot be 1100 users); how many were accepted."""
+def kernel_hands_over(monitor: PluginVerdictMonitor, data: bytes, uid: int,
+                      count: int) -> list[object]:
+    """`count` copies of `data` as the kernel hands them over from `uid` (the SCM_CREDENTIALS
+    a real socket gives; a test cannot be 1100 users); the facts they made."""
     creds = [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack("iII", 4242, uid, uid))]
     taken: list[object] = []
     monitor._sink = taken.append
     for _ in range(count):
-        monitor._take(GOOD, creds)
-    return sum(isinstance(f, PluginVerdictFact) for f in taken)
+        monitor._take(data, creds)
+    return taken
+
+
+def kernel_says(monitor: PluginVerdictMonitor, uid: int, count: int) -> int:
+    """How many of `count` verdicts from `uid` were accepted."""
+    return sum(isinstance(f, PluginVerdictFact) for f in kernel_hands_over(monitor, GOOD, uid,
+                                                                           count))
 
 
 def test_many_uids_together_are_capped_by_the_global_bucket() -> None:
@@ -344,17 +342,23 @@ def test_a_uid_evicted_from_a_full_table_comes_back_without_a_fresh_burst() -> N
 
 
 # ---- the engine ------------------------------------------------------------------------------
+async def linked_engine(tmp_path: Path, clock: Clock) -> Engine:
+    """A started engine of rail0 and rail1, both with carrier (UP after the hold-down)."""
+    engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [], clock=clock)
+    await engine.start()
+    for nic in ("rail0", "rail1"):
+        engine.on_fact(LinkFact(nic, clock.now, admin_up=True, carrier=True, operstate="UP"),
+                       "netlink")
+    return engine
+
+
 def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
         tmp_path: Path) -> None:
     clock = Clock()
 
     async def main() -> dict[str, object]:
-        engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [], clock=clock)
-        await engine.start()
+        engine = await linked_engine(tmp_path, clock)
         try:
-            for nic in ("rail0", "rail1"):
-                engine.on_fact(LinkFact(nic, clock.now, admin_up=True, carrier=True,
-                                        operstate="UP"), "netlink")
             clock.now += 10 * S  # past the hold-down: both UP
             engine._on_deadline()
             before = engine.nic("rail0")

@@ -5,6 +5,7 @@ import math
 from typing import Any, cast
 
 from linkguard.v1 import linkguard_pb2 as pb
+from linkguardd.census.store import JobTraffic, NicTraffic
 from linkguardd.states import REASON_TEXT, STATE_TEXT, NicState, Reason
 from linkguardd.verdicts.store import describe
 from linkguardd.view import EventView, NicView, PluginVerdictView
@@ -83,6 +84,7 @@ def nic_message(nic: NicView, now_monotonic_ns: int) -> pb.Nic:
         counter_rates=nic.counter_rates,
         counters_over=nic.counters_over,
         plugin_verdicts=[plugin_verdict_message(v) for v in nic.plugin_verdicts],
+        traffic=traffic_message(nic.traffic),
     )
     if nic.speed_mbps is not None and nic.speed_mbps >= 0:
         msg.speed_mbps = nic.speed_mbps
@@ -97,6 +99,20 @@ def plugin_verdict_message(v: PluginVerdictView) -> pb.PluginVerdict:
         rate_bytes_per_second=f.rate_bps, expected_bytes_per_second=f.expected_bps,
         reports=v.reports, first_unix=v.first_unix, last_unix=v.last_unix,
         expires_unix=v.expires_unix, detail=describe(f))
+
+
+def traffic_message(t: NicTraffic) -> pb.Traffic:
+    return pb.Traffic(processes=t.processes, primary=t.primary, backup=t.backup, away=t.away,
+                      standing=t.standing, silent=t.silent, failovers=t.failovers,
+                      reintegrations=t.reintegrations, failures=dict(t.failures))
+
+
+def job_message(j: JobTraffic) -> pb.Job:
+    return pb.Job(
+        job=j.job, uids=j.uids, pids=j.pids, connections=j.connections, on_backup=j.on_backup,
+        failovers=j.failovers, failures=j.failures, silent_seconds=j.silent_s,
+        nics=[pb.JobNic(nic=n.ifname, primary=n.primary, backup=n.backup, away=n.away,
+                        standing=n.standing) for n in j.nics])
 
 
 def event_message(event: EventView) -> pb.Event:

@@ -201,6 +201,9 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
         return pb.DumpResponse(json=json.dumps(state, indent=2, sort_keys=True,
                                                default=_json_default))
 
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
+        return pb.ListJobsResponse(jobs=[convert.job_message(j) for j in self._view.jobs()])
+
     # --- operator actions -------------------------------------------------------------------
     async def Drain(self, request: pb.DrainRequest, context: Any) -> pb.Nic:
         name = await self._nic_argument(request.nic, context)

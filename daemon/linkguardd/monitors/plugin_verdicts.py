@@ -1,12 +1,15 @@
 """PluginVerdictMonitor: the unix datagram socket on which jobs' NCCL plugins report what they
-judged about a NIC (plugin/src/verdict.h), turned into PluginVerdictFacts.
+judged about a NIC (plugin/src/verdict.h) and their connection census (plugin/src/census.h),
+told apart by magic and turned into PluginVerdictFacts and PluginCensusFacts.
 
 Who may send: anyone on the host (the socket is 0666, and pods reach it through their
 read-only mount of /run/linkguard: connect/sendto on a socket needs no writable mount). So the
-kernel says who sent each datagram (SO_PASSCRED: pid and uid, in the daemon's namespaces),
-each uid has a token bucket and all of them share one more, every field is validated (verdicts/wire.py), and a rejected
-datagram is counted (a PluginVerdictRejectedFact) and logged at most once a minute. The loop
-never blocks on it: the socket is non-blocking and each wake-up reads a bounded batch.
+kernel says who sent each datagram (SO_PASSCRED: pid and uid, in the daemon's namespaces);
+each kind has a token bucket per uid and one that all uids share, so neither kind starves the
+other; every field is validated (verdicts/wire.py, census/wire.py), and a rejected datagram is
+counted (a PluginVerdictRejectedFact or PluginCensusRejectedFact) and logged at most once a
+minute. The loop never blocks on it: the socket is non-blocking and each wake-up reads a
+bounded batch.
 """
 from __future__ import annotations
 
@@ -20,11 +23,14 @@ import stat
 import struct
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from linkguardd.bind_dir import private_bind_dir
-from linkguardd.facts import PluginVerdictRejectedFact
+from linkguardd.census import wire as census_wire
+from linkguardd.datagram import Rejected
+from linkguardd.facts import Fact, PluginCensusRejectedFact, PluginVerdictRejectedFact
 from linkguardd.monitors.base import FactSink, MonitorHealth
-from linkguardd.verdicts.wire import SIZE, Rejected, decode
+from linkguardd.verdicts import wire as verdict_wire
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +44,58 @@ MAX_SENDERS = 1024  # uids with a bucket; the least recently seen goes first
 # thousands of uids, so the per-uid buckets alone do not bound the sum. Four uids' worth.
 GLOBAL_RATE_PER_S = 4 * RATE_PER_S
 GLOBAL_BURST = 2 * BURST
+# Census (plugin/src/census.h): each process sends at most 10 a second (LG_CENSUS_MIN_INTERVAL_MS), 1 a
+# second while nothing changes; 8 GPUs' processes all changing during a failover is 80/s.
+CENSUS_RATE_PER_S = 128.0
+CENSUS_BURST = 256.0
+CENSUS_GLOBAL_RATE_PER_S = 4 * CENSUS_RATE_PER_S
+CENSUS_GLOBAL_BURST = 2 * CENSUS_BURST
 REJECT_LOG_INTERVAL_S = 60.0
 _CREDS = struct.Struct("iII")  # struct ucred: pid, uid, gid (socket(7) SCM_CREDENTIALS)
+_READ_SIZE = max(verdict_wire.SIZE, census_wire.SIZE) + 1  # one more: a longer one is seen
+
+
+class TokenBuckets:
+    """A token bucket per uid (at most MAX_SENDERS, the least recently seen evicted) and one
+    that all uids share: a user with a subuid range (or a user-namespaced pod) can send as
+    thousands of uids, so the per-uid buckets alone do not bound the sum."""
+
+    def __init__(self, rate_per_s: float, burst: float, global_rate_per_s: float,
+                 global_burst: float) -> None:
+        self.rate_per_s, self.burst = rate_per_s, burst
+        self.global_rate_per_s, self.global_burst = global_rate_per_s, global_burst
+        self._buckets: dict[int, tuple[float, int]] = {}  # uid -> (tokens, at_ns)
+        self._global: tuple[float, int] | None = None  # every uid's datagrams: (tokens, at_ns)
+
+    def allow(self, uid: int, now: int) -> bool:
+        """One token from the uid's bucket and one from the global one, or refused."""
+        # A uid new to a full table may be one that was just evicted: it starts empty, so
+        # cycling through more uids than the table holds wins no fresh bursts.
+        start = 0.0 if len(self._buckets) >= MAX_SENDERS else self.burst
+        tokens, at = self._buckets.pop(uid, (start, now))
+        tokens = _refill(tokens, at, now, self.rate_per_s, self.burst)
+        if len(self._buckets) >= MAX_SENDERS:
+            del self._buckets[next(iter(self._buckets))]  # dict order: least recently seen
+        shared = _refill(*(self._global or (self.global_burst, now)), now,
+                         self.global_rate_per_s, self.global_burst)
+        allowed = tokens >= 1 and shared >= 1
+        self._buckets[uid] = (tokens - 1 if allowed else tokens, now)
+        self._global = (shared - 1 if allowed else shared, now)
+        return allowed
+
+    def refusal(self, uid: int) -> str:
+        return (f"uid {uid} sends more than {self.rate_per_s:g}/s, or all uids more than "
+                f"{self.global_rate_per_s:g}/s")
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """One kind of datagram on the socket: how it is decoded, limited and counted."""
+
+    name: str
+    decode: Callable[[bytes, int, int, int], Fact]
+    rejected: Callable[[str, int, int, int], Fact]
+    buckets: TokenBuckets
 
 
 class PluginVerdictMonitor:
@@ -55,9 +111,12 @@ class PluginVerdictMonitor:
         self.health = MonitorHealth()
         self._sock: socket.socket | None = None
         self._sink: FactSink | None = None
-        self._buckets: dict[int, tuple[float, int]] = {}  # uid -> (tokens, at_ns)
-        self._global: tuple[float, int] | None = None  # every uid's datagrams: (tokens, at_ns)
-        self._unlogged: dict[str, int] = {}  # rejections since the last log line
+        self._verdicts = _Kind("verdict", verdict_wire.decode, PluginVerdictRejectedFact,
+                               TokenBuckets(RATE_PER_S, BURST, GLOBAL_RATE_PER_S, GLOBAL_BURST))
+        self._census = _Kind("census", self._decode_census, PluginCensusRejectedFact,
+                             TokenBuckets(CENSUS_RATE_PER_S, CENSUS_BURST,
+                                          CENSUS_GLOBAL_RATE_PER_S, CENSUS_GLOBAL_BURST))
+        self._unlogged: dict[str, int] = {}  # "kind reason" -> rejections since the last line
         self._logged_ns = 0
 
     async def start(self, sink: FactSink) -> None:
@@ -113,7 +172,7 @@ class PluginVerdictMonitor:
         n = 0
         while self._sock is not None and n < BATCH:
             try:
-                data, ancillary, _, _ = self._sock.recvmsg(SIZE + 1,
+                data, ancillary, _, _ = self._sock.recvmsg(_READ_SIZE,
                                                            socket.CMSG_SPACE(_CREDS.size))
             except (BlockingIOError, InterruptedError):
                 break
@@ -132,44 +191,35 @@ class PluginVerdictMonitor:
             if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and \
                     len(payload) >= _CREDS.size:
                 pid, uid, _ = _CREDS.unpack_from(payload)
+        datagram = self._census if data[:4] == census_wire.MAGIC else self._verdicts
         try:
             if uid < 0:
                 raise Rejected("no_credentials", "the kernel gave no sender credentials")
-            if not self._allow(uid, now):
-                raise Rejected("rate_limited", f"uid {uid} sends more than {RATE_PER_S:g}/s, "
-                               f"or all uids more than {GLOBAL_RATE_PER_S:g}/s")
-            fact = decode(data, pid, uid, now)
-            if fact.ifname not in self.interfaces:
-                raise Rejected("unknown_nic", f"{fact.ifname} is not a monitored NIC")
+            if not datagram.buckets.allow(uid, now):
+                raise Rejected("rate_limited", datagram.buckets.refusal(uid))
+            fact = datagram.decode(data, pid, uid, now)
+            nic = getattr(fact, "ifname", None)
+            if nic is not None and nic not in self.interfaces:
+                raise Rejected("unknown_nic", f"{nic} is not a monitored NIC")
         except Rejected as exc:
-            self._sink(PluginVerdictRejectedFact(exc.reason, pid, uid, now))
-            self._log_rejection(exc, pid, uid, now)
+            self._sink(datagram.rejected(exc.reason, pid, uid, now))
+            self._log_rejection(datagram.name, exc, pid, uid, now)
             return
         self._sink(fact)
 
-    def _allow(self, uid: int, now: int) -> bool:
-        """One token from the uid's bucket and one from the global one, or refused."""
-        # A uid new to a full table may be one that was just evicted: it starts empty, so
-        # cycling through more uids than the table holds wins no fresh bursts.
-        start = 0.0 if len(self._buckets) >= MAX_SENDERS else BURST
-        tokens, at = self._buckets.pop(uid, (start, now))
-        tokens = _refill(tokens, at, now, RATE_PER_S, BURST)
-        if len(self._buckets) >= MAX_SENDERS:
-            del self._buckets[next(iter(self._buckets))]  # dict order: least recently seen
-        shared = _refill(*(self._global or (GLOBAL_BURST, now)), now, GLOBAL_RATE_PER_S,
-                         GLOBAL_BURST)
-        allowed = tokens >= 1 and shared >= 1
-        self._buckets[uid] = (tokens - 1 if allowed else tokens, now)
-        self._global = (shared - 1 if allowed else shared, now)
-        return allowed
+    def _decode_census(self, data: bytes, pid: int, uid: int, now: int) -> Fact:
+        """A census, its lines of NICs not monitored left out (the rest of it is good)."""
+        fact = census_wire.decode(data, pid, uid, now)
+        return replace(fact, nics=tuple(n for n in fact.nics if n.ifname in self.interfaces))
 
-    def _log_rejection(self, exc: Rejected, pid: int, uid: int, now: int) -> None:
-        self._unlogged[exc.reason] = self._unlogged.get(exc.reason, 0) + 1
+    def _log_rejection(self, kind: str, exc: Rejected, pid: int, uid: int, now: int) -> None:
+        key = f"{kind} {exc.reason}"
+        self._unlogged[key] = self._unlogged.get(key, 0) + 1
         if self._logged_ns and now - self._logged_ns < REJECT_LOG_INTERVAL_S * 1e9:
             return
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self._unlogged.items()))
-        log.warning("plugin verdict datagrams rejected (%s; at most one such line a minute); "
-                    "the last from pid %d uid %d: %s", counts, pid, uid, exc)
+        log.warning("plugin datagrams rejected (%s; at most one such line a minute); "
+                    "the last, a %s from pid %d uid %d: %s", counts, kind, pid, uid, exc)
         self._unlogged.clear()
         self._logged_ns = now
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 import re
 import struct
 
+from linkguardd.datagram import REJECT_REASONS, Rejected, ifname, padded_text
 from linkguardd.facts import PluginVerdictFact
+
+__all__ = ["REJECT_REASONS", "Rejected", "decode"]
 
 MAGIC = b"LGVD"
 VERSION = 1
@@ -23,36 +26,7 @@ _FORMAT = struct.Struct("<4sHBB16sIIQQQ48s")
 assert _FORMAT.size == SIZE
 KINDS = {1: "healthy", 2: "stalled", 3: "lossy", 4: "slow"}  # enum lg_verdict_kind
 VERDICTS = tuple(KINDS.values())
-# dev_valid_name() in net/core/dev.c: < IFNAMSIZ bytes, no '/', ':' or whitespace (and here,
-# printable ASCII: it ends up in logs and label values).
-_IFNAME = re.compile(r"[!-~]{1,15}")
-_NOT_IN_IFNAME = frozenset("/:")
 _PEER = re.compile(r"[0-9A-Za-z.:\[\]%_-]{0,47}")  # an address and port, nothing to escape
-
-
-class Rejected(ValueError):
-    """A datagram that is not a valid verdict; `reason` is its metric label."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-REJECT_REASONS = ("bad_size", "bad_magic", "bad_version", "bad_field", "unknown_nic",
-                  "no_credentials", "rate_limited")
-
-
-def _text(raw: bytes, what: str, pattern: re.Pattern[str]) -> str:
-    head, nul, tail = raw.partition(b"\0")
-    if not nul or tail.strip(b"\0"):
-        raise Rejected("bad_field", f"{what}: not a NUL-padded string")
-    try:
-        text = head.decode("ascii")
-    except UnicodeDecodeError:
-        raise Rejected("bad_field", f"{what}: not ASCII") from None
-    if not pattern.fullmatch(text) or (pattern is _IFNAME and _NOT_IN_IFNAME & set(text)):
-        raise Rejected("bad_field", f"{what}: {text!r} is not valid")
-    return text
 
 
 def decode(data: bytes, pid: int, uid: int, at_ns: int) -> PluginVerdictFact:
@@ -72,6 +46,6 @@ def decode(data: bytes, pid: int, uid: int, at_ns: int) -> PluginVerdictFact:
     if loss_ppm > 1_000_000:
         raise Rejected("bad_field", f"loss_ppm: {loss_ppm} is more than 100 %")
     return PluginVerdictFact(
-        ifname=_text(nic, "nic", _IFNAME), at_ns=at_ns, verdict=KINDS[kind], pid=pid, uid=uid,
+        ifname=ifname(nic, "nic"), at_ns=at_ns, verdict=KINDS[kind], pid=pid, uid=uid,
         path=path, for_ms=for_ms, loss_ppm=loss_ppm, rate_bps=rate, expected_bps=expected,
-        conn=conn, peer=_text(peer, "peer", _PEER))
+        conn=conn, peer=padded_text(peer, "peer", _PEER))
