@@ -149,7 +149,7 @@ def test_an_older_report_than_the_one_taken_is_dropped() -> None:
     assert s.nic_traffic("rail0", S).primary == 5 and s.stale_reports == 1
 
 
-def test_counters_become_deltas_and_a_restart_counts_from_zero() -> None:
+def test_counters_become_deltas_wrap_and_a_restart_counts_from_zero() -> None:
     s = store()
     s.report(report(1, 0, NicCensus("rail0", failovers=3, failed_peer=1), job="77"))
     s.report(report(1, 1, NicCensus("rail0", failovers=5, reintegrations=2, failed_peer=1),
@@ -157,16 +157,18 @@ def test_counters_become_deltas_and_a_restart_counts_from_zero() -> None:
     assert s.failovers == {"rail0": 5} and s.reintegrations == {"rail0": 2}
     assert s.failures == {("rail0", "peer"): 1}
     s.report(report(1, 2, NicCensus("rail1", failovers=1), job="77"))  # rail0 not in this one
-    s.report(report(1, 3, NicCensus("rail0", failovers=6), job="77"))  # no double count
+    s.report(report(1, 3, NicCensus("rail0", failovers=6, failed_peer=1), job="77"))  # no double count
     assert s.failovers == {"rail0": 6, "rail1": 1}
-    s.report(report(1, 4, NicCensus("rail0", failovers=2), job="77"))  # went down: restarted
-    assert s.failovers["rail0"] == 8
+    # Lower within one instance: wrapped (a u16 failure counter past 65535), never a restart.
+    s.report(report(1, 4, NicCensus("rail0", failovers=6, failed_peer=65535), job="77"))
+    s.report(report(1, 4.5, NicCensus("rail0", failovers=6, failed_peer=2), job="77"))
+    assert s.failures == {("rail0", "peer"): 65535 + 3}
     s.report(report(1, 5, NicCensus("rail0", failovers=4), job="77", instance=2, seq=1))
-    assert s.failovers["rail0"] == 12  # a new instance under the same pid: from zero
+    assert s.failovers["rail0"] == 10  # a new instance under the same pid: from zero
     (job,) = s.jobs(int(5 * S))
     assert (job.job, job.failovers, job.failures) == ("77", 4, 0)  # the new process's own
     s.report(report(1, 6, bye=True, instance=2))
-    assert s.failovers["rail0"] == 12 and s.jobs(int(6 * S)) == []  # totals outlive it
+    assert s.failovers["rail0"] == 10 and s.jobs(int(6 * S)) == []  # totals outlive it
 
 
 def test_jobs_group_processes_and_name_those_without_a_job_id() -> None:

@@ -14,7 +14,8 @@ MAX_PROCESSES, past which the stalest of the uid with the most goes: no user can
 
 Counters in a report are cumulative since the process started; the store adds their deltas to
 totals that only grow (for /metrics). A counter that goes down, or a new instance under the same
-key, is a restart: that counter is counted from zero again.
+key, is a restart: its counters are counted from zero again. Within one instance a counter
+only grows, so one that reads lower has wrapped (the failure counters are u16).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 
-from linkguardd.census.wire import FAILURE_REASONS
+from linkguardd.census.wire import FAILURE_REASONS, MODULI
 from linkguardd.facts import NicCensus, PluginCensusFact
 
 NS_PER_S = 1_000_000_000
@@ -41,6 +42,7 @@ _ROLES = ("primary", "backup", "away", "standing")
 _COUNTERS = tuple(f.name for f in fields(NicCensus))[len(_ROLES) + 1:]
 _roles = attrgetter(*_ROLES)  # NicCensus -> its role counts (astuple() is 20 times slower)
 _counters = attrgetter(*_COUNTERS)
+_MODULI = MODULI[len(_ROLES):]  # the counters' (wire.py)
 Key = tuple[int, int, int]  # (uid, pid, instance when pid is 0 else 0)
 
 
@@ -189,8 +191,8 @@ class CensusStore:
         old = proc.cumulative.get(nic.ifname)
         before = _counters(old) if old else (0,) * len(_COUNTERS)
         now = _counters(nic)
-        # down: the process's counters restarted (it cannot undo a failover), from zero again
-        delta = dict(zip(_COUNTERS, (n - b if n >= b else n for n, b in zip(now, before))))
+        # A restart is a new instance (a new Process, from zero): lower here means wrapped.
+        delta = dict(zip(_COUNTERS, ((n - b) % m for n, b, m in zip(now, before, _MODULI))))
         proc.cumulative[nic.ifname] = nic
         name = nic.ifname
         self.failovers[name] = self.failovers.get(name, 0) + delta["failovers"]

@@ -35,6 +35,9 @@ F_BYE = 1 << 1
 _KNOWN_FLAGS = F_CHANGE | F_BYE
 _HEAD = struct.Struct("<4sHHIIQ64s")
 _ENTRY = struct.Struct("<16sIIIIIIHHHH")
+# Each number's modulus, in NicCensus field order (roles, then the cumulative counters, which
+# wrap: failovers and reintegrations u32, the failures u16).
+MODULI = tuple(1 << (8 * struct.calcsize("<" + c)) for c in _ENTRY.format[4:])
 assert _HEAD.size == 88 and _ENTRY.size == 48 and _HEAD.size + MAX_NICS * _ENTRY.size == SIZE
 _JOB = re.compile(r"[!-~]{0,63}")  # a Slurm job id or a pod name: nothing to escape
 FAILURE_REASONS = ("no_path", "peer", "timeout", "other")  # the failed_* fields, in order
