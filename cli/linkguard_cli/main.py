@@ -1,7 +1,8 @@
 """linkguard-cli: read and steer linkguardd over its gRPC sockets.
 
-Reads go to the read-only socket, drain/undrain to the admin socket. Exit statuses are in
-client.py (EXIT_*) and EXIT_STATUS_HELP; a crash of the CLI itself is 70, never 1.
+Reads go to the read-only socket, drain/undrain to the admin socket; `health --shm` reads the
+control file instead (heartbeat.py). Exit statuses are in client.py (EXIT_*) and
+EXIT_STATUS_HELP; a crash of the CLI itself is 70, never 1.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from linkguard.v1 import linkguard_pb2 as pb
-from linkguard_cli import render
+from linkguard_cli import heartbeat, render
 from linkguard_cli.client import (
     EXIT_DAEMON_ERROR,
     EXIT_INTERNAL,
@@ -324,10 +325,23 @@ def dom(ctx: click.Context, nic: str | None, output: str, as_json: bool) -> None
 @click.option("--max-heartbeat-age", "max_age", default=render.STALE_HEARTBEAT_S,
               show_default=True, metavar="SECONDS", type=click.FloatRange(min=0),
               help="Older than this, the daemon counts as stalled.")
+@click.option("--shm", "shm_path", default=None, metavar="PATH",
+              help="Read the heartbeat from the daemon's control file (its shm_path) instead "
+                   "of asking the read-only socket: a file read no other user can saturate, "
+                   "for liveness probes.")
 @click.pass_context
-def health(ctx: click.Context, max_age: float) -> None:
+def health(ctx: click.Context, max_age: float, shm_path: str | None) -> None:
     """Whether linkguardd answers and its heartbeat is fresh, whatever the NICs' states: a
-    liveness probe. Exits 0 alive, 3 unreachable, 5 heartbeat stale."""
+    liveness probe. With --shm, whether its control file holds a fresh heartbeat. Exits 0
+    alive, 3 unreachable (no such file, not a control file), 5 heartbeat stale."""
+    if shm_path is not None:
+        beat = heartbeat.read_heartbeat(shm_path)
+        stalled = heartbeat.verdict(beat, max_age)
+        if stalled:
+            click.echo(f"{heartbeat.who(beat)}: {stalled}", err=True)
+            ctx.exit(EXIT_DAEMON_ERROR)
+        click.echo(f"{heartbeat.who(beat)}: alive, heartbeat {beat.age_s * 1000:.0f} ms ago")
+        return
     d = _client(ctx).status().daemon
     age = d.heartbeat_age_seconds
     if not math.isfinite(age) or age < 0 or age > max_age:  # nonsense is no proof of life

@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Self
 
 from linkguardd.shm.layout import (
+    HEADER_OFFSETS,
     LG_SHM_DEFAULT_PATH,
     LG_SHM_EVENT_SIZE,
     LG_SHM_HEADER_SIZE,
@@ -144,6 +145,14 @@ class ShmReader:
         now = time.monotonic_ns() if now_ns is None else now_ns
         with self._lock:
             return bool(lib().lg_shm_alive(self._ref(), now, timeout_ns) == ShmStatus.OK)
+
+    def heartbeat_ns(self) -> int:
+        """The daemon's last heartbeat, CLOCK_MONOTONIC ns (0: none): one aligned 8-byte load,
+        which cannot tear against the writer's store, unlike a copy of the whole header."""
+        with self._lock:
+            self._ref()
+            word = ctypes.c_uint64.from_address(self._r.hdr + HEADER_OFFSETS["heartbeat_ns"][0])
+            return int(word.value)
 
     def replaced(self) -> bool:
         """The path now names another file than the mapped one (the daemon restarted)."""
