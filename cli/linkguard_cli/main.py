@@ -63,7 +63,8 @@ Exit status (health checks may rely on it):
   0   fine; for status: every NIC asked about is UP
   1   status: a NIC is not UP
   2   usage error, bad argument, unknown NIC, --since beyond the newest event
-  3   linkguardd unreachable (no socket, no permission, no answer in time)
+  3   linkguardd unreachable (no socket, no permission, no answer in time;
+      health --shm: no control file there)
   4   not allowed (drain/undrain on the read-only socket)
   5   the daemon failed the request; for health: its heartbeat is stale
   6   drain refused: the backup NIC is not UP (--force overrides)

@@ -5,17 +5,20 @@ Everything that waits is bounded; every process started here is stopped by its P
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
+import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -63,6 +66,30 @@ def run_cli(lab: Lab, host: str, socket_path: Path | str, *args: str,
     """linkguard-cli --socket PATH ARGS inside `host`'s network namespace, as an operator on
     that host runs it."""
     return lab.run(host, cli_argv(socket_path, *args), timeout=timeout_s, env=clean_env())
+
+
+@contextlib.contextmanager
+def open_files(wanted: int) -> Iterator[None]:
+    """This test process may hold `wanted` descriptors (root may raise its hard limit)."""
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(wanted, before[0]), max(wanted, before[1])))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
+
+
+def flood(path: str, count: int) -> list[socket.socket]:
+    """`count` idle connections to a unix socket, as a hostile local reader holds them (those
+    the daemon closes or never accepts included); the caller closes them."""
+    held = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(0.2)  # a full backlog makes connect() wait: count it and go on
+        with contextlib.suppress(OSError):
+            sock.connect(path)
+        held.append(sock)
+    return held
 
 
 def describe(proc: subprocess.CompletedProcess[str]) -> str:

@@ -6,15 +6,11 @@ Every loop is bounded in count; every wait is bounded in time.
 """
 from __future__ import annotations
 
-import contextlib
-import resource
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from daemon_fixture import Daemons
-from ops_helpers import describe, run_cli
+from ops_helpers import describe, flood, open_files, run_cli
 
 from linkguard_lab.lab import Lab
 from linkguardd.api.server import MAX_CONNECTIONS_PER_SOCKET
@@ -24,29 +20,6 @@ pytestmark = pytest.mark.lab
 FAST = ("--interfaces", "rail0,rail1", "--hold-down-ms", "500")
 SYSTEMD_DEFAULT_NOFILE = 1024  # systemd's default soft limit, what the unit had before
 FLOOD = 1100  # connections, as in the review: more than that limit
-
-
-@contextlib.contextmanager
-def open_files(wanted: int) -> Iterator[None]:
-    """This test process may hold `wanted` descriptors (root may raise its hard limit)."""
-    before = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(wanted, before[0]), max(wanted, before[1])))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, before)
-
-
-def flood(path: str, count: int) -> list[socket.socket]:
-    """`count` idle connections (those the daemon closes or never accepts included)."""
-    held = []
-    for _ in range(count):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(0.2)  # a full backlog makes connect() wait: count it and go on
-        with contextlib.suppress(OSError):
-            sock.connect(path)
-        held.append(sock)
-    return held
 
 
 def test_a_connection_flood_on_the_read_only_socket_leaves_the_admin_socket_working(

@@ -18,14 +18,19 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from daemon_fixture import LINKGUARDD, Daemon, Daemons, c_tool, wait_for
 from k8s_manifests import added_capabilities, probe_argv, run_paths
+from ops_helpers import flood, open_files
 
+from linkguard_cli.render import STALE_HEARTBEAT_S
 from linkguard_lab.lab import Lab
+from linkguardd.api.server import MAX_CONNECTIONS_PER_SOCKET
+from linkguardd.shm import ShmReader
 
 pytestmark = pytest.mark.lab
 
@@ -34,6 +39,7 @@ FILES = ("linkguard.shm", "linkguard-ro.sock")
 FAST = ("--interfaces", "rail0,rail1", "--hold-down-ms", "500")
 WAIT_S = 20.0
 CLI = LINKGUARDD.parent / "linkguard-cli"
+SATURATE = MAX_CONNECTIONS_PER_SOCKET + 64  # connections: more than the daemon serves
 # capability(7) numbers, for /proc/<pid>/status CapEff
 CAP_BITS = {"CHOWN": 0, "NET_ADMIN": 12}
 
@@ -116,7 +122,7 @@ def test_a_directory_mount_follows_a_daemon_restart_and_file_mounts_pin_the_old_
         assert {n["name"]: n["state"] for n in seen["nics"]} == {"rail0": "UP", "rail1": "UP"}
     write = by_dir.run("sh", "-c", f"echo x > {POD_RUN / FILES[0]}")
     assert write.returncode != 0 and "Read-only file system" in write.stderr
-    # connect() needs no write access to the mount: the probe works through the read-only view
+    # The probe reads the control file through the pod's read-only view of the directory.
     alive = probe(by_dir, "livenessProbe")
     assert alive.returncode == 0 and f"pid {d.pid}: alive" in alive.stdout, alive.stderr
 
@@ -148,7 +154,7 @@ def test_a_directory_mount_follows_a_daemon_restart_and_file_mounts_pin_the_old_
     alive = probe(by_dir, "livenessProbe")
     assert alive.returncode == 0 and f"pid {d.pid}: alive" in alive.stdout, alive.stderr
 
-    # Single-file mounts: still the killed daemon's inode, pid and table; its socket is dead.
+    # Single-file mounts: still the killed daemon's inode, pid and table, its heartbeat stopped.
     assert by_file.run("stat", "-c", "%i", POD_RUN / FILES[0]).stdout.strip() == str(old_inode)
     pinned = by_file.shm()
     assert pinned["daemon_pid"] == old_pid
@@ -156,10 +162,57 @@ def test_a_directory_mount_follows_a_daemon_restart_and_file_mounts_pin_the_old_
     stale = by_file.run(c_tool("lg_shm_dump"), "--path", POD_RUN / FILES[0])
     assert stale.returncode != 0, "a pinned file whose writer died must read as no daemon"
     dead = probe(by_file, "livenessProbe")
-    assert dead.returncode == 3 and "cannot reach linkguardd" in dead.stderr, dead
+    assert dead.returncode == 5 and f"pid {old_pid}: heartbeat" in dead.stderr, dead
 
     d.stop()  # SIGTERM: the directory pod sees the file go, as a plugin would
     assert by_dir.run("test", "-e", POD_RUN / FILES[0]).returncode != 0
+    gone = probe(by_dir, "livenessProbe")
+    assert gone.returncode == 3 and "No such file" in gone.stderr, gone
+
+
+def heartbeat_age_s(d: Daemon) -> float:
+    """The age of the heartbeat in the daemon's file now, read as the probe reads it."""
+    with ShmReader(d.shm_path) as reader:
+        beat = reader.heartbeat_ns()
+    return (time.monotonic_ns() - beat) / 1e9
+
+
+def test_the_liveness_probe_ignores_a_saturated_socket_and_catches_a_stopped_daemon(
+        lab: Lab, daemons: Daemons, pods: Callable[[Path, bool], Pod]) -> None:
+    """Issue 30: any pod that mounts /run/linkguard can hold every connection the daemon
+    serves on the read-only socket. A probe that asked it would then fail, and kubelet would
+    restart a healthy daemon on a job's word; the probe reads the control file instead, so the
+    flood changes nothing, while a daemon whose loop stopped (SIGSTOP) still fails it."""
+    d = daemons.start(lab, "a", *FAST, run_dir=True)
+    pod = pods(d.shm_path.parent, False)
+    ro_in_pod = POD_RUN / d.grpc_ro_socket.name
+    with open_files(SATURATE + 256):
+        held = flood(str(d.grpc_ro_socket), SATURATE)
+        try:
+            # The attack works: the health RPC on the read-only socket no longer gets through.
+            rpc = pod.run(CLI, "--ro-socket", ro_in_pod, "--timeout", "5", "health")
+            assert rpc.returncode == 3 and "cannot reach linkguardd" in rpc.stderr, rpc
+            alive = probe(pod, "livenessProbe")
+            assert alive.returncode == 0 and f"pid {d.pid}: alive" in alive.stdout, alive
+            assert probe(pod, "startupProbe").returncode == 0
+        finally:
+            for sock in held:
+                sock.close()
+
+    os.kill(d.pid, signal.SIGSTOP)  # the loop stops; the process, its file and sockets stay
+    try:
+        wait_for(lambda: heartbeat_age_s(d) > STALE_HEARTBEAT_S, WAIT_S,
+                 "the stopped daemon's heartbeat to pass the probe's limit")
+        stalled = probe(pod, "livenessProbe")
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    assert stalled.returncode == 5, stalled
+    assert f"linkguardd pid {d.pid}: heartbeat" in stalled.stderr, stalled
+    assert "its loop is stalled" in stalled.stderr and not stalled.stdout, stalled
+    # Resumed, it is alive again without a restart.
+    wait_for(lambda: probe(pod, "livenessProbe").returncode == 0, WAIT_S,
+             "the resumed daemon's probe")
+    d.stop()
 
 
 def test_a_pods_plugin_reports_through_the_read_only_mount_as_any_user(

@@ -158,9 +158,13 @@ def test_the_metrics_port_and_the_probes_match_the_daemon() -> None:
     assert ready["path"] == "/metrics" and ready["port"] == port["name"]
     for probe in ("startupProbe", "livenessProbe"):
         argv = probe_argv(probe)
-        assert argv[0] == "linkguard-cli" and argv[-1] in cli.commands
-        # read-only callers use the read-only socket (a probe must never be able to drain)
-        assert argv[argv.index("--ro-socket") + 1] == s.grpc_ro_socket, probe
+        assert argv[:2] == ["linkguard-cli", "health"], probe
+        assert "--shm" in {o for p in cli.commands["health"].params for o in p.opts}
+        # The daemon's own control file: a file read no reader can saturate (issue 30), where
+        # the read-only socket's connections can all be held by any pod that mounts it.
+        assert argv[2:] == ["--shm", s.shm_path], probe
+        # and no socket at all: never the admin one (a probe must never be able to drain)
+        assert not {s.grpc_socket, s.grpc_ro_socket} & set(argv), probe
 
 
 def test_the_daemonset_runs_like_the_systemd_unit() -> None:
