@@ -312,6 +312,7 @@ def test_stale_heartbeat(shm_dir: Path, dump: Path) -> None:
         assert r.alive(timeout_ns=60 * 10**9)
         w.heartbeat(now_ns=1)  # a beat from long ago: the daemon stopped beating
         assert not r.alive(timeout_ns=10**9)
+        assert r.heartbeat_ns() == r.header().heartbeat_ns == 1
         proc = run_dump(dump, path)
         assert proc.returncode == EXIT_NO_DAEMON
         assert strerror(ShmStatus.ESTALE) in proc.stderr

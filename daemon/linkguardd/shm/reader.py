@@ -1,6 +1,6 @@
 """ShmReader: reads the control channel through the same C reader the plugin uses.
 
-Used by linkguard-cli as a fallback when the daemon's API is unreachable, and by tests to check
+Used by `linkguard-cli health --shm` (the heartbeat, for liveness probes) and by tests to check
 what the plugin would see. Every "no daemon" condition of the C reader (missing, short, garbage,
 wrong magic, newer major version, inconsistent layout) is a ShmUnavailable carrying its status.
 """
