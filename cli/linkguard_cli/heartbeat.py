@@ -41,8 +41,9 @@ def _require_regular_file(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        hint = " (is linkguardd running? the path is its shm_path)" if e.errno == errno.ENOENT else ""
-        raise _unreachable(path, f"{e.strerror}{hint}") from None
+        hint = " (is linkguardd running? the path is its shm_path)"
+        why = (e.strerror or str(e)) + (hint if e.errno == errno.ENOENT else "")
+        raise _unreachable(path, why) from None
     try:
         mode = os.fstat(fd).st_mode
     finally:
