@@ -1,5 +1,9 @@
-/* The connection census (census.h): the datagram's bytes, the job id, the tally and the
- * sending rules on an injected clock against a real unix datagram socket. */
+/* The connection census (census.h): the datagram's bytes, the job id, the tally, the sending
+ * rules on an injected clock against a real unix datagram socket, and end to end: connection
+ * pairs over loopback (lg_test_pair.h) with a fake daemon (lg_test_daemon.h) whose NIC goes
+ * DOWN and UP again, and a connection whose peer closes with a send in flight, each seen in
+ * the datagrams the monitor thread sends, through to the goodbye when the last one closes. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +12,14 @@
 #include <unistd.h>
 
 #include "census.h"
+#include "conn.h"
+#include "core.h"
+#include "health.h"
 #include "le.h"
 #include "lg_test.h"
+#include "lg_test_daemon.h"
+#include "lg_test_flow.h"
+#include "lg_test_pair.h"
 #include "params.h"
 #include "util.h"
 
@@ -362,20 +372,167 @@ static void test_rules(const char *path)
     lg_census_reset();
 }
 
+/* ---- end to end: the monitor's census of real connections -------------------------------- */
+
+static int census_fd;
+static uint8_t latest[LG_CENSUS_SIZE];  /* the newest census received */
+static uint8_t before_bye[LG_CENSUS_SIZE]; /* the newest one without F_BYE */
+static int got_bye;
+
+static void drain(void)
+{
+    uint8_t b[LG_CENSUS_SIZE];
+    while (received(census_fd, b)) {
+        CHECK(lg_get32(b + 8) > lg_get32(latest + 8)); /* seq goes up */
+        memcpy(latest, b, sizeof(latest));
+        if (lg_get32(b + 12) & LG_CENSUS_F_BYE)
+            got_bye = 1;
+        else
+            memcpy(before_bye, b, sizeof(before_bye));
+    }
+}
+
+/* What a NIC's entry should say: {primary, backup, away, standing, failovers,
+ * reintegrations, failed by peer}. */
+struct want {
+    uint32_t lgt0[7], lgt1[7];
+};
+
+static int matches_nic(const uint8_t *b, const char *nic, const uint32_t w[7])
+{
+    static const int offs[7] = {E_PRIMARY, E_BACKUP, E_AWAY, E_STANDING, E_FAILOVERS,
+                                E_REINTEGRATIONS, E_FAILED + 2 * LG_FAIL_PEER};
+    for (int k = 0; k < 7; k++)
+        if (field(b, nic, offs[k]) != w[k])
+            return 0;
+    return 1;
+}
+
+static int census_is(void *arg)
+{
+    const struct want *w = arg;
+    drain();
+    return matches_nic(latest, "lgt0", w->lgt0) && matches_nic(latest, "lgt1", w->lgt1);
+}
+
+static void show(const char *what, const struct want *w)
+{
+    fprintf(stderr, "not ok: %s: census seq %u flags %u nnics %u:\n", what,
+            lg_get32(latest + 8), lg_get32(latest + 12), lg_get16(latest + 6));
+    static const char *const names[7] = {"primary", "backup", "away", "standing", "failovers",
+                                         "reintegrations", "failed_peer"};
+    static const int offs[7] = {E_PRIMARY, E_BACKUP, E_AWAY, E_STANDING, E_FAILOVERS,
+                                E_REINTEGRATIONS, E_FAILED + 2 * LG_FAIL_PEER};
+    for (int k = 0; k < 7; k++)
+        fprintf(stderr, "  %-14s lgt0 %u (want %u)  lgt1 %u (want %u)\n", names[k],
+                field(latest, "lgt0", offs[k]), w->lgt0[k], field(latest, "lgt1", offs[k]),
+                w->lgt1[k]);
+}
+
+static void expect(struct flow *a, struct flow *b, const struct want *w, const char *what)
+{
+    int ok = run_while(a, b, census_is, (void *)w, 20);
+    if (!ok)
+        show(what, w);
+    CHECK(ok);
+}
+
+static void test_end_to_end(const char *path)
+{
+    census_fd = bound(path);
+    memset(latest, 0, sizeof(latest));
+    struct flow a, b;
+    flow_init(&a);
+    flow_init(&b);
+    a.count = b.count = 24;
+    /* Four connections (a send and a receive side per flow), each on its primary on lgt0
+     * with its backup standing on lgt1. */
+    expect(&a, &b, &(struct want){{4, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 4, 0, 0, 0}}, "connected");
+    CHECK_EQ(lg_get16(latest + 6), 2);
+    CHECK(!strcmp((const char *)latest + 24, "job_42"));
+    CHECK(lg_get64(latest + 16) != 0);
+    /* lgt0 DOWN: every connection fails over and stays on the backup (no rebuild while
+     * DOWN), its primary away; each side counts its own failover. */
+    daemon_set(0, LG_NIC_DOWN);
+    expect(&a, &b, &(struct want){{0, 0, 4, 0, 4, 0, 0}, {0, 4, 0, 0, 0, 0, 0}}, "failed over");
+    /* UP again: rebuilt and taken back, the backup standing by again. */
+    daemon_set(0, LG_NIC_UP);
+    expect(&a, &b, &(struct want){{4, 0, 0, 0, 4, 4, 0}, {0, 0, 0, 4, 0, 0, 0}}, "back");
+    /* A third pair whose receiver closes while a send is in flight (no receive posted for
+     * it): the sender fails (the peer closed mid-transfer), counted once, on lgt0. */
+    void *s, *r, *req = NULL;
+    CHECK_EQ(pair_connect(&s, &r), 0);
+    static char msg[100];
+    CHECK_EQ(lg_core_isend(s, msg, sizeof(msg), 0, NULL, &req), ncclSuccess);
+    CHECK(req != NULL);
+    lg_core_close_recv(r);
+    expect(&a, &b, &(struct want){{4, 0, 0, 0, 4, 4, 1}, {0, 0, 0, 4, 0, 0, 0}}, "peer closed");
+    int done = 0, size = 0;
+    CHECK(lg_core_test(req, &done, &size) != ncclSuccess); /* NCCL sees it fail too */
+    lg_core_close_send(s);
+    /* The last close: what is left (counters only), then the goodbye. */
+    finish(&a, &b, "census flows");
+    flow_close(&a);
+    flow_close(&b);
+    uint64_t t0 = lg_now_ns();
+    while (!got_bye && lg_now_ns() - t0 < 20000000000ull) {
+        usleep(1000);
+        drain();
+    }
+    CHECK(got_bye);
+    CHECK_EQ(lg_get32(latest + 12), LG_CENSUS_F_BYE);
+    CHECK_EQ(lg_get16(latest + 6), 0);
+    const uint32_t left0[7] = {0, 0, 0, 0, 4, 4, 1}, left1[7] = {0};
+    CHECK(matches_nic(before_bye, "lgt0", left0) && matches_nic(before_bye, "lgt1", left1));
+    close(census_fd);
+    unlink(path);
+}
+
+static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+                   const char *fmt, ...)
+{
+    (void)flags, (void)file, (void)line;
+    if (level > NCCL_LOG_INFO || (level == NCCL_LOG_INFO && !getenv("LG_TEST_VERBOSE")))
+        return;
+    char buf[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", buf);
+}
+
 static const char *env(const char *name) { return getenv(name); }
 
 int main(void)
 {
-    char dir[] = "/tmp/lgcensus-XXXXXX", path[64];
+    char dir[] = "/tmp/lgcensus-XXXXXX", path[64], shm[128];
     CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof(path), "%s/daemon.sock", dir);
+    snprintf(shm, sizeof(shm), "/dev/shm/lgtest-census-%d", (int)getpid());
+    unlink(shm);
     setenv("SLURM_JOB_ID", "job 42", 1); /* read once per process: before the first report */
     setenv("LINKGUARD_VERDICT_SOCKET", path, 1);
+    setenv(LG_SHM_PATH_ENV, shm, 1);
     lg_params_load(&lg_params, env);
     test_encode();
     test_job();
     test_tally();
     test_rules(path);
+
+    fast_failover_env("3000");
+    loopback_devices("lgt0", "lgt1");
+    flow_beat = daemon_beat;
+    daemon_start(shm);
+    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, logger), ncclSuccess);
+    uint64_t t0 = lg_now_ns();
+    while (!lg_health_alive() && lg_now_ns() - t0 < 10000000000ull) /* its next health tick */
+        usleep(1000);
+    CHECK(lg_health_alive());
+    test_end_to_end(path);
+    CHECK_EQ(lg_core_finalize(), ncclSuccess);
+    daemon_stop();
+    unlink(shm);
     rmdir(dir);
     LG_TEST_DONE();
 }
