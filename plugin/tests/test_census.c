@@ -3,12 +3,10 @@
  * pairs over loopback (lg_test_pair.h) with a fake daemon (lg_test_daemon.h) whose NIC goes
  * DOWN and UP again, and a connection whose peer closes with a send in flight, each seen in
  * the datagrams the monitor thread sends, through to the goodbye when the last one closes. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "census.h"
@@ -20,6 +18,8 @@
 #include "lg_test_daemon.h"
 #include "lg_test_flow.h"
 #include "lg_test_pair.h"
+#include "lg_test_unix.h"
+#include "lg_test_warn.h"
 #include "params.h"
 #include "util.h"
 
@@ -46,16 +46,6 @@ static uint32_t field(const uint8_t *b, const char *nic, int off)
 {
     const uint8_t *e = entry_of(b, nic);
     return !e ? 0 : off >= E_FAILED ? lg_get16(e + off) : lg_get32(e + off);
-}
-
-static int bound(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    unlink(path);
-    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-    return fd;
 }
 
 /* The next census datagram waiting (verdicts on the same socket are skipped): 1, or 0. */
@@ -488,20 +478,6 @@ static void test_end_to_end(const char *path)
     unlink(path);
 }
 
-static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                   const char *fmt, ...)
-{
-    (void)flags, (void)file, (void)line;
-    if (level > NCCL_LOG_INFO || (level == NCCL_LOG_INFO && !getenv("LG_TEST_VERBOSE")))
-        return;
-    char buf[1200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "%s %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", buf);
-}
-
 static const char *env(const char *name) { return getenv(name); }
 
 int main(void)
@@ -524,7 +500,7 @@ int main(void)
     loopback_devices("lgt0", "lgt1");
     flow_beat = daemon_beat;
     daemon_start(shm);
-    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, logger), ncclSuccess);
+    CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, test_print_logger), ncclSuccess);
     uint64_t t0 = lg_now_ns();
     while (!lg_health_alive() && lg_now_ns() - t0 < 10000000000ull) /* its next health tick */
         usleep(1000);
