@@ -43,12 +43,13 @@ static struct {
  * LG_CENSUS_MIN_INTERVAL_MS between reports. */
 #define LG_CENSUS_WALK_MS 5
 
-/* The NIC of slot i: its path's, else the device's (a slot without a path). */
+/* The NIC of slot i: the device's, which every path of the slot is built on (the name in
+ * its `nic`, wrap mode too). Not the path's own copy: a close counting a failure must not
+ * read a path the monitor may be replacing. */
 static const char *census_nic(const struct lg_conn *c, int i)
 {
-    const struct lg_path *p = __atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE);
-    const struct lg_device *d = p ? NULL : lg_device_get(c->dev);
-    return p ? p->nic : d ? d->nic[i].name : "?";
+    const struct lg_device *d = lg_device_get(c->dev);
+    return d ? d->nic[i].name : "?";
 }
 
 /* Under mu: c's failure into the census, once (a close counts one the walk has not seen). */
@@ -81,7 +82,7 @@ static uint64_t census_pass(uint64_t now)
         int a = __atomic_load_n(&c->active, __ATOMIC_ACQUIRE);
         const struct lg_path *standby = __atomic_load_n(&c->paths[1 - a], __ATOMIC_ACQUIRE);
         lg_census_tally_conn(&t, census_nic(c, 0), census_nic(c, a), a == 1,
-                             lg_path_up(standby) ? standby->nic : NULL);
+                             lg_path_up(standby) ? census_nic(c, 1 - a) : NULL);
     }
     pthread_mutex_unlock(&M.mu);
     lg_census_tally_done(&t);
