@@ -366,7 +366,8 @@ void lg_conn_put(struct lg_conn *c)
     free(c);
 }
 
-int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
+int lg_conn_fail(struct lg_conn *c, enum lg_fail_reason why, ncclResult_t code, const char *fmt,
+                 ...)
 {
     int set = 0;
     pthread_mutex_lock(&c->mu);
@@ -375,6 +376,7 @@ int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
         va_end(ap);
+        c->fail_reason = why;
         __atomic_store_n(&c->error, (int)code, __ATOMIC_RELEASE);
         set = 1;
     }
@@ -406,7 +408,7 @@ void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    if (lg_conn_fail(c, ncclRemoteError, "the peer broke the protocol: %s", what))
+    if (lg_conn_fail(c, LG_FAIL_OTHER, ncclRemoteError, "the peer broke the protocol: %s", what))
         LG_WARN("%s conn %016llx: the peer broke the protocol (%s); failing the connection",
                 c->kind == LG_CONN_SEND ? "send" : "recv", (unsigned long long)c->nonce, what);
 }
@@ -441,7 +443,8 @@ static void path_lost(struct lg_path *p, int err, int eof, const char *why)
     if (bye == 1 + LG_BYE_CLOSE) {
         /* The peer closed the connection on purpose: nothing to fail over to. */
         __atomic_store_n(&c->peer_closed, 1, __ATOMIC_RELEASE);
-        if (lg_conn_fail(c, ncclRemoteError, "peer closed the connection")) {
+        if (lg_conn_fail(c, left ? LG_FAIL_PEER : LG_FAIL_CLOSED, ncclRemoteError,
+                         "peer closed the connection")) {
             if (left)
                 LG_WARN("%s conn %016llx: peer closed the connection with %llu request(s) in "
                         "flight (%s path on NIC %s to %s)",
@@ -459,8 +462,11 @@ static void path_lost(struct lg_path *p, int err, int eof, const char *why)
          * flight is a close whose BYE lost the race to a data stream's EOF (e.g. an inner
          * comm that linkguard fenced, in wrap mode): noted quietly, the next call fails. */
         int quiet = eof && !left;
-        if (lg_conn_fail(c, ncclRemoteError, "%s path on %s to %s: %s", pname, p->nic, p->peer,
-                         p->why)) {
+        enum lg_fail_reason fr = quiet ? LG_FAIL_CLOSED
+                                 : __atomic_load_n(&p->peer_gone, __ATOMIC_RELAXED) ? LG_FAIL_PEER
+                                                                                  : LG_FAIL_NO_PATH;
+        if (lg_conn_fail(c, fr, ncclRemoteError, "%s path on %s to %s: %s", pname, p->nic,
+                         p->peer, p->why)) {
             if (quiet)
                 LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s to %s ended (%s) with "
                         "nothing in flight", kind, (unsigned long long)c->nonce, pname, p->nic,

@@ -159,6 +159,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "census.h"
 #include "fo_state.h"
 #include "inner_path.h"
 #include "nccl_net_abi.h"
@@ -377,6 +378,8 @@ struct lg_conn {
     int refs;                 /* the object's: its owner's, and the monitor's holds (atomic) */
     /* failure */
     int error; /* ncclResult_t once the connection cannot deliver (atomic) */
+    enum lg_fail_reason fail_reason; /* why, written before `error` (census.h) */
+    int census_counted; /* its failure is in the census (under the monitor's registry lock) */
     int peer_closed; /* the peer closed the connection (BYE(CLOSE)) (atomic) */
     struct lg_failed_req failed_req; /* every post's request once `error` is set */
     char errmsg[256];
@@ -435,9 +438,9 @@ void lg_conn_path_eof(struct lg_path *p, const char *why);
  * connection's state allows): WARN with the details and fail the connection (any thread). A
  * lying peer must never get a completion or a replay out of us. */
 void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Sets the connection's error once; 1 if this call set it. */
-int lg_conn_fail(struct lg_conn *c, ncclResult_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Sets the connection's error once, and why it failed (census.h); 1 if this call set it. */
+int lg_conn_fail(struct lg_conn *c, enum lg_fail_reason why, ncclResult_t code, const char *fmt,
+                 ...) __attribute__((format(printf, 4, 5)));
 /* Appends "primary ctrl 40001 data 40002,40003" (each socket's local TCP port; "; " first when
  * `sep`) to out, so that an operator or a lab test can tell one flow from another. Returns
  * the length written (out stays terminated). */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include "census.h"
 #include "conn.h"
 #include "devices.h"
 #include "gray.h"
@@ -217,7 +218,8 @@ static int note_failures(struct lg_conn *c, uint64_t now)
         uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
         uint64_t done = c->kind == LG_CONN_SEND ? __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)
                                                 : __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
-        if (lg_conn_fail(c, ncclRemoteError, "peer closed both paths without a goodbye"))
+        if (lg_conn_fail(c, LG_FAIL_PEER, ncclRemoteError,
+                         "peer closed both paths without a goodbye"))
             LG_WARN("%s conn %016llx: both paths failed without a goodbye from the peer "
                     "(process exited?) with %llu request(s) in flight: primary path on NIC %s "
                     "to %s (%s); backup path on NIC %s to %s (%s)",
@@ -353,7 +355,7 @@ static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
         return 0;
     const char *peer0 = c->paths[0] ? c->paths[0]->peer : "?";
     const char *peer1 = c->paths[1] ? c->paths[1]->peer : "?";
-    if (lg_conn_fail(c, ncclRemoteError, "no working path for %lld ms",
+    if (lg_conn_fail(c, LG_FAIL_NO_PATH, ncclRemoteError, "no working path for %lld ms",
                      (long long)lg_params.dead_timeout_ms))
         LG_WARN("%s conn %016llx on dev %d: no working path for %.0f ms "
                 "(LINKGUARD_DEAD_TIMEOUT_MS=%lld): primary path on NIC %s to %s: %s; backup "
@@ -369,6 +371,15 @@ static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
 static const char *switch_word(int from, int to)
 {
     return from == 0 && to == 1 ? "failover" : from == 1 && to == 0 ? "reintegrated" : "switched";
+}
+
+/* A commit's move, in the census (census.h): data left the primary, or came back to it. */
+static void census_count(const struct lg_conn *c, int from, int to)
+{
+    if (from == 0 && to == 1)
+        lg_census_count_failover(nic_of(c, 0));
+    else if (from == 1 && to == 0)
+        lg_census_count_reintegration(nic_of(c, 0));
 }
 
 static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t now, char *out,
@@ -511,6 +522,7 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
             fo->sw_reason[0] ? fo->sw_reason : "the peer moved", epoch,
             (unsigned long long)replay, (unsigned long long)n, (unsigned long long)cur,
             lg_ms_since(t0, now));
+    census_count(c, from, target);
     if (!later) {
         fo->sw_phase = LG_SW_NONE;
         fo->sw_reason[0] = 0;
@@ -694,6 +706,7 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
             "switch took %.2f ms", (unsigned long long)c->nonce, switch_word(from, target),
             lg_slot_name(from), nic_of(c, from), lg_slot_name(target), p->nic, epoch, reset,
             (unsigned long long)base, lg_ms_since(t0, now));
+    census_count(c, from, target);
     fo->trigger_ns = 0;
     fo->hb_force = 1;
     if (old && old != p && old->index == 0 && !old->retired) {
@@ -782,7 +795,8 @@ static uint64_t unprotected_step(struct lg_conn *c, uint64_t now)
     if (fo->stalled_ns < LG_MS(lg_params.dead_timeout_ms))
         return now + hb;
     double quiet = lg_ms_since(lg_path_rx_ns(p), now);
-    if (lg_conn_fail(c, ncclRemoteError, "nothing heard from the peer for %.0f ms", quiet))
+    if (lg_conn_fail(c, LG_FAIL_TIMEOUT, ncclRemoteError, "nothing heard from the peer for %.0f ms",
+                     quiet))
         LG_WARN("%s conn %016llx on dev %d: nothing heard from the peer for %.0f ms on the %s "
                 "path on NIC %s to %s, and the connection has no backup path "
                 "(LINKGUARD_DEAD_TIMEOUT_MS=%lld); failing the connection",

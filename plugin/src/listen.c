@@ -224,7 +224,7 @@ static void path_closed_early(struct lg_path *p)
     __atomic_store_n(&p->fail_noted, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&p->state, LG_PATH_FAILED, __ATOMIC_RELEASE);
     __atomic_store_n(&c->peer_closed, 1, __ATOMIC_RELEASE);
-    if (lg_conn_fail(c, ncclRemoteError, "peer closed the connection"))
+    if (lg_conn_fail(c, LG_FAIL_CLOSED, ncclRemoteError, "peer closed the connection"))
         LG_INFO(NCCL_NET, "recv conn %016llx: closed by the peer before the accept",
                 (unsigned long long)c->nonce);
 }

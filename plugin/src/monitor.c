@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "acceptor.h"
+#include "census.h"
 #include "conn.h"
+#include "devices.h"
 #include "failover.h"
 #include "health.h"
 #include "log.h"
@@ -31,7 +33,61 @@ static struct {
     struct lg_conn *conns;
     struct lg_conn **due; /* a pass's connections to run, each held (monitor thread only) */
     int ndue, cap;
+    uint64_t census_ns; /* the last census walk (monitor thread only) */
 } M = {.mu = PTHREAD_MUTEX_INITIALIZER, .epfd = -1};
+
+/* ---- the census (census.h) ------------------------------------------------------------- */
+
+/* The registry is walked at most this often: a monitor busy with many connections wakes
+ * thousands of times a second, and a change seen a few ms late is nothing beside the
+ * LG_CENSUS_MIN_INTERVAL_MS between reports. */
+#define LG_CENSUS_WALK_MS 5
+
+/* The NIC of slot i: the device's, which every path of the slot is built on (the name in
+ * its `nic`, wrap mode too). Not the path's own copy: a close counting a failure must not
+ * read a path the monitor may be replacing. */
+static const char *census_nic(const struct lg_conn *c, int i)
+{
+    const struct lg_device *d = lg_device_get(c->dev);
+    return d ? d->nic[i].name : "?";
+}
+
+/* Under mu: c's failure into the census, once (a close counts one the walk has not seen). */
+static void census_failed(struct lg_conn *c)
+{
+    if (c->census_counted || !__atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
+        return;
+    c->census_counted = 1;
+    lg_census_count_failed(census_nic(c, 0), c->fail_reason);
+}
+
+/* After a pass: the registry's census, reported by the census rules. Returns when the
+ * monitor should come back for it. Only atomics and what the monitor owns are read, under
+ * the registry's lock alone (no connection's lock: NCCL's threads never wait for this). */
+static uint64_t census_pass(uint64_t now)
+{
+    if (!lg_census_enabled())
+        return UINT64_MAX;
+    if (now - M.census_ns < LG_MS(LG_CENSUS_WALK_MS))
+        return M.census_ns + LG_MS(LG_CENSUS_WALK_MS);
+    M.census_ns = now;
+    struct lg_census t = {0};
+    int n = 0;
+    pthread_mutex_lock(&M.mu);
+    for (struct lg_conn *c = M.conns; c; c = c->mon_next, n++) {
+        if (__atomic_load_n(&c->error, __ATOMIC_ACQUIRE)) {
+            census_failed(c); /* counted in `failed` only */
+            continue;
+        }
+        int a = __atomic_load_n(&c->active, __ATOMIC_ACQUIRE);
+        const struct lg_path *standby = __atomic_load_n(&c->paths[1 - a], __ATOMIC_ACQUIRE);
+        lg_census_tally_conn(&t, census_nic(c, 0), census_nic(c, a), a == 1,
+                             lg_path_up(standby) ? census_nic(c, 1 - a) : NULL);
+    }
+    pthread_mutex_unlock(&M.mu);
+    lg_census_tally_done(&t);
+    return lg_census_report(&t, n);
+}
 
 static void wake_rejoin(void) { lg_wake_monitor(0); }
 
@@ -52,7 +108,11 @@ void lg_monitor_remove(struct lg_conn *c)
             *pp = c->mon_next;
             break;
         }
+    census_failed(c);
+    int last = !M.conns;
     pthread_mutex_unlock(&M.mu);
+    if (last && lg_census_enabled())
+        lg_wake_monitor(0); /* the census's goodbye */
     /* Waits for this connection's own run at most, never for the rest of a pass: a pass
      * that still holds c skips it from now on (and the object outlives the hold). */
     pthread_mutex_lock(&c->run_mu);
@@ -172,6 +232,9 @@ static void *monitor_main(void *arg)
         uint64_t sess_next = lg_sessions_tick(lg_now_ns());
         if (sess_next < next)
             next = sess_next;
+        uint64_t census_next = census_pass(lg_now_ns());
+        if (census_next < next)
+            next = census_next;
     }
     return NULL;
 }
@@ -184,6 +247,7 @@ int lg_monitor_start(void)
         return 0;
     }
     M.stop = 0;
+    lg_census_start();
     M.epfd = epoll_create1(EPOLL_CLOEXEC);
     int evfd = lg_wake_open();
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
@@ -219,6 +283,7 @@ void lg_monitor_stop(void)
     pthread_mutex_unlock(&M.mu);
     lg_wake_monitor(0);
     pthread_join(M.tid, NULL);
+    lg_census_stop(); /* the goodbye, if the last close did not send it */
     while (lg_paths_retire_queued() > 0) /* the last comm is closed: only the holds go */
         ;
     lg_acceptor_on_rejoin(NULL);

@@ -158,7 +158,7 @@ static int bind_message(struct lg_stream *s, struct lg_req *r, const struct lg_c
     if (sub == -2) {
         /* NCCL's IB transport would hold such a send back until the group is full; here the
          * sender cannot know the groups, so the connection fails rather than misplace it. */
-        lg_conn_fail(c, ncclInternalError,
+        lg_conn_fail(c, LG_FAIL_OTHER, ncclInternalError,
                      "message #%llu has tag %d, which no free buffer of its grouped receive "
                      "(messages #%llu..#%llu, tags %s) expects", (unsigned long long)h->seq,
                      tag, (unsigned long long)gseq, (unsigned long long)(gseq + (uint64_t)gn - 1),
@@ -208,7 +208,7 @@ static int match_chunk(struct lg_stream *s, uint32_t epoch)
     if (b != MATCH_PLACE)
         return b;
     if (h->total > r->cap) {
-        lg_conn_fail(c, ncclInternalError,
+        lg_conn_fail(c, LG_FAIL_OTHER, ncclInternalError,
                      "message %llu is %llu bytes, larger than its posted receive (%zu bytes)",
                      (unsigned long long)h->seq, (unsigned long long)h->total, r->cap);
         LG_WARN("recv conn %016llx: message %llu is %llu bytes, larger than its posted "

@@ -1,8 +1,9 @@
 /* Verdicts the plugin reports to the host's daemon: "this NIC's path stalled / is lossy / is
  * slow / is healthy again", one datagram each on the daemon's unix socket
- * (LINKGUARD_VERDICT_SOCKET). The shm file stays one-writer (the daemon); this is the only
- * channel from a job to the daemon, and it never blocks or fails the job: a report that cannot
- * go out (no daemon, a full queue) is dropped.
+ * (LINKGUARD_VERDICT_SOCKET, daemon_sock.h). The shm file stays one-writer (the daemon); this
+ * socket is the only channel from a job to the daemon (the census, census.h, shares it), and
+ * it never blocks or fails the job: a report that cannot go out (no daemon, a full queue) is
+ * dropped.
  *
  * Datagram, LG_VERDICT_SIZE bytes, little-endian (daemon/linkguardd/verdicts/wire.py decodes
  * it; tests/unit/test_verdict_wire.py round-trips this encoder through that decoder):

@@ -197,7 +197,7 @@ static void fake_recv_pump(struct lg_conn *c, struct lg_path *p)
         pthread_mutex_unlock(&fake_tr.mu);
         if (!stale) {
             if (m->size > r->cap) {
-                lg_conn_fail(c, ncclInternalError, "fake transport: message %llu too large",
+                lg_conn_fail(c, LG_FAIL_OTHER, ncclInternalError, "fake transport: message %llu too large",
                              (unsigned long long)m->seq);
                 free(m);
                 return;

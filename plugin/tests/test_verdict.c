@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "le.h"
 #include "lg_test.h"
+#include "lg_test_unix.h"
 #include "params.h"
 #include "verdict.h"
 
@@ -41,16 +41,6 @@ static void test_encode(void)
     lg_verdict_encode(b, &v);
     CHECK_EQ(strlen((const char *)b + 8), LG_VERDICT_NIC_LEN - 1);
     CHECK_EQ(b[56], 0);
-}
-
-static int bound(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    unlink(path);
-    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-    return fd;
 }
 
 static int received(int fd, uint8_t *out)
