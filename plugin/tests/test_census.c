@@ -452,7 +452,8 @@ static void test_end_to_end(const char *path)
      * it): the sender fails (the peer closed mid-transfer), counted once, on lgt0. */
     void *s, *r, *req = NULL;
     CHECK_EQ(pair_connect(&s, &r), 0);
-    static char msg[100];
+    static char msg[64 << 10]; /* above LINKGUARD_SEND_COPY: it waits for its ack */
+    CHECK(sizeof(msg) > (size_t)lg_params.send_copy);
     CHECK_EQ(lg_core_isend(s, msg, sizeof(msg), 0, NULL, &req), ncclSuccess);
     CHECK(req != NULL);
     lg_core_close_recv(r);
