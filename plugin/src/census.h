@@ -6,7 +6,8 @@
  * daemon tells the two apart by the magic.
  *
  * Datagram, LG_CENSUS_SIZE bytes, little-endian (daemon/linkguardd/census/wire.py decodes it;
- * plugin/tools/lg_census_send.c sends one from the command line, for the decoder's tests):
+ * plugin/tools/lg_census_send.c sends one from the command line: tests/unit/
+ * test_census_surfaces.py round-trips this encoder through that decoder):
  *    0 u32  magic "LGCS"
  *    4 u16  version
  *    6 u16  nnics: entries used, 0..LG_CENSUS_MAX_NICS; the unused ones are all zero

@@ -6,7 +6,7 @@
  * dropped.
  *
  * Datagram, LG_VERDICT_SIZE bytes, little-endian (daemon/linkguardd/verdicts/wire.py decodes
- * it; tests/unit/test_verdict_wire.py round-trips this encoder through that decoder):
+ * it; tests/unit/test_plugin_verdicts.py round-trips this encoder through that decoder):
  *    0 u32 magic "LGVD"          24 u32 for_ms        40 u64 expected_Bps
  *    4 u16 version               28 u32 loss_ppm      48 u64 conn
  *    6 u8  kind (lg_verdict_kind) 32 u64 rate_Bps      56 char peer[48] (NUL-padded)

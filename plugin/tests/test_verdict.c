@@ -1,6 +1,6 @@
 /* Verdicts to the daemon: the datagram's bytes, delivery to a real unix datagram socket, the
  * rate limit per (NIC, kind), and that nothing blocks or fails without a daemon or with a full
- * queue. tests/unit/test_verdict_wire.py decodes this encoder's output with the daemon's code. */
+ * queue. tests/unit/test_plugin_verdicts.py decodes this encoder's output with the daemon's code. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

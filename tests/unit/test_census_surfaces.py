@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import subprocess
 from pathlib import Path
 
 from test_plugin_verdicts import GOOD as VERDICT
@@ -31,6 +33,7 @@ from linkguardd.monitors import plugin_verdicts
 from linkguardd.monitors.plugin_verdicts import PluginVerdictMonitor
 
 S = 1_000_000_000
+PLUGIN = Path(__file__).resolve().parents[2] / "plugin"
 CENSUS = wire.encode((NicCensus("rail0", away=64, failovers=64),
                       NicCensus("rail1", primary=3, backup=64), NicCensus("eth9", primary=1)),
                      job="4242", seq=5, flags=wire.F_CHANGE)
@@ -47,6 +50,32 @@ def test_census_and_verdicts_share_the_socket_told_apart_by_magic(sock_path: str
     assert [n.ifname for n in census.nics] == ["rail0", "rail1"] and census.change
     assert [(type(f).__name__, f.reason) for f in rejected] == [  # type: ignore[attr-defined]
         ("PluginCensusRejectedFact", "bad_size")] * 3  # a census read whole, one byte more
+
+
+def test_the_c_encoder_round_trips_through_the_daemon_decoder(sock_path: str) -> None:
+    """plugin/src/census.h's encoder (through plugin/tools/lg_census_send) against this
+    decoder: every field, a NIC with every number set, one with a few, a job id."""
+    subprocess.run(["make", "-s", "-C", str(PLUGIN), "build/lg_census_send"], check=True)
+    rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    rx.bind(sock_path)
+    rx.settimeout(10)
+    with rx:
+        tool = subprocess.run([str(PLUGIN / "build" / "lg_census_send"), "--socket", sock_path,
+                               "--seq", "7", "--flags", "1", "--instance", "0xfeedc0ffee",
+                               "--job", "slurm-4242", "rail0=4,0,1,2,3,4,5,6,7,65535",
+                               "rail1=0,4"], check=False, capture_output=True, text=True,
+                              timeout=30)
+        assert tool.returncode == 0, tool.stderr
+        data, anc, _, _ = rx.recvmsg(wire.SIZE + 1, socket.CMSG_SPACE(12))
+    pid, uid, _gid = (int.from_bytes(anc[0][2][i:i + 4], "little") for i in (0, 4, 8))
+    got = wire.decode(data, pid, uid, 9)
+    assert got == PluginCensusFact(9, pid, uid, 0xfeedc0ffee, 7, "slurm-4242", change=True,
+                                   bye=False, nics=(
+                                       NicCensus("rail0", 4, 0, 1, 2, 3, 4, 5, 6, 7, 65535),
+                                       NicCensus("rail1", 0, 4)))
+    assert wire.encode(got.nics, job=got.job, seq=got.seq, flags=wire.F_CHANGE,
+                       instance=got.instance) == data  # and back, byte for byte
 
 
 def test_a_census_flood_does_not_starve_verdicts_nor_the_reverse() -> None:
