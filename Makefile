@@ -10,7 +10,7 @@ FUZZ_SECONDS       ?= 120
 FUZZ_SMOKE_SECONDS ?= 5
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab test-systemd \
-        check-c check-san fuzz demo bench bench-failover bench-wrap bench-soak bench-gray \
+        check-c check-san fuzz demo bench bench-failover bench-wrap bench-soak bench-gray bench-census \
         bench-latency bench-scale test-repeat \
         gpu-prep gpu-check gpu-dry-run install wheelhouse constraints lint clean distclean
 
@@ -123,6 +123,11 @@ bench-soak: build
 # memory and the plugin threads' CPU (BENCHMARKS.md "Scale"; `--quick` for a subset).
 bench-scale: build
 	$(PY) -m bench.scale --trials 2
+
+# How soon `linkguard-cli status` shows 2 x 64 connections moved by a cut and back after the
+# restore, from the plugins' census (BENCHMARKS.md "Census"; root, ~1 min).
+bench-census: build
+	$(PY) -m bench.census_delay --trials 5
 
 # Wrap mode: bandwidth and round trips against the inner plugin alone, the failover gaps and
 # the soak over it.
