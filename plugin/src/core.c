@@ -111,9 +111,13 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
     if (lg_core_loaded != (int)flavor)
         lg_params_load(&lg_params, getenv_wrap);
     /* lgtcp promises that a send completes once its receiver placed it (wrap mode's placed
-     * completion rests on that, docs/wrap-mode.md): a kept send completes before. */
-    if (flavor == LG_FLAVOR_TCP)
+     * completion rests on that, docs/wrap-mode.md): a kept send completes before. And it
+     * sends no census: wrapped, the linkguard around it reports the process's connections
+     * (one census per pid: two would replace each other in the daemon). */
+    if (flavor == LG_FLAVOR_TCP) {
         lg_params.send_copy = 0;
+        lg_params.census = 0;
+    }
     /* Wrap mode (the failover plugin only: the standalone transport is what gets wrapped)
      * starts the inner plugin first: LINKGUARD_PAIRS may name its devices. */
     if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_open(logger)) != ncclSuccess)

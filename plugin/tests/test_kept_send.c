@@ -165,6 +165,7 @@ int main(void)
     setenv("LGTCP_IFS", "lo", 1);
     CHECK_EQ(lg_core_init(LG_FLAVOR_TCP, NULL), ncclSuccess);
     CHECK_EQ(lg_params.send_copy, 0);
+    CHECK_EQ(lg_params.census, 0); /* and no census: the wrapping linkguard sends the pid's */
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }

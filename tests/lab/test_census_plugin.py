@@ -2,7 +2,8 @@
 
 linkguardd in both hosts; two lg_nccl_driver pairs (bench/driver_fleet.py), each a client in host
 a sending to a server in host b over 64 connections through libnccl-net-linkguard.so on dev 0
-(rail0 primary, rail1 standby), every plugin pointed at its host's verdict socket, on which it
+(rail0 primary, rail1 standby; on linkguard's TCP transport and in wrap mode over lgtcp),
+every plugin pointed at its host's verdict socket, on which it
 also sends its census. What an operator of host a sees with `linkguard-cli`: before the cut, 128
 connections on rail0's primary and 128 standby paths on rail1; after a's rail0 is cut, all 128
 on rail1's backup (rail0 "away" 128, nothing left on it) and `jobs` lists both processes as on
@@ -24,7 +25,7 @@ from ops_helpers import describe, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.driver_fleet import Fleet
-from bench.plugin_driver import build_plugin
+from bench.plugin_driver import LGTCP_SO, build_plugin
 from linkguard_lab.lab import Lab
 
 pytestmark = pytest.mark.lab
@@ -36,6 +37,11 @@ DAEMON_ARGS = ("--interfaces", "rail0,rail1", "--hold-down-ms", "300")
 ARGS = ["--size", "4K", "--depth", "2", "--pace-us", "20000", "--idle-us", "200",
         "--gap-list-ms", "-1"]
 WAIT_S = 60.0  # bounds, not expectations: a loaded machine is slow
+# linkguard's own TCP transport, and wrap mode over the standalone build of it
+TRANSPORTS = {
+    "native": {},
+    "wrap": {"LINKGUARD_INNER": str(LGTCP_SO), "LGTCP_IFS": "rail0,rail1"},
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,9 +68,11 @@ def shows(lab: Lab, d: Daemon, fleet: Fleet, want: dict[str, dict[str, int]], wh
     assert fleet.wait(match, WAIT_S), (what, seen, fleet.warnings[:5])
 
 
-def test_status_jobs_and_drain_wait_follow_a_cut(lab: Lab, daemons: Daemons) -> None:
+@pytest.mark.parametrize("transport", list(TRANSPORTS))
+def test_status_jobs_and_drain_wait_follow_a_cut(lab: Lab, daemons: Daemons,
+                                                 transport: str) -> None:
     d = {h: daemons.start(lab, h, *DAEMON_ARGS) for h in ("a", "b")}
-    env = {"LINKGUARD_PAIRS": "rail0:rail1,rail1:rail0",
+    env = {"LINKGUARD_PAIRS": "rail0:rail1,rail1:rail0", **TRANSPORTS[transport],
            "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "NET"}  # the fleet reads the moves
     fleet = Fleet(lab, PROCS, CONNS, 10 * WAIT_S, ARGS, env=env,
                   server_env={"LINKGUARD_SHM": str(d["b"].shm_path),
