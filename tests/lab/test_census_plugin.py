@@ -24,29 +24,23 @@ from daemon_fixture import Daemon, Daemons
 from ops_helpers import describe, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from test_scale import (  # the same lab, daemons and transports as the scale test
+    DAEMON_ARGS,
+    TRANSPORTS,
+    WAIT_S,
+    built,  # noqa: F401  (autouse here too: the plugin is built)
+)
+
 from bench.driver_fleet import Fleet
-from bench.plugin_driver import LGTCP_SO, build_plugin
 from linkguard_lab.lab import Lab
 
 pytestmark = pytest.mark.lab
 
 PROCS, CONNS = 2, 64
 TOTAL = PROCS * CONNS
-DAEMON_ARGS = ("--interfaces", "rail0,rail1", "--hold-down-ms", "300")
 # 20 ms between posts per connection: light enough for 2 CPUs with 256 connections a host.
 ARGS = ["--size", "4K", "--depth", "2", "--pace-us", "20000", "--idle-us", "200",
         "--gap-list-ms", "-1"]
-WAIT_S = 60.0  # bounds, not expectations: a loaded machine is slow
-# linkguard's own TCP transport, and wrap mode over the standalone build of it
-TRANSPORTS = {
-    "native": {},
-    "wrap": {"LINKGUARD_INNER": str(LGTCP_SO), "LGTCP_IFS": "rail0,rail1"},
-}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
-    build_plugin()
 
 
 def traffic(lab: Lab, d: Daemon) -> dict[str, dict]:
