@@ -99,17 +99,10 @@ static void maybe_stop(void)
     }
 }
 
-ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
+/* The settings, then what a flavor overrides. Only here: the threads read lg_params. */
+static void load_params(enum lg_flavor flavor)
 {
-    ncclResult_t rc = ncclSuccess;
-    lg_log_set(logger);
-    pthread_mutex_lock(&lg_core_mu);
-    if (lg_core_injected && lg_core_inits == 0)
-        lg_params_load(&lg_params, getenv_wrap);
-    if (!lg_core_running)
-        lg_health_init(); /* before discovery: the daemon's table lists the devices */
-    if (lg_core_loaded != (int)flavor)
-        lg_params_load(&lg_params, getenv_wrap);
+    lg_params_load(&lg_params, getenv_wrap);
     /* lgtcp promises that a send completes once its receiver placed it (wrap mode's placed
      * completion rests on that, docs/wrap-mode.md): a kept send completes before. And it
      * sends no census: wrapped, the linkguard around it reports the process's connections
@@ -118,6 +111,19 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
         lg_params.send_copy = 0;
         lg_params.census = 0;
     }
+}
+
+ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
+{
+    ncclResult_t rc = ncclSuccess;
+    lg_log_set(logger);
+    pthread_mutex_lock(&lg_core_mu);
+    if (lg_core_injected && lg_core_inits == 0)
+        load_params(flavor);
+    if (!lg_core_running)
+        lg_health_init(); /* before discovery: the daemon's table lists the devices */
+    if (lg_core_loaded != (int)flavor)
+        load_params(flavor);
     /* Wrap mode (the failover plugin only: the standalone transport is what gets wrapped)
      * starts the inner plugin first: LINKGUARD_PAIRS may name its devices. */
     if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_open(logger)) != ncclSuccess)
