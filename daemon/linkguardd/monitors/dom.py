@@ -17,7 +17,6 @@ module steals flags from us, and we from them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -29,6 +28,7 @@ from linkguardd.dom.decode import decode
 from linkguardd.dom.reader import ModuleEepromReader, NoModuleError, PageReader
 from linkguardd.facts import DomFact
 from linkguardd.monitors.base import FactSink, MonitorHealth
+from linkguardd.monitors.polling import Polling
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class DomMonitor:
         self.health = MonitorHealth()
         self._reader: PageReader = page_reader or ModuleEepromReader()
         self._sink: FactSink | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._polling = Polling(self.name, self.poll_once, interval_s, self.health)
         # A read can hang in the driver (firmware I2C access); it is never started twice.
         self._inflight: dict[str, asyncio.Future[_Read]] = {}
         self._latest: dict[str, ModuleDiagnostics] = {}
@@ -77,14 +77,10 @@ class DomMonitor:
     async def start(self, sink: FactSink) -> None:
         self._sink = sink
         await self.poll_once()
-        self._task = asyncio.create_task(self._run(), name="dom-monitor")
+        self._polling.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()  # a read still in its thread finishes there; its result is dropped
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._polling.stop()
         self._sink = None
 
     def latest(self, ifname: str) -> ModuleDiagnostics | None:
@@ -117,18 +113,6 @@ class DomMonitor:
         else:
             self.health.success, self.health.last_error = True, ""
         self.health.last_duration_s = time.monotonic() - started
-
-    async def _run(self) -> None:
-        next_at = time.monotonic() + self.interval_s
-        while True:
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            try:
-                await self.poll_once()
-            except Exception as exc:  # e.g. the sink raised: keep polling, say so in health
-                log.exception("dom poll failed")
-                self.health.fail(repr(exc))
-            # a poll longer than the interval delays the next one; no bursts to catch up
-            next_at = max(next_at + self.interval_s, time.monotonic())
 
     async def _read_bounded(self, ifname: str) -> _Read:
         """The NIC's read, reusing one still in flight; a read past the timeout is a failure

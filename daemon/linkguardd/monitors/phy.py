@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from linkguardd.facts import CountersFact
 from linkguardd.monitors.base import FactSink, MonitorHealth
 from linkguardd.monitors.ethtool_stats import FEC_STATS, PHY_STATS, EthtoolStats
+from linkguardd.monitors.polling import Polling
 
 log = logging.getLogger(__name__)
 
@@ -40,30 +41,18 @@ class PhyMonitor:
         self._opener = opener
         self._nl: EthtoolStats | None = None
         self._sink: FactSink = lambda fact: None
-        self._task: asyncio.Task[None] | None = None
+        self._polling = Polling(self.name, self.poll_once, interval_s, self.health)
 
     async def start(self, sink: FactSink) -> None:
         self._sink = sink
         await self.poll_once()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="phy-monitor")
+        self._polling.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()  # a read in its thread finishes there (bounded by its timeout)
-            await asyncio.gather(task, return_exceptions=True)
+        await self._polling.stop()
         if self._nl is not None:
             self._nl.close()
             self._nl = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.poll_once()
-            except Exception as exc:  # keep polling; say what broke
-                log.exception("phy: poll failed")
-                self.health.fail(f"phy poll: {exc!r}")
 
     async def poll_once(self) -> None:
         started = time.perf_counter()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from linkguardd.facts import IbPortFact, VerbsEventFact
 from linkguardd.monitors.base import FactSink, MonitorHealth
+from linkguardd.monitors.polling import Polling
 from linkguardd.monitors.verbs_events import ChildVerbsSource, VerbsEvent, VerbsSource
 
 log = logging.getLogger(__name__)
@@ -125,10 +126,10 @@ class RdmaMonitor:
         self._root = Path(sysfs_root)
         self._watch = frozenset(interfaces) if interfaces is not None else None
         self._source = verbs_source
-        self._interval = poll_interval_s
         self._sink: FactSink = lambda fact: None
         self._ports: dict[PortKey, IbPortFact] = {}  # watched ports: the last reading reported
-        self._tasks: dict[str, asyncio.Task[None]] = {}  # "poll" and one verbs watcher per dev
+        self._polling = Polling(self.name, self._scan, poll_interval_s, self.health)
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # one verbs watcher per device
 
     def _watched(self, fact: IbPortFact) -> bool:
         return self._watch is None or fact.rdma_dev in self._watch or fact.netdev in self._watch
@@ -143,24 +144,16 @@ class RdmaMonitor:
                      self._root / "class/infiniband")
         elif self._source is None:
             log.info("rdma: no verbs events (pyverbs missing): port state read every %.1f s",
-                     self._interval)
-        self._tasks["poll"] = asyncio.get_running_loop().create_task(self._poll())
+                     self._polling.interval_s)
+        self._polling.start()
 
     async def stop(self) -> None:
+        await self._polling.stop()
         tasks = list(self._tasks.values())
         self._tasks.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await self._scan()
-            except Exception as exc:  # keep polling; say what broke
-                log.exception("rdma: scan failed")
-                self.health.fail(f"rdma scan: {exc!r}")
 
     async def _scan(self) -> None:
         started = time.perf_counter()
@@ -203,7 +196,7 @@ class RdmaMonitor:
     def _sync_watchers(self, devices: set[str]) -> None:
         if self._source is None:
             return
-        for dev in set(self._tasks) - devices - {"poll"}:
+        for dev in set(self._tasks) - devices:
             self._tasks.pop(dev).cancel()
         loop = asyncio.get_running_loop()
         for dev in devices - set(self._tasks):

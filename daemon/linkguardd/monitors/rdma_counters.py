@@ -17,6 +17,7 @@ from pathlib import Path
 
 from linkguardd.facts import CountersFact
 from linkguardd.monitors.base import FactSink, MonitorHealth
+from linkguardd.monitors.polling import Polling
 from linkguardd.monitors.rdma import port_netdev, port_numbers, rdma_devices
 
 log = logging.getLogger(__name__)
@@ -104,30 +105,17 @@ class RdmaCountersMonitor:
         self.health = MonitorHealth()
         self._root = Path(sysfs_root)
         self._watch = frozenset(interfaces) if interfaces is not None else None
-        self._interval = poll_interval_s
         self._sink: FactSink = lambda fact: None
-        self._task: asyncio.Task[None] | None = None
+        self._polling = Polling(self.name, self.poll_once, poll_interval_s, self.health)
         self._said: set[str] = set()  # problems already logged (one line each, not one a poll)
 
     async def start(self, sink: FactSink) -> None:
         self._sink = sink
         await self.poll_once()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="rdma-counters")
+        self._polling.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.poll_once()
-            except Exception as exc:  # keep polling; say what broke
-                log.exception("rdma_counters: poll failed")
-                self.health.fail(f"rdma_counters poll: {exc!r}")
+        await self._polling.stop()
 
     async def poll_once(self) -> None:
         started = time.perf_counter()
