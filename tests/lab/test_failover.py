@@ -277,7 +277,6 @@ def test_blackhole_is_found_by_silence(lab: Lab, daemons: Daemons) -> None:
     t = stamp()
     lab.blackhole("a", 0)
     run.wait_switches("failover", t)
-    assert time.monotonic_ns() - t < 2e9  # default LINKGUARD_SILENT_TIMEOUT_MS is 300
     assert run.d["a"].nic("rail0").state == NicState.UP  # no daemon saw anything
     # Found by silence: the sender's own, or the receiver's, which it declares to the sender.
     assert run.lines(r"failover: .*(no data and no heartbeat for \d+ ms|declared failed by "
@@ -307,7 +306,7 @@ def test_silent_standby_is_rebuilt(lab: Lab, daemons: Daemons) -> None:
     run.wait(lambda: all(len([ln for ln in run.pair.stderr_lines() if ln.role == role and
                               ln.read_ns >= t and "backup path on NIC rail1 rebuilt" in ln.text])
                          >= PER_ROLE for role in ("server", "client")),
-             40, "every standby rebuilt")  # rebuild attempts back off while packets drop
+             WAIT_S, "every standby rebuilt")  # rebuild attempts back off while packets drop
     run.away_and_back(lambda: lab.cut("a", 0), lambda: lab.restore("a", 0))
     run.finish()
 
@@ -367,14 +366,14 @@ def test_daemon_killed_and_restarted(lab: Lab, daemons: Daemons) -> None:
     os.kill(da.pid, signal.SIGKILL)  # the daemon this test started, by PID
     assert da.proc is not None
     da.proc.wait(timeout=10)
-    run.wait(lambda: run.lines(r"no daemon \(heartbeat stale\)"), 5, "the plugin's no-daemon line")
+    run.wait(lambda: run.lines(r"no daemon \(heartbeat stale\)"), WAIT_S, "the plugin's no-daemon line")
     t = stamp()
     lab.cut("a", 0)
     run.wait_switches("failover", t)
     run.assert_on(1)
     da.close_reader()
     da.start()  # same host, same shm path: replaces the stale file
-    run.wait(lambda: run.lines(r"daemon found \(pid \d+\)", t), 5, "the plugin's daemon-found line")
+    run.wait(lambda: run.lines(r"daemon found \(pid \d+\)", t), WAIT_S, "the plugin's daemon-found line")
     t = stamp()
     lab.restore("a", 0)
     run.wait_switches("reintegrated", t)
@@ -397,7 +396,7 @@ def test_backup_down_at_start_is_added_later(lab: Lab, daemons: Daemons) -> None
     run.wait(lambda: all(
         len([ln for ln in run.pair.stderr_lines() if ln.role == role and ln.read_ns >= t and
              "built after the start; the connection is protected" in ln.text]) >= PER_ROLE
-        for role in ("server", "client")), 20, "every connection adding its backup path")
+        for role in ("server", "client")), WAIT_S, "every connection adding its backup path")
     run.away_and_back(lambda: lab.cut("a", 0), lambda: lab.restore("a", 0))
     run.finish(warn_ok=r"backup path via NIC rail1 .* unavailable")
 
@@ -467,7 +466,7 @@ def test_one_stalled_stream_fails_over(lab: Lab, daemons: Daemons, transport: st
                     "first; wrap mode's watchdog is tested on a hung inner pair (test_wrap.c)")
     run = Run(lab, daemons)
     found = run.wait(lambda: [m for ln in run.lines("local ports", 0)
-                              if (m := _PORTS.search(ln))], 10, "a send conn's local ports")
+                              if (m := _PORTS.search(ln))], WAIT_S, "a send conn's local ports")
     conn, port = found[0]["id"], int(found[0]["data"].split(",")[0])
     t = stamp()
     lab.stall("a", 0, port)
@@ -514,7 +513,7 @@ def gray_away_and_back(run: Run, transport: str, fault: Callable[[], Any],
                      if re.search(r"send conn \w+: primary path on NIC rail0: healthy baseline",
                                   ln.text)]
             return all(roles.count(r) >= CONNS for r in ("server", "client"))
-        run.wait(learnt, 20, "every send connection's baseline on rail0")
+        run.wait(learnt, WAIT_S, "every send connection's baseline on rail0")
     reason = rf".*is {verdict} \(" if transport == "native" else ""
     t = stamp()
     fault()
