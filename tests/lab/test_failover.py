@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_fixture import Daemon, Daemons
+from daemon_fixture import Daemon, Daemons, wait_for
 from ops_helpers import run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -52,9 +52,17 @@ PLUGIN_ENV = {
     "LINKGUARD_REJOIN_TIMEOUT_MS": "1000",
     "LINKGUARD_DEAD_TIMEOUT_MS": str(DEAD_TIMEOUT_MS),
 }
+PROGRESS_MS = 200  # the drivers' completion counter, read by Run.finish
 ARGS = ["--bidir", "--conns", str(CONNS), "--size", "262144", "--depth", "8", "--verbose",
-        "--timestamps", "--gap-list-ms", "-1"]
-WAIT_S = 10.0
+        "--timestamps", "--gap-list-ms", "-1", "--progress-ms", str(PROGRESS_MS)]
+# Every wait is on its condition (a log line, a byte counter, a state); the deadline only
+# bounds a failure, so it is generous: a loaded 2-core machine takes seconds for what is
+# milliseconds on an idle one. How fast is bench/failover_gap.py's business.
+WAIT_S = 60.0
+# Longer than any test here: the plugin's own silence detection (default 300 ms) stays out of
+# a test whose switch must come from the daemon, however long a loaded machine stalls a peer.
+NO_SILENCE_MS = 600000  # LINKGUARD_SILENT_TIMEOUT_MS' upper bound (params.def)
+MIN_COMPLETIONS = 1000
 
 _LINE = re.compile(r"(?P<kind>send|recv) conn (?P<id>[0-9a-f]+): (?P<what>failover|reintegrated|"
                    r"switched): .*?switch took (?P<ms>[\d.]+) ms")
@@ -92,9 +100,9 @@ class Run:
         self.d = {h: daemons.start(lab, h, *daemon_args) for h in ("a", "b")}
         self.pair: StreamPair = start_stream_pair(
             lab_starter(lab, "b"), lab_starter(lab, "a"), f"{lab.mgmt_address('b')}:{port}",
-            duration_s=120, args=ARGS, env={**PLUGIN_ENV, **_transport, **(env or {})},
+            duration_s=600, args=ARGS, env={**PLUGIN_ENV, **_transport, **(env or {})},
             server_env={"LINKGUARD_SHM": str(self.d["b"].shm_path)},
-            client_env={"LINKGUARD_SHM": str(self.d["a"].shm_path)}, timeout=150,
+            client_env={"LINKGUARD_SHM": str(self.d["a"].shm_path)}, timeout=630,
             server_args=["--dev", str(server_dev)])
         self.wait_traffic()
 
@@ -139,7 +147,7 @@ class Run:
         return "\n".join(f"{ln.role}: {ln.text}" for ln in self.pair.stderr_lines()[-n:])
 
     # --- traffic -------------------------------------------------------------------------
-    def wait_traffic(self, timeout_s: float = 20.0) -> None:
+    def wait_traffic(self, timeout_s: float = WAIT_S) -> None:
         """Connected, and messages completing."""
         self.wait(lambda: self.tx_bytes("a", 0) > 20 << 20, timeout_s, "traffic on rail0")
 
@@ -154,7 +162,7 @@ class Run:
         time.sleep(seconds)
         return self.tx_bytes(host, rail) - before[0], self.tx_bytes(host, other) - before[1]
 
-    def assert_on(self, rail: int, timeout_s: float = 10.0, host: str = "a") -> None:
+    def assert_on(self, rail: int, timeout_s: float = WAIT_S, host: str = "a") -> None:
         """`host`'s traffic settles on `rail` (both directions switch; a loaded machine is
         slow)."""
         deadline = time.monotonic() + timeout_s
@@ -168,17 +176,28 @@ class Run:
         """`fault` moves every connection to the backup rail, `repair` brings them back."""
         t = stamp()
         fault()
-        self.wait_switches("failover", t, timeout_s=5)
+        self.wait_switches("failover", t)
         self.assert_on(1)
         t = stamp()
         repair()
         self.wait_switches("reintegrated", t)
         self.assert_on(0)
 
+    def completions(self, role: str) -> int:
+        """The completion counter of `role`'s last progress line (0 before the first)."""
+        got = [ln.text for ln in self.pair.stderr_lines(role) if "lg_nccl_driver: progress " in
+               ln.text]
+        m = re.search(r" completions=(\d+)", got[-1]) if got else None
+        return int(m[1]) if m else 0
+
     def finish(self, expect_error: bool = False,
                warn_ok: str | None = None) -> tuple[DriverResult, DriverResult]:
         """End both drivers early (SIGUSR1: a clean end) and check what they report: no
         WARN but those matching `warn_ok`."""
+        if not expect_error:  # enough traffic to mean something, however slow the machine
+            self.wait(lambda: all(self.completions(r) > MIN_COMPLETIONS
+                                  for r in ("server", "client")),
+                      WAIT_S, f"{MIN_COMPLETIONS} completions per driver")
         for proc in self.pair.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGUSR1)  # only the processes this run started
@@ -189,7 +208,7 @@ class Run:
                 assert r.ok, (rep.get("failure"), rep.get("errors"), r.stderr[-3000:])
                 assert rep["errors"] == [] and rep["corrupt_messages"] == 0
                 assert rep["missing_messages"] == 0 and rep["size_mismatches"] == 0
-                assert rep["completions"] > 1000
+                assert rep["completions"] > MIN_COMPLETIONS
                 warns = [ln for ln in r.stderr.splitlines() if "[plugin WARN" in ln
                          and not (warn_ok and re.search(warn_ok, ln))]
                 assert not warns, (warns, r.stderr[-3000:])
@@ -205,16 +224,15 @@ def stamp() -> int:
 @pytest.mark.parametrize("host", ["a", "b"], ids=["cut-client-side", "cut-server-side"])
 def test_cut_then_restore(lab: Lab, daemons: Daemons, host: str, transport: str) -> None:
     """A switch-port cut on one host (sender's side for one direction, receiver's side for the
-    other): every connection fails over within milliseconds; the restore brings them back."""
-    run = Run(lab, daemons)
+    other): the daemon that sees the carrier loss moves every connection; the restore brings
+    them back. (Within milliseconds on an idle host: bench/failover_gap.py measures it.)"""
+    run = Run(lab, daemons, env={"LINKGUARD_SILENT_TIMEOUT_MS": str(NO_SILENCE_MS)})
     t = stamp()
     lab.cut(host, 0)
-    took = run.wait_switches("failover", t, timeout_s=5)
-    assert time.monotonic_ns() - t < 3e9
+    run.wait_switches("failover", t)
     run.assert_on(1)
-    # The daemon that saw the carrier loss triggered it: the switch itself takes ms (well
-    # under 10 on an idle host; the bound leaves room for a loaded CI machine).
-    assert min(took["server"] + took["client"]) < 100, took
+    # Silence cannot have found it: a daemon did, ours or (in its heartbeat) the peer's.
+    assert run.lines(r"failover: .*\((its )?daemon\)", t), run.lines(r"conn \w+: failover: ", t)
     t = stamp()
     lab.restore(host, 0)
     run.wait_switches("reintegrated", t)
@@ -236,7 +254,7 @@ def test_cross_rail_cut_then_restore_on_a_routed_fabric(lab_factory, daemons: Da
     run.assert_on(1, host="b")  # b's data leaves on its rail1, towards a's rail0
     t = stamp()
     lab.cut("a", 0)
-    run.wait_switches("failover", t, timeout_s=5)
+    run.wait_switches("failover", t)
     run.assert_on(1)
     run.assert_on(0, host="b")
     t = stamp()
@@ -258,8 +276,7 @@ def test_blackhole_is_found_by_silence(lab: Lab, daemons: Daemons) -> None:
     run = Run(lab, daemons)
     t = stamp()
     lab.blackhole("a", 0)
-    run.wait_switches("failover", t, timeout_s=5)
-    assert time.monotonic_ns() - t < 2e9  # default LINKGUARD_SILENT_TIMEOUT_MS is 300
+    run.wait_switches("failover", t)
     assert run.d["a"].nic("rail0").state == NicState.UP  # no daemon saw anything
     # Found by silence: the sender's own, or the receiver's, which it declares to the sender.
     assert run.lines(r"failover: .*(no data and no heartbeat for \d+ ms|declared failed by "
@@ -289,7 +306,7 @@ def test_silent_standby_is_rebuilt(lab: Lab, daemons: Daemons) -> None:
     run.wait(lambda: all(len([ln for ln in run.pair.stderr_lines() if ln.role == role and
                               ln.read_ns >= t and "backup path on NIC rail1 rebuilt" in ln.text])
                          >= PER_ROLE for role in ("server", "client")),
-             40, "every standby rebuilt")  # rebuild attempts back off while packets drop
+             WAIT_S, "every standby rebuilt")  # rebuild attempts back off while packets drop
     run.away_and_back(lambda: lab.cut("a", 0), lambda: lab.restore("a", 0))
     run.finish()
 
@@ -303,11 +320,16 @@ def test_flap_twenty_times(lab: Lab, daemons: Daemons) -> None:
     run = Run(lab, daemons, daemon_args=DAEMON_ARGS + damping)
     t = stamp()
     lab.flap("a", 0, count=20, period_ms=250)  # closer bounces merge in link-watch under load
-    assert run.switches("failover", t)["client"], run.tail()
-    assert run.d["a"].nic("rail0").state != NicState.UP  # held out by damping
-    run.d["a"].c_wait_state("rail0", NicState.UP, timeout_s=10)
-    t2 = stamp()
-    run.wait_switches("reintegrated", t2)
+    run.wait(lambda: run.switches("failover", t)["client"], WAIT_S, "a failover off rail0")
+    # Held out by damping: read from the daemon's log, not from the state after the flaps (the
+    # penalty decays below reuse about a second after the last one, which a loaded machine can
+    # sleep through).
+    wait_for(lambda: [x for x in run.d["a"].transitions("rail0") if x["to"] == "DOWN" and
+                      "suppressed for" in x.get("detail", "")], WAIT_S, "rail0 suppressed")
+    run.d["a"].c_wait_state("rail0", NicState.UP, timeout_s=WAIT_S)
+    # Counted since the first flap: one stamped after UP could miss a plugin quicker than this
+    # process; an early one (a bounce that outlasted the hold-down) is caught by assert_on.
+    run.wait_switches("reintegrated", t)
     run.assert_on(0)
     run.finish()
 
@@ -323,7 +345,7 @@ def test_drain_and_undrain_through_the_cli(lab: Lab, daemons: Daemons) -> None:
     t = stamp()
     proc = run_cli(lab, "a", da.grpc_socket, "drain", "rail0", "--reason", "lab test")
     assert proc.returncode == 0, proc.stderr
-    run.wait_switches("failover", t, timeout_s=5)
+    run.wait_switches("failover", t)
     sends = run.lines(r"send conn \w+: failover: .*DRAINED", t)
     assert len(sends) >= CONNS, run.tail()
     assert all("replaying 0 message(s)" in s for s in sends), sends
@@ -344,14 +366,14 @@ def test_daemon_killed_and_restarted(lab: Lab, daemons: Daemons) -> None:
     os.kill(da.pid, signal.SIGKILL)  # the daemon this test started, by PID
     assert da.proc is not None
     da.proc.wait(timeout=10)
-    run.wait(lambda: run.lines(r"no daemon \(heartbeat stale\)"), 5, "the plugin's no-daemon line")
+    run.wait(lambda: run.lines(r"no daemon \(heartbeat stale\)"), WAIT_S, "the plugin's no-daemon line")
     t = stamp()
     lab.cut("a", 0)
-    run.wait_switches("failover", t, timeout_s=5)
+    run.wait_switches("failover", t)
     run.assert_on(1)
     da.close_reader()
     da.start()  # same host, same shm path: replaces the stale file
-    run.wait(lambda: run.lines(r"daemon found \(pid \d+\)", t), 5, "the plugin's daemon-found line")
+    run.wait(lambda: run.lines(r"daemon found \(pid \d+\)", t), WAIT_S, "the plugin's daemon-found line")
     t = stamp()
     lab.restore("a", 0)
     run.wait_switches("reintegrated", t)
@@ -374,7 +396,7 @@ def test_backup_down_at_start_is_added_later(lab: Lab, daemons: Daemons) -> None
     run.wait(lambda: all(
         len([ln for ln in run.pair.stderr_lines() if ln.role == role and ln.read_ns >= t and
              "built after the start; the connection is protected" in ln.text]) >= PER_ROLE
-        for role in ("server", "client")), 20, "every connection adding its backup path")
+        for role in ("server", "client")), WAIT_S, "every connection adding its backup path")
     run.away_and_back(lambda: lab.cut("a", 0), lambda: lab.restore("a", 0))
     run.finish(warn_ok=r"backup path via NIC rail1 .* unavailable")
 
@@ -444,7 +466,7 @@ def test_one_stalled_stream_fails_over(lab: Lab, daemons: Daemons, transport: st
                     "first; wrap mode's watchdog is tested on a hung inner pair (test_wrap.c)")
     run = Run(lab, daemons)
     found = run.wait(lambda: [m for ln in run.lines("local ports", 0)
-                              if (m := _PORTS.search(ln))], 10, "a send conn's local ports")
+                              if (m := _PORTS.search(ln))], WAIT_S, "a send conn's local ports")
     conn, port = found[0]["id"], int(found[0]["data"].split(",")[0])
     t = stamp()
     lab.stall("a", 0, port)
@@ -491,7 +513,7 @@ def gray_away_and_back(run: Run, transport: str, fault: Callable[[], Any],
                      if re.search(r"send conn \w+: primary path on NIC rail0: healthy baseline",
                                   ln.text)]
             return all(roles.count(r) >= CONNS for r in ("server", "client"))
-        run.wait(learnt, 20, "every send connection's baseline on rail0")
+        run.wait(learnt, WAIT_S, "every send connection's baseline on rail0")
     reason = rf".*is {verdict} \(" if transport == "native" else ""
     t = stamp()
     fault()
