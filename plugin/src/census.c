@@ -63,20 +63,27 @@ static struct {
     struct lg_census_nic nic[LG_CENSUS_MAX_NICS];
 } T = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* Under T.mu: the table's entry for `nic` (added when new), or NULL when the table is full. */
+/* The entry for `nic` among the n of `nics` (added when new), or NULL when all
+ * LG_CENSUS_MAX_NICS are taken: the table's and a tally's alike. */
+static struct lg_census_nic *entry_of(struct lg_census_nic *nics, int *n, const char *nic)
+{
+    for (int i = 0; i < *n; i++)
+        if (!strncmp(nics[i].nic, nic, LG_CENSUS_NIC_LEN - 1))
+            return &nics[i];
+    if (*n == LG_CENSUS_MAX_NICS)
+        return NULL;
+    struct lg_census_nic *e = &nics[(*n)++];
+    lg_put_text((uint8_t *)e->nic, sizeof(e->nic), nic);
+    return e;
+}
+
+/* Under T.mu: the table's entry for `nic`, or NULL when the table is full (logged once). */
 static struct lg_census_nic *table_entry(const char *nic)
 {
-    for (int i = 0; i < T.n; i++)
-        if (!strncmp(T.nic[i].nic, nic, LG_CENSUS_NIC_LEN - 1))
-            return &T.nic[i];
-    if (T.n == LG_CENSUS_MAX_NICS) {
-        if (!T.full_logged++)
-            LG_INFO(NCCL_NET, "census: more than %d NICs; NIC %s and any later one are not "
-                    "reported", LG_CENSUS_MAX_NICS, nic);
-        return NULL;
-    }
-    struct lg_census_nic *e = &T.nic[T.n++];
-    lg_put_text((uint8_t *)e->nic, sizeof(e->nic), nic);
+    struct lg_census_nic *e = entry_of(T.nic, &T.n, nic);
+    if (!e && !T.full_logged++)
+        LG_INFO(NCCL_NET, "census: more than %d NICs; NIC %s and any later one are not "
+                "reported", LG_CENSUS_MAX_NICS, nic);
     return e;
 }
 
@@ -120,16 +127,10 @@ void lg_census_count_failed(const char *primary_nic, enum lg_fail_reason why)
 
 /* ---- the tally ----------------------------------------------------------------------------- */
 
+/* NULL past LG_CENSUS_MAX_NICS: lg_census_tally_done drops that NIC too. */
 static struct lg_census_nic *tally_entry(struct lg_census *t, const char *nic)
 {
-    for (int i = 0; i < t->nnics; i++)
-        if (!strncmp(t->nic[i].nic, nic, LG_CENSUS_NIC_LEN - 1))
-            return &t->nic[i];
-    if (t->nnics == LG_CENSUS_MAX_NICS)
-        return NULL; /* lg_census_tally_done drops it too */
-    struct lg_census_nic *e = &t->nic[t->nnics++];
-    lg_put_text((uint8_t *)e->nic, sizeof(e->nic), nic);
-    return e;
+    return entry_of(t->nic, &t->nnics, nic);
 }
 
 void lg_census_tally_conn(struct lg_census *t, const char *primary_nic, const char *active_nic,
