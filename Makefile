@@ -28,7 +28,7 @@ venv: $(STAMPS)/venv
 # The editable install also compiles the shm library (setup.py) that the daemon loads.
 # Every version is pinned by constraints.txt; pyverbs comes from Debian (scripts/link-pyverbs.sh).
 $(STAMPS)/venv: pyproject.toml constraints.txt setup.py plugin/include/linkguard_shm.h \
-                $(wildcard plugin/src/shm_*.c) $(STAMPS)/host-packages | $(STAMPS)
+                $(wildcard plugin/src/daemon/shm_*.c) $(STAMPS)/host-packages | $(STAMPS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'

@@ -10,7 +10,7 @@ setup(
     ext_modules=[
         Extension(
             "linkguardd._lgshm",
-            sources=["plugin/src/shm_writer.c", "plugin/src/shm_reader.c"],
+            sources=["plugin/src/daemon/shm_writer.c", "plugin/src/daemon/shm_reader.c"],
             include_dirs=["plugin/include"],
             extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra", "-D_GNU_SOURCE"],
         )

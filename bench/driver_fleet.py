@@ -34,7 +34,7 @@ from linkguard_lab.lab import Lab
 from linkguard_lab.timeline import parse_plugin_line
 
 BASE_PORT = 7400  # pair i exchanges handles on b's management address, port BASE_PORT + i
-# The sender's line when a path of a connection was rebuilt (plugin/src/failover.c).
+# The sender's line when a path of a connection was rebuilt (plugin/src/proto/failover.c).
 _REBUILT = re.compile(r"^send conn (?P<id>[0-9a-f]+): (?P<slot>primary|backup) path on NIC "
                       r"\S+ rebuilt")
 _PHASE = re.compile(r"^lg_nccl_driver: (?P<what>connected|traffic) t=(?P<t>\d+\.\d+)")

@@ -55,7 +55,7 @@ WATCHERS = 200
 CONNECTIONS = 1100
 SYSTEMD_NOFILE = "--nofile=1024:"  # systemd's default soft limit (the hard one stays)
 DEADLINE_S = 5.0
-_DATAGRAM = struct.Struct("<4sHBB16sIIQQQ48s")  # plugin/src/verdict.h, verdicts/wire.py
+_DATAGRAM = struct.Struct("<4sHBB16sIIQQQ48s")  # plugin/src/daemon/verdict.h, verdicts/wire.py
 
 
 def datagram(kind: int, nic: str) -> bytes:

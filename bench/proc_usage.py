@@ -1,6 +1,6 @@
 """What a running process costs, read from /proc (proc(5)): open descriptors, threads, resident
 memory, and the CPU time of its threads whose names start with a prefix (the plugin names its
-own threads "lg-monitor" and "lg-progress-N": plugin/src/monitor.c, progress.c)."""
+own threads "lg-monitor" and "lg-progress-N": plugin/src/proto/monitor.c, progress.c)."""
 
 from __future__ import annotations
 

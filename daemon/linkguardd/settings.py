@@ -91,7 +91,7 @@ class Settings:
         300.0, "A NIC stays reported gray this long after a job's last verdict on it.",
         minimum=1.0)
     # 5 s: the plugin sends its census at least once a second while it has a connection
-    # (plugin/src/census.h, LG_CENSUS_INTERVAL_MS), so 5 s of silence is a process gone or stuck.
+    # (plugin/src/daemon/census.h, LG_CENSUS_INTERVAL_MS), so 5 s of silence is a process gone or stuck.
     plugin_census_ttl_s: float = _setting(
         5.0, "A job's process drops out of the connection census (status, jobs, /metrics) this "
         "long after its last report on plugin_verdict_socket; at once when it says bye or its "

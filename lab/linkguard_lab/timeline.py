@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# [plugin INFO src/conn.c:184 t=5012.123456789] NET/linkguard: send conn 0123..: ...
+# [plugin INFO src/proto/conn.c:184 t=5012.123456789] NET/linkguard: send conn 0123..: ...
 _PLUGIN_LINE = re.compile(
     r"^\[plugin (?P<level>INFO|WARN) (?P<where>[^\]\s]+?)(?: t=(?P<sec>\d+)\.(?P<frac>\d{1,9}))?\]"
     r" (?:NET/linkguard: )?(?P<msg>.*)$")

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "log.h"
+#include "runtime/log.h"
 
 #define FUZZ_ASSERT(cond)                                                               \
     do {                                                                                \

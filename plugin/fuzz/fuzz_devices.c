@@ -1,6 +1,6 @@
 /* Fuzzes device discovery from LINKGUARD_PAIRS / LGTCP_IFS (lg_devices_from_pairs), from the
  * interface list (lg_devices_from_ifaces) and the LINKGUARD_IFNAME filter (lg_ifname_match),
- * src/devices.c, against a fuzzed interface list.
+ * src/daemon/devices.c, against a fuzzed interface list.
  * Input: a byte k (k % 9 interfaces), then per interface a flags byte (bit 0 up, bit 1
  * loopback, bit 2 has an IPv4 address, bit 3: the spec's backups are used), a length byte
  * (% 16) and that many name bytes; then the pairs spec up to a NUL, and after the NUL (if there
@@ -13,8 +13,8 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "devices.h"
 #include "fuzz.h"
+#include "daemon/devices.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

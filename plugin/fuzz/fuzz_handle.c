@@ -1,4 +1,4 @@
-/* Fuzzes the NCCL connection handle decoder (src/handle.c) with whatever the peer's rank put
+/* Fuzzes the NCCL connection handle decoder (src/session/handle.c) with whatever the peer's rank put
  * in the NCCL_NET_HANDLE_MAXSIZE bytes NCCL hands to connect().
  * Input: up to 128 bytes, the handle (shorter inputs are zero-padded, as NCCL's buffer is).
  * Checks: a handle that decodes has a listener id, a primary address and port, a backup
@@ -7,8 +7,8 @@
  * encoding writes nothing past LG_HANDLE_SIZE; the stage pointer reads back what was set. */
 #include <string.h>
 
+#include "session/handle.h"
 #include "fuzz.h"
-#include "handle.h"
 #include "nccl_net_abi.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

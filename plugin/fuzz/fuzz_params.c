@@ -1,4 +1,4 @@
-/* Fuzzes the plugin's environment parser (lg_params_load, src/params.c) with any set of
+/* Fuzzes the plugin's environment parser (lg_params_load, src/runtime/params.c) with any set of
  * LINKGUARD_* / LGTCP_* values, through a fuzzed getenv table.
  * Input: records, each one byte `i` then a 2-byte little-endian length L:
  *   i < 0x80: setting i % count gets the next L bytes (up to a NUL) as its value;
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "params.h"
+#include "runtime/params.h"
 
 #define MAX_SETTINGS 64
 static char *env_val[MAX_SETTINGS]; /* by index in lg_param_table; NULL: unset */

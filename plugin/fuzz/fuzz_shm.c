@@ -1,4 +1,4 @@
-/* Fuzzes the reader of the daemon's control file (src/shm_reader.c) with arbitrary file
+/* Fuzzes the reader of the daemon's control file (src/daemon/shm_reader.c) with arbitrary file
  * contents, and device discovery from the table it yields (lg_devices_from_shm).
  * Input: the whole file (written to a private temp file, then opened by path as the plugin
  * does); its last 8 bytes, when there are at least 8, also give an event cursor to start from.
@@ -10,10 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "devices.h"
 #include "fuzz.h"
-#include "le.h"
 #include "linkguard_shm.h"
+#include "daemon/devices.h"
+#include "runtime/le.h"
 
 static char path[] = "/tmp/lg-fuzz-shm-XXXXXX";
 static int fd = -1;

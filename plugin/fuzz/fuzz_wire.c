@@ -1,4 +1,4 @@
-/* Fuzzes every decoder of the TCP transport's wire formats (src/wire.c) with bytes a peer (or
+/* Fuzzes every decoder of the TCP transport's wire formats (src/session/wire.c) with bytes a peer (or
  * a stranger on the listening port) can send.
  * Input: one byte choosing the decoder, then its bytes (zero-padded to the format's size):
  *   0 hello (48 bytes), 1 control frame (24), 2 chunk header (40, then a 4-byte max_len and a
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "le.h"
-#include "wire.h"
+#include "runtime/le.h"
+#include "session/wire.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -9,12 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "handle.h"
-#include "le.h"
+#include "session/handle.h"
 #include "linkguard_shm.h"
 #include "nccl_net_abi.h"
-#include "params.h"
-#include "wire.h"
+#include "runtime/le.h"
+#include "runtime/params.h"
+#include "session/wire.h"
 
 static const char *root;
 

@@ -224,7 +224,7 @@ _Static_assert(sizeof(struct lg_shm_header) == LG_SHM_HEADER_SIZE, "header size"
 _Static_assert(sizeof(struct lg_shm_nic) == LG_SHM_NIC_SIZE, "nic size");
 _Static_assert(sizeof(struct lg_shm_event) == LG_SHM_EVENT_SIZE, "event size");
 
-/* ---- Reader API (plugin/src/shm_reader.c) ---------------------------------------------- */
+/* ---- Reader API (plugin/src/daemon/shm_reader.c) ---------------------------------------------- */
 
 enum lg_shm_status {
     LG_SHM_OK = 0,
@@ -305,7 +305,7 @@ int lg_shm_alive(const struct lg_shm_reader *r, uint64_t now_ns, uint64_t timeou
  * one stat(2); call it only after the heartbeat went stale. */
 int lg_shm_replaced(const struct lg_shm_reader *r, const char *path);
 
-/* ---- Writer API (plugin/src/shm_writer.c; called from Python through ctypes) --------- */
+/* ---- Writer API (plugin/src/daemon/shm_writer.c; called from Python through ctypes) --------- */
 
 struct lg_shm_writer;
 

@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
 #include "lg_test.h"
 #include "lg_test_pair.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "runtime/util.h"
 
 #define CALLERS_BOUND_NS 20000000000ull /* only keeps a broken build from hanging */
 

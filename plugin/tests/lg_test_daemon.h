@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "linkguard_shm.h"
 #include "lg_test.h"
-#include "util.h"
+#include "linkguard_shm.h"
+#include "runtime/util.h"
 
 static struct {
     pthread_mutex_t mu;

@@ -11,11 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "conn.h"
+#include "proto/conn.h"
 
 #include "lg_test.h"
 #include "lg_test_pair.h"
-#include "util.h"
+#include "runtime/util.h"
 
 #define DEPTH 8
 #define MAXSZ 1100000u

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
-#include "lg_test.h"
 #include "../tools/grouped_shape.h"
+#include "abi/core.h"
+#include "lg_test.h"
 
 #define GF_DEPTH 3 /* groups in flight */
 #define GF_MAXN LG_GROUP_MAXN

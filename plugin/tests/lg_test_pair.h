@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "connect.h"
-#include "core.h"
-#include "listen.h"
+#include "abi/connect.h"
+#include "abi/core.h"
+#include "abi/listen.h"
 #include "nccl_net_abi.h"
-#include "util.h"
+#include "runtime/util.h"
 
 /* Device 0 = (nic0 on 127.0.0.1, nic1 on 127.0.0.2); the names are what the daemon's table
  * (if a test writes one) must call them. */

@@ -15,12 +15,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "conn.h"
-#include "core.h"
-#include "failover.h"
-#include "tcp.h"
-#include "util.h"
-#include "wire.h"
+#include "abi/core.h"
+#include "proto/conn.h"
+#include "proto/failover.h"
+#include "runtime/util.h"
+#include "session/wire.h"
+#include "transport/tcp/tcp.h"
 
 #define LG_PEER_CHAN 7 /* the channel every scripted path has on its session */
 

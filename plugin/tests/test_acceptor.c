@@ -13,14 +13,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "connect.h"
-#include "core.h"
-#include "listen.h"
-#include "handle.h"
+#include "abi/connect.h"
+#include "abi/core.h"
+#include "abi/listen.h"
 #include "lg_test.h"
 #include "lg_test_pair.h"
-#include "util.h"
-#include "wire.h"
+#include "runtime/util.h"
+#include "session/handle.h"
+#include "session/wire.h"
 
 #define N 16
 

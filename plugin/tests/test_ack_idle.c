@@ -12,7 +12,7 @@
 #include "lg_test_pair.h"
 #include "lg_test_peer.h"
 #include "linkguard_shm.h"
-#include "params.h"
+#include "runtime/params.h"
 
 #define CHUNK 4096
 #define MSG 8

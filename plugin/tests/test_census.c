@@ -9,19 +9,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "census.h"
-#include "conn.h"
-#include "core.h"
-#include "health.h"
-#include "le.h"
+#include "abi/core.h"
+#include "daemon/census.h"
+#include "daemon/health.h"
 #include "lg_test.h"
 #include "lg_test_daemon.h"
 #include "lg_test_flow.h"
 #include "lg_test_pair.h"
 #include "lg_test_unix.h"
 #include "lg_test_warn.h"
-#include "params.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "runtime/le.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
 
 #define MS(x) ((uint64_t)(x) * 1000000ull)
 

@@ -8,15 +8,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core.h"
-#include "inner_dev.h"
+#include "abi/core.h"
 #include "lg_test.h"
 #include "lg_test_build.h"
 #include "lg_test_contract.h"
 #include "lg_test_pair.h"
 #include "lg_test_warn.h"
 #include "linkguard_shm.h"
-#include "params.h"
+#include "runtime/params.h"
+#include "transport/inner/inner_dev.h"
 
 int main(void)
 {

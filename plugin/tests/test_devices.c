@@ -9,14 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "devices.h"
-#include "health.h"
-#include "linkguard_shm.h"
+#include "daemon/devices.h"
+#include "daemon/health.h"
 #include "lg_test.h"
 #include "lg_test_warn.h"
-#include "log.h"
-#include "params.h"
-#include "util.h"
+#include "linkguard_shm.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
 
 #define MASK24 0x00ffffffu /* 255.255.255.0 in network order (little-endian hosts) */
 static struct lg_ifinfo ifs[] = {

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
-#include "failover.h"
 #include "lg_test.h"
+#include "proto/conn.h"
+#include "proto/failover.h"
 
 static void test_epochs(void)
 {

@@ -17,17 +17,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "conn.h"
-#include "core.h"
-#include "health.h"
+#include "abi/core.h"
+#include "daemon/health.h"
 #include "lg_test.h"
-#include "lg_test_grouped.h"
 #include "lg_test_contract.h"
 #include "lg_test_daemon.h"
 #include "lg_test_flow.h"
+#include "lg_test_grouped.h"
 #include "lg_test_pair.h"
-#include "params.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
 
 
 /* ---- scenarios ---------------------------------------------------------------------------- */

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "handle.h"
 #include "lg_test.h"
 #include "nccl_net_abi.h"
+#include "session/handle.h"
 
 int main(void)
 {

@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "health.h"
+#include "daemon/health.h"
 #include "lg_test.h"
 
 static uint64_t now_ns(void)

@@ -20,20 +20,20 @@
 #include <unistd.h>
 
 #include "fake_inner.h"
-#include "inner.h"
-#include "inner_mr.h"
-#include "inner_props.h"
 #include "lg_test.h"
 #include "lg_test_build.h"
 #include "lg_test_warn.h"
-#include "log.h"
-#include "params.h"
-#include "util.h"
-#include "conn.h"
-#include "failover.h"
-#include "proto.h"
-#include "window.h"
-#include "wrap.h"
+#include "proto/conn.h"
+#include "proto/failover.h"
+#include "proto/proto.h"
+#include "proto/window.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
+#include "transport/inner/inner.h"
+#include "transport/inner/inner_mr.h"
+#include "transport/inner/inner_props.h"
+#include "transport/inner/wrap.h"
 
 #define MARKER ((void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION)
 #define NMSG 4

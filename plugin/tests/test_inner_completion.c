@@ -3,8 +3,8 @@
  * other plugin gets acknowledged completion. */
 #include <string.h>
 
-#include "inner_completion.h"
 #include "lg_test.h"
+#include "transport/inner/inner_completion.h"
 
 int main(void)
 {

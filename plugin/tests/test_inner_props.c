@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "inner_pair.h"
-#include "inner_props.h"
 #include "lg_test.h"
+#include "transport/inner/inner_pair.h"
+#include "transport/inner/inner_props.h"
 
 static ncclNetProperties_v12_t dev_props(const char *name, int ptr, int recvs, size_t p2p)
 {

@@ -16,8 +16,8 @@
 #include "lg_test_pair.h"
 #include "lg_test_peer.h"
 #include "linkguard_shm.h"
-#include "log.h"
-#include "params.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
 
 #define CHUNK 4096
 

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "lg_test.h"
-#include "params.h"
+#include "runtime/params.h"
 
 static const char *const *fake_env;
 

@@ -1,5 +1,5 @@
 /* The failover protocol's real code (the window, SWITCH/RESYNC, replay, fences, epochs, the
- * monitor, rebuilds through the acceptor) over the fake transport (fake_transport.h), with
+ * monitor, rebuilds through the acceptor) over the fake transport (src/transport/fake/fake.h), with
  * path breaks at random: seeded runs of two flows (one comm pair each, messages of many
  * sizes, DEPTH in flight), and between bursts of traffic a random slot of the shared NICs is
  * broken (what is in flight on it is lost), the active one or the standby, while the other
@@ -13,15 +13,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
-#include "core.h"
-#include "fake_transport.h"
+#include "abi/core.h"
 #include "lg_test.h"
 #include "lg_test_contract.h"
 #include "lg_test_flow.h"
 #include "lg_test_pair.h"
 #include "lg_test_warn.h"
-#include "nic_gray.h"
+#include "proto/conn.h"
+#include "proto/nic_gray.h"
+#include "transport/fake/fake.h"
+#include "transport/tcp/tcp.h"
+#include "transport/transport_select.h"
 
 #ifndef SEEDS
 #define SEEDS 6 /* -DSEEDS=N for a longer run */
@@ -36,7 +38,7 @@ static int conn_whole(void *comm)
 {
     struct lg_conn *c = C(comm);
     uint32_t ph = lg_conn_enter(c);
-    int whole = __atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !fake_tr_unseen_break(c);
+    int whole = __atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !lg_fake_unseen_break(c);
     for (int i = 0; i < LG_NPATHS; i++)
         whole = whole && lg_path_up(__atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE));
     lg_conn_exit(c, ph);
@@ -46,7 +48,7 @@ static int conn_whole(void *comm)
 static void fake_break_path(void *comm, int slot)
 {
     (void)comm; /* a dead NIC: every path in its slot */
-    fake_tr_break(slot);
+    lg_fake_break(slot);
 }
 
 /* What keeps a connection from being whole, for the failure message. */
@@ -119,14 +121,14 @@ static int run_seed(unsigned seed, uint64_t *epochs)
             continue; /* a quiet stretch */
         /* Sends on the wire that no receive has taken: the break loses them, and the protocol
          * must replay them from NCCL's buffers. */
-        __atomic_store_n(&fake_tr.hold, 1, __ATOMIC_RELEASE);
+        lg_fake_hold(1);
         for (int i = 0; i < 4; i++) {
             flow_step(&a);
             flow_step(&b);
         }
         int active = active_of(a.s);
-        fake_tr_break(pick == 2 ? 1 - active : active); /* the standby one time in three */
-        __atomic_store_n(&fake_tr.hold, 0, __ATOMIC_RELEASE);
+        lg_fake_break(pick == 2 ? 1 - active : active); /* the standby one time in three */
+        lg_fake_hold(0);
         faults++;
         /* Traffic meanwhile; then both paths back before the next fault (never both down:
          * that is the dead timeout's business, tested elsewhere). */
@@ -192,7 +194,7 @@ int main(void)
     fast_failover_env("3000");
     setenv("LINKGUARD_SHM", "/nonexistent/lgtest-fake", 1); /* no daemon: rebuilds probe */
     loopback_devices("lgf0", "lgf1");
-    fake_tr_install();
+    lg_transport_test_force(lg_fake_transport(&lg_tcp_transport));
     CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, test_print_logger), ncclSuccess);
     /* The transport contract first (lg_test_contract.h; the fake matches no tags). */
     lg_contract_run(&(struct lg_contract){.transport = "fake", .break_path = fake_break_path,
@@ -205,14 +207,15 @@ int main(void)
     CHECK_EQ(passed, SEEDS);
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     /* The fake must actually have been the transport, and the faults real. */
+    struct lg_fake_counts n = lg_fake_counts();
     printf("fake transport: %llu messages pushed, %llu placed, %llu stale dropped, %llu lost in "
            "%llu breaks, %llu path failures; %llu epochs\n",
-           (unsigned long long)fake_tr.pushed, (unsigned long long)fake_tr.placed,
-           (unsigned long long)fake_tr.stale, (unsigned long long)fake_tr.lost,
-           (unsigned long long)fake_tr.breaks, (unsigned long long)fake_tr.fails,
+           (unsigned long long)n.pushed, (unsigned long long)n.placed,
+           (unsigned long long)n.stale, (unsigned long long)n.lost,
+           (unsigned long long)n.breaks, (unsigned long long)n.fails,
            (unsigned long long)epochs);
-    CHECK(fake_tr.placed >= 2ull * SEEDS * MESSAGES);
-    CHECK(fake_tr.fails > 0 && fake_tr.breaks > 0 && fake_tr.lost > 0 && epochs > 0);
-    fake_tr_reset();
+    CHECK(n.placed >= 2ull * SEEDS * MESSAGES);
+    CHECK(n.fails > 0 && n.breaks > 0 && n.lost > 0 && epochs > 0);
+    lg_fake_reset();
     LG_TEST_DONE();
 }

@@ -6,10 +6,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gray.h"
+#include "daemon/verdict.h"
 #include "lg_test.h"
-#include "rate.h"
-#include "verdict.h"
+#include "proto/gray.h"
+#include "proto/rate.h"
 
 #define MB 1000000ull
 #define WIN_NS 400000000ull /* 400 ms */

@@ -1,4 +1,4 @@
-/* Control sessions (src/session.h) inside one process over loopback, no daemon: many
+/* Control sessions (src/session/session.h) inside one process over loopback, no daemon: many
  * connections share one session per NIC pair and direction of set-up, and cost only their
  * data sockets; a session that dies fails every path on it at once, and every connection
  * fails over losslessly and gets a fresh session for its rebuilt path; a session ended on
@@ -10,13 +10,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "conn.h"
-#include "core.h"
+#include "abi/core.h"
 #include "lg_test.h"
 #include "lg_test_flow.h"
 #include "lg_test_pair.h"
-#include "session.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "runtime/util.h"
+#include "session/session.h"
 
 #define NFLOWS 6
 

@@ -2,8 +2,8 @@
  * (issue #12: a stalled stream must not wait out TCP's retransmissions). */
 #include "lg_test.h"
 #include "lg_test_peer.h"
-#include "params.h"
-#include "sock.h"
+#include "runtime/params.h"
+#include "runtime/sock.h"
 
 int main(void)
 {

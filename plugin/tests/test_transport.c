@@ -13,16 +13,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "connect.h"
-#include "core.h"
-#include "listen.h"
-#include "handle.h"
+#include "abi/connect.h"
+#include "abi/core.h"
+#include "abi/listen.h"
 #include "lg_test.h"
 #include "lg_test_grouped.h"
 #include "lg_test_pair.h"
-#include "params.h"
-#include "util.h"
-#include "wire.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
+#include "session/handle.h"
+#include "session/wire.h"
 
 static void fill(char *b, size_t n, uint64_t seed)
 {

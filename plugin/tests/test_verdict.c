@@ -7,11 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "le.h"
+#include "daemon/verdict.h"
 #include "lg_test.h"
 #include "lg_test_unix.h"
-#include "params.h"
-#include "verdict.h"
+#include "runtime/le.h"
+#include "runtime/params.h"
 
 #define S(x) ((uint64_t)(x) * 1000000000ull)
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "lg_test.h"
-#include "wire.h"
+#include "session/wire.h"
 
 static void test_hello(void)
 {

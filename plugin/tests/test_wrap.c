@@ -22,18 +22,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "conn.h"
-#include "connect.h"
-#include "core.h"
-#include "listen.h"
+#include "abi/connect.h"
+#include "abi/core.h"
+#include "abi/listen.h"
 #include "fake_inner.h"
-#include "inner_dev.h"
 #include "lg_test.h"
 #include "lg_test_build.h"
 #include "lg_test_pair.h"
 #include "linkguard_shm.h"
-#include "params.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
+#include "transport/inner/inner_dev.h"
 
 #define NBUF 8
 #define BUFSZ 70000

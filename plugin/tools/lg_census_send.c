@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "census.h"
-#include "daemon_sock.h"
-#include "params.h"
+#include "daemon/census.h"
+#include "daemon/daemon_sock.h"
+#include "runtime/params.h"
 
 static const char *env(const char *name) { return getenv(name); }
 

@@ -25,7 +25,7 @@
 
 #include "driver_net.h"
 #include "grouped_shape.h"
-#include "params.h" /* --list-params: the plugin's tunables (linked from liblinkguard.a) */
+#include "runtime/params.h" /* --list-params: the plugin's tunables (linked from liblinkguard.a) */
 #include "driver_util.h"
 
 #define DRV_MAX_CONNS 512

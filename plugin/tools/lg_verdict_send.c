@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "params.h"
-#include "verdict.h"
+#include "daemon/verdict.h"
+#include "runtime/params.h"
 
 static const char *const kinds[LG_VERDICT_KIND_MAX] = {
     [LG_VERDICT_HEALTHY] = "healthy", [LG_VERDICT_STALLED] = "stalled",

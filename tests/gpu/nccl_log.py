@@ -9,8 +9,8 @@ Messages read here:
   Using network <name>                                  the net a communicator uses
   Channel 00/0 : 0[0] -> 1[0] [send] via NET/<name>/<dev>[/GDRDMA][/Shared]
                                                         the net and device of each connection
-  NET/linkguard: <text>                                 the plugin's own lines (plugin/src/log.c)
-The plugin's switch lines (plugin/src/failover.c, switch_word() and slot_name()):
+  NET/linkguard: <text>                                 the plugin's own lines (plugin/src/runtime/log.c)
+The plugin's switch lines (plugin/src/proto/failover.c, switch_word() and slot_name()):
   send conn <nonce>: failover: primary path on NIC rail0 -> backup path on NIC rail1 (...)
   recv conn <nonce>: reintegrated: backup path on NIC rail1 -> primary path on NIC rail0 at ...
 Each line keeps its position (byte offset in the file, or any ordered stamp) so a caller can
@@ -40,7 +40,7 @@ _SWITCH = re.compile(
     r"(?P<from_slot>primary|backup) path on NIC (?P<from_nic>\S+) -> "
     r"(?P<to_slot>primary|backup) path on NIC (?P<to_nic>\S+?)[ ;]")
 _NO_DAEMON = re.compile(r"^linkguard: no daemon \((?P<why>[^)]*)\)")
-_PLUGIN_DEV = re.compile(r"^dev (?P<dev>\d+): (?P<nic>\S+) ")  # plugin/src/core.c log_devices()
+_PLUGIN_DEV = re.compile(r"^dev (?P<dev>\d+): (?P<nic>\S+) ")  # plugin/src/abi/core.c log_devices()
 
 
 @dataclass(frozen=True)

@@ -70,8 +70,8 @@ fi
 
 shm_lib='import importlib.util as u, sys; sys.exit(u.find_spec("linkguardd._lgshm") is None)'
 if ! "$PY" -c "$shm_lib" 2>/dev/null; then
-    gcc -shared -fPIC -std=c11 -O2 -D_GNU_SOURCE -Iplugin/include plugin/src/shm_writer.c \
-        plugin/src/shm_reader.c -o daemon/linkguardd/_lgshm.so >>"$WORK/build.log" 2>&1 ||
+    gcc -shared -fPIC -std=c11 -O2 -D_GNU_SOURCE -Iplugin/include plugin/src/daemon/shm_writer.c \
+        plugin/src/daemon/shm_reader.c -o daemon/linkguardd/_lgshm.so >>"$WORK/build.log" 2>&1 ||
         cp "$CARRY/prebuilt/_lgshm.so" daemon/linkguardd/ ||
         die "cannot build the daemon's shm library (see $WORK/build.log) and no .gpu/prebuilt"
 fi

@@ -12,19 +12,19 @@ from bench.gray_soak import count_lines, verdict
 from bench.plugin_driver import DriverResult
 
 LINES = [
-    "[plugin INFO src/core.c:236] NET/linkguard: send conn 0a1b on dev 0: 2 path(s), ...",
-    ("[plugin INFO src/failover.c:470] NET/linkguard: recv conn 77aa: primary path on NIC rail0 "
+    "[plugin INFO src/abi/core.c:236] NET/linkguard: send conn 0a1b on dev 0: 2 path(s), ...",
+    ("[plugin INFO src/proto/failover.c:470] NET/linkguard: recv conn 77aa: primary path on NIC rail0 "
     "to 198.18.0.1:4000 stalled: message #12 got no data for 512 ms"),
-    ("[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: failover: primary path on "
+    ("[plugin INFO src/proto/failover.c:700] NET/linkguard: send conn 0a1b: failover: primary path on "
     "NIC rail0 -> backup path on NIC rail1 (peer declared the path failed); epoch 1"),
-    ("[plugin INFO src/failover.c:900] NET/linkguard: recv conn 0a1b: failover: primary path on "
+    ("[plugin INFO src/proto/failover.c:900] NET/linkguard: recv conn 0a1b: failover: primary path on "
     "NIC rail0 -> backup path on NIC rail1 at epoch 1 (asked by the sender)"),
-    ("[plugin INFO src/failover.c:420] NET/linkguard: send conn 0a1b: primary path on NIC rail0 to "
+    ("[plugin INFO src/proto/failover.c:420] NET/linkguard: send conn 0a1b: primary path on NIC rail0 to "
     "198.18.0.2:4000 is lossy: 2.4 % of 41.2 MB sent were retransmitted"),
-    ("[plugin INFO src/gray.c:39] NET/linkguard: send conn 0c2d: primary path on NIC rail0 to "
+    ("[plugin INFO src/proto/gray.c:39] NET/linkguard: send conn 0c2d: primary path on NIC rail0 to "
     "198.18.0.2:4001 is slow: 45.0 MB/s completed while backlogged, under 50 % of its baseline "
     "of 307.8 MB/s in each of the last 2 windows of 400 ms; held off for 10 s"),
-    ("[plugin INFO src/failover.c:700] NET/linkguard: send conn 0a1b: reintegrated: backup path on "
+    ("[plugin INFO src/proto/failover.c:700] NET/linkguard: send conn 0a1b: reintegrated: backup path on "
     "NIC rail1 -> primary path on NIC rail0 (primary healthy again); epoch 2"),
 ]
 

@@ -1,5 +1,5 @@
 """The connection census of jobs' plugins (issue 29), daemon side: the decoder of the datagram
-(plugin/src/census.h is the one definition) and the pure store that keeps each
+(plugin/src/daemon/census.h is the one definition) and the pure store that keeps each
 process's latest census (TTL, BYE, pid gone, per-uid caps, counter deltas across restarts).
 The socket, the engine and the operator surfaces: test_census_surfaces.py; fuzzing:
 test_hostile_input.py."""

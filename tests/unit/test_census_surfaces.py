@@ -53,7 +53,7 @@ def test_census_and_verdicts_share_the_socket_told_apart_by_magic(sock_path: str
 
 
 def test_the_c_encoder_round_trips_through_the_daemon_decoder(sock_path: str) -> None:
-    """plugin/src/census.h's encoder (through plugin/tools/lg_census_send) against this
+    """plugin/src/daemon/census.h's encoder (through plugin/tools/lg_census_send) against this
     decoder: every field, a NIC with every number set, one with a few, a job id."""
     subprocess.run(["make", "-s", "-C", str(PLUGIN), "build/lg_census_send"], check=True)
     rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -16,7 +16,7 @@ from linkguard_lab.timeline import (
 
 
 def test_plugin_line_with_the_drivers_timestamp() -> None:
-    p = parse_plugin_line("[plugin INFO src/core.c:209 t=5012.000123456] NET/linkguard: send "
+    p = parse_plugin_line("[plugin INFO src/abi/core.c:209 t=5012.000123456] NET/linkguard: send "
                           "conn 1042e151c1e1849d on dev 0: 2 path(s), 2 stream(s) each")
     assert p is not None and p.kind == "info" and p.level == "INFO"
     assert p.t_ns == 5012_000_123_456 and p.conn == "send 1042e151c1e1849d"
@@ -24,7 +24,7 @@ def test_plugin_line_with_the_drivers_timestamp() -> None:
 
 
 def test_plugin_line_without_a_timestamp_uses_the_read_time() -> None:
-    p = parse_plugin_line("[plugin WARN src/conn.c:179] NET/linkguard: recv conn 00ff00ff00ff00ff:"
+    p = parse_plugin_line("[plugin WARN src/proto/conn.c:179] NET/linkguard: recv conn 00ff00ff00ff00ff:"
                           " primary path on NIC rail0 to 198.18.0.2:4000 failed (timeout)")
     assert p is not None and p.kind == "warn" and p.t_ns is None
     p.read_ns = 7
@@ -44,7 +44,7 @@ def test_failover_and_reintegration_are_recognised_by_their_words() -> None:
             ("reintegration", 1.1),
     }
     for msg, (kind, took) in lines.items():
-        p = parse_plugin_line(f"[plugin INFO src/failover.c:1 t=1.5] NET/linkguard: {msg}")
+        p = parse_plugin_line(f"[plugin INFO src/proto/failover.c:1 t=1.5] NET/linkguard: {msg}")
         assert p is not None and p.kind == kind, msg
         assert p.took_ms == took, msg
         assert p.conn == ("recv" if msg.startswith("recv") else "send") + " 0123456789abcdef"
@@ -94,16 +94,16 @@ def test_timeline_renders_relative_to_zero_in_time_order() -> None:
 
 
 def test_the_plugins_own_switch_lines() -> None:
-    """The lines plugin/src/failover.c writes (INFO, NET), as lg_nccl_driver prints them."""
-    send = ("[plugin INFO src/failover.c:460 t=4392.000000001] NET/linkguard: send conn "
+    """The lines plugin/src/proto/failover.c writes (INFO, NET), as lg_nccl_driver prints them."""
+    send = ("[plugin INFO src/proto/failover.c:460 t=4392.000000001] NET/linkguard: send conn "
             "c45391278da5a2fb: failover: primary path on NIC rail0 -> backup path on NIC rail1 "
             "(NIC rail0 is DOWN (daemon)); epoch 1, replaying 8 message(s) from #7661 (cursor "
             "was #7669); switch took 2.09 ms")
-    recv = ("[plugin INFO src/failover.c:610 t=4392.5] NET/linkguard: recv conn "
+    recv = ("[plugin INFO src/proto/failover.c:610 t=4392.5] NET/linkguard: recv conn "
             "c45391278da5a2fb: reintegrated: backup path on NIC rail1 -> primary path on NIC "
             "rail0 at epoch 2 (asked by the sender); 0 partial receive(s) reset, resuming at "
             "message #20874; switch took 0.01 ms")
-    same = ("[plugin INFO src/failover.c:460 t=1.0] NET/linkguard: send conn c45391278da5a2fb: "
+    same = ("[plugin INFO src/proto/failover.c:460 t=1.0] NET/linkguard: send conn c45391278da5a2fb: "
             "switched: backup path on NIC rail1 -> backup path on NIC rail1 (path rebuilt); "
             "epoch 3, replaying 0 message(s) from #5 (cursor was #5); switch took 0.50 ms")
     p, q, r = parse_plugin_line(send), parse_plugin_line(recv), parse_plugin_line(same)

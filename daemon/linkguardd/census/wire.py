@@ -1,4 +1,4 @@
-"""The plugin's census datagram (plugin/src/census.h is the one definition) -> PluginCensusFact.
+"""The plugin's census datagram (plugin/src/daemon/census.h is the one definition) -> PluginCensusFact.
 
     struct (LG_CENSUS_SIZE = 856 bytes, little-endian; docs/operators.md, "Who is on the
     backup"):

@@ -1,5 +1,5 @@
 """PluginVerdictMonitor: the unix datagram socket on which jobs' NCCL plugins report what they
-judged about a NIC (plugin/src/verdict.h) and their connection census (plugin/src/census.h),
+judged about a NIC (plugin/src/daemon/verdict.h) and their connection census (plugin/src/daemon/census.h),
 told apart by magic and turned into PluginVerdictFacts and PluginCensusFacts.
 
 Who may send: anyone on the host (the socket is 0666, and pods reach it through their
@@ -44,7 +44,7 @@ MAX_SENDERS = 1024  # uids with a bucket; the least recently seen goes first
 # thousands of uids, so the per-uid buckets alone do not bound the sum. Four uids' worth.
 GLOBAL_RATE_PER_S = 4 * RATE_PER_S
 GLOBAL_BURST = 2 * BURST
-# Census (plugin/src/census.h): each process sends at most 10 a second (LG_CENSUS_MIN_INTERVAL_MS), 1 a
+# Census (plugin/src/daemon/census.h): each process sends at most 10 a second (LG_CENSUS_MIN_INTERVAL_MS), 1 a
 # second while nothing changes; 8 GPUs' processes all changing during a failover is 80/s.
 CENSUS_RATE_PER_S = 128.0
 CENSUS_BURST = 256.0

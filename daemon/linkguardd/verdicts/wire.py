@@ -1,4 +1,4 @@
-"""The plugin's verdict datagram (plugin/src/verdict.h is the one definition) -> PluginVerdictFact.
+"""The plugin's verdict datagram (plugin/src/daemon/verdict.h is the one definition) -> PluginVerdictFact.
 
     struct (LG_VERDICT_SIZE = 104 bytes, little-endian):
        0 u32 magic "LGVD"   8 char nic[16]   28 u32 loss_ppm      48 u64 conn

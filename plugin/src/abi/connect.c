@@ -1,0 +1,341 @@
+/* Non-blocking connect: every connection opens both paths at once, each a channel on the
+ * control session to the peer's listener of that NIC (session.h: shared, opened by the first
+ * connection that needs it) and its data sockets. Progress state lives in a heap object
+ * whose address is kept in NCCL's handle memory between calls (handle.h). */
+#include "abi/connect.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "abi/core.h"
+#include "daemon/devices.h"
+#include "proto/conn.h"
+#include "proto/failover.h"
+#include "runtime/ctx.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/sock.h"
+#include "runtime/util.h"
+#include "session/handle.h"
+#include "transport/transport_select.h"
+
+#define LG_CONNECTING_MAGIC 0x4c47434eu /* "LGCN" */
+
+static void lg_connect_abandon_all(void);
+
+struct lg_connecting {
+    uint32_t magic;
+    struct lg_connecting *next; /* registry of live attempts */
+    struct lg_conn *conn;
+    uint64_t deadline;
+    uint64_t primary_up_ns; /* when every primary socket was connected; 0 before */
+    int started; /* sockets up, the monitor has it; wrap mode: waiting for the inner comms */
+    int path_live[LG_NPATHS];
+    int connected[LG_NPATHS][LG_MAX_STREAMS + 1]; /* [p][0]: the path's session is up */
+    size_t hello_sent[LG_NPATHS][LG_MAX_STREAMS + 1];
+    char peer_nic[LG_NPATHS][LG_HANDLE_NIC_LEN]; /* from the handle, for the WARNs */
+};
+
+/* Only pointers found here are ever dereferenced: a handle with a stale or forged stage
+ * pointer is treated as fresh. */
+static pthread_mutex_t lg_connecting_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct lg_connecting *lg_connecting_list;
+
+static int registry_has(struct lg_connecting *cg)
+{
+    pthread_mutex_lock(&lg_connecting_mu);
+    struct lg_connecting *it = lg_connecting_list;
+    while (it && it != cg)
+        it = it->next;
+    pthread_mutex_unlock(&lg_connecting_mu);
+    return it != NULL;
+}
+
+static void registry_remove(struct lg_connecting *cg)
+{
+    pthread_mutex_lock(&lg_connecting_mu);
+    for (struct lg_connecting **pp = &lg_connecting_list; *pp; pp = &(*pp)->next)
+        if (*pp == cg) {
+            *pp = cg->next;
+            break;
+        }
+    pthread_mutex_unlock(&lg_connecting_mu);
+}
+
+static int *sock_fd(struct lg_conn *c, int p, int k) /* k = 1..nstreams */
+{
+    return &c->paths[p]->data[k - 1].task.fd;
+}
+
+/* Why a path's peer address is unreachable: on another subnet, NCCL paired NICs of different
+ * rails (cross-NIC rings) and nothing routes between them; on the NIC's own, a NIC or link
+ * is down. An unknown mask (an address from the daemon's table) is taken as another subnet. */
+static const char *reach_hint(const struct lg_conn *c, int p, int err)
+{
+    if (err != ENETUNREACH && err != EHOSTUNREACH)
+        return "";
+    const struct lg_nic *nic = &lg_device_get(c->dev)->nic[p];
+    if (nic->mask && !((nic->ip ^ c->peer_ip[p]) & nic->mask))
+        return " (no answer from that address on this NIC's own subnet: a NIC or link between "
+               "the two is down)";
+    return " (no route from this NIC to that address: the two NICs are on rails that are not "
+           "routed to each other; NCCL's cross-NIC rings need routed rails, or "
+           "NCCL_CROSS_NIC=0 keeps every ring on one rail)";
+}
+
+/* Both ends of a path that could not connect, e.g. "NIC rail0 (198.18.0.1) to the peer's
+ * primary NIC rail1 at 198.18.1.2:40001" (no peer NIC name from a peer too old to send it). */
+struct lg_ends_str {
+    char s[IFNAMSIZ + LG_HANDLE_NIC_LEN + 96];
+};
+static struct lg_ends_str path_ends(const struct lg_connecting *cg, int p)
+{
+    const struct lg_conn *c = cg->conn;
+    struct lg_ends_str e;
+    char local[INET_ADDRSTRLEN];
+    struct in_addr in = {.s_addr = c->local_ip[p]};
+    inet_ntop(AF_INET, &in, local, sizeof(local));
+    snprintf(e.s, sizeof(e.s), "NIC %s (%s) to the peer's %s NIC%s%s at %s", c->paths[p]->nic,
+             local, p ? "backup" : "primary", cg->peer_nic[p][0] ? " " : "", cg->peer_nic[p],
+             c->paths[p]->peer);
+    return e;
+}
+
+static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
+{
+    struct lg_path *p = cg->conn->paths[1];
+    LG_WARN("send conn %016llx: backup path via NIC %s to %s unavailable (%s%s%s)%s; the "
+            "connection runs unprotected until that path can be built",
+            (unsigned long long)cg->conn->nonce, p->nic, p->peer, why, err ? ": " : "",
+            err ? strerror(err) : "", reach_hint(cg->conn, 1, err));
+    cg->path_live[1] = 0;
+    cg->conn->paths[1] = NULL; /* the connection starts with its primary path only */
+    cg->conn->npaths = 1;
+    cg->conn->upgradable = 1; /* ... and the monitor adds the backup when it can */
+    lg_path_free(p); /* its sockets, its session's channel */
+}
+
+static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const struct lg_handle *h)
+{
+    const struct lg_device *d = lg_device_get(dev);
+    struct lg_connecting *cg = calloc(1, sizeof(*cg));
+    const struct lg_transport *tr = lg_transport_select();
+    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, tr, tr->nstreams(),
+                                    (uint32_t)lg_params.chunk_size);
+    if (!cg || !c) {
+        free(cg);
+        if (c)
+            lg_conn_free(c);
+        return NULL;
+    }
+    lg_fo_init(c);
+    cg->magic = LG_CONNECTING_MAGIC;
+    cg->conn = c;
+    c->ctx = lg_ctx_ref(ctx);
+    c->nonce = lg_random_u64();
+    c->listen_id = h->listen_id;
+    memcpy(cg->peer_nic, h->nic, sizeof(cg->peer_nic));
+    cg->deadline = lg_now_ns() + (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
+    int npaths = d->has_backup && (h->flags & LG_HANDLE_F_BACKUP) ? 2 : 1;
+    if (d->has_backup && npaths == 1)
+        LG_INFO(NCCL_INIT | NCCL_NET, "connect on %s: the peer has no backup path; this "
+                "connection runs unprotected", d->nic[0].name);
+    for (int p = 0; p < LG_NPATHS; p++) { /* kept for rebuilding paths (reconnect.c) */
+        c->local_ip[p] = d->nic[p].ip;
+        c->peer_ip[p] = p < npaths ? h->ip[p] : 0;
+        c->peer_port[p] = p < npaths ? h->port[p] : 0;
+    }
+    for (int p = 0; p < npaths; p++) {
+        struct lg_path *path = lg_path_new(c, p, d->nic[p].name,
+                                           lg_addr_format(h->ip[p], h->port[p]).s);
+        if (!path) {
+            lg_conn_free(c);
+            free(cg);
+            return NULL;
+        }
+        cg->path_live[p] = 1;
+        int attached = lg_path_open_session(path, d->nic[p].name, d->nic[p].ip, h->ip[p],
+                                            h->port[p]) == 0;
+        for (int k = 0; k <= c->nstreams; k++) {
+            int fd = !k ? (attached ? 0 : -1)
+                        : lg_sock_connect_start(d->nic[p].name, d->nic[p].ip, h->ip[p],
+                                                h->port[p], LG_SOCK_DATA);
+            if (fd < 0) {
+                if (p == 0) {
+                    int e = errno;
+                    LG_WARN("connect from %s: %s%s", path_ends(cg, 0).s, strerror(e),
+                            reach_hint(c, 0, e));
+                    lg_conn_free(c);
+                    free(cg);
+                    return NULL;
+                }
+                give_up_backup(cg, errno, "socket");
+                break;
+            }
+            if (k)
+                *sock_fd(c, p, k) = fd;
+        }
+    }
+    pthread_mutex_lock(&lg_connecting_mu);
+    cg->next = lg_connecting_list;
+    lg_connecting_list = cg;
+    pthread_mutex_unlock(&lg_connecting_mu);
+    return cg;
+}
+
+static int send_hello(struct lg_connecting *cg, int p, int k)
+{
+    struct lg_conn *c = cg->conn;
+    uint8_t buf[LG_HELLO_SIZE];
+    struct lg_hello h = {.path = (uint8_t)p, .stream = (uint8_t)k, .nstreams = (uint8_t)c->nstreams,
+                         .paths_mask = (uint8_t)(1 | (cg->path_live[1] ? 2 : 0)),
+                         .chunk_size = c->chunk_size, .listen_id = c->listen_id,
+                         .conn_nonce = c->nonce, .flags = c->tr->hello_flags,
+                         .session = lg_path_sess(c->paths[p])->id, .chan = c->paths[p]->ch.id};
+    lg_hello_encode(buf, &h);
+    size_t *sent = &cg->hello_sent[p][k];
+    while (*sent < LG_HELLO_SIZE) {
+        struct iovec iov = {buf + *sent, LG_HELLO_SIZE - *sent};
+        ssize_t n = lg_sock_writev(*sock_fd(c, p, k), &iov, 1);
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        *sent += (size_t)n;
+    }
+    return 1;
+}
+
+/* 1: connected, 0: in progress, -1: failed (logged). */
+static int connect_progress(struct lg_connecting *cg)
+{
+    struct lg_conn *c = cg->conn;
+    int timed_out = lg_now_ns() > cg->deadline;
+    int all = 1;
+    for (int p = 0; p < LG_NPATHS; p++) {
+        for (int k = 0; cg->path_live[p] && k <= c->nstreams; k++) {
+            int rc = 0, err = 0;
+            if (!cg->connected[p][k]) {
+                /* k 0: the path's session; the others: its data sockets */
+                rc = k ? lg_sock_connect_check(*sock_fd(c, p, k))
+                       : lg_session_connect_check(lg_path_sess(c->paths[p]));
+                err = errno;
+                if (rc == 0)
+                    cg->connected[p][k] = 1;
+                else if (rc > 0 && timed_out)
+                    rc = -1, err = ETIMEDOUT;
+            }
+            /* Data hellos once the path's session is up (the receiver looks it up by them);
+             * the primary's first goes last: it announces which paths exist. */
+            if (rc == 0 && k && (p || k > 1) && cg->connected[p][0] && send_hello(cg, p, k) < 0)
+                rc = -1, err = errno;
+            if (rc < 0 && p == 0) {
+                LG_WARN("connect from %s failed: %s%s", path_ends(cg, 0).s, strerror(err),
+                        reach_hint(c, 0, err));
+                return -1;
+            }
+            if (rc < 0) {
+                give_up_backup(cg, err, "connect");
+                break;
+            }
+            if (rc > 0 || (k && (p || k > 1) && cg->hello_sent[p][k] < LG_HELLO_SIZE))
+                all = 0;
+        }
+    }
+    if (!cg->primary_up_ns) {
+        int up = 1;
+        for (int k = 0; k <= c->nstreams; k++)
+            up &= cg->connected[0][k];
+        if (up)
+            cg->primary_up_ns = lg_now_ns();
+    }
+    if (!all && cg->path_live[1] && cg->primary_up_ns &&
+        lg_now_ns() - cg->primary_up_ns > (uint64_t)lg_params.backup_grace_ms * 1000000ull) {
+        give_up_backup(cg, ETIMEDOUT, "not connected within LINKGUARD_BACKUP_GRACE_MS");
+        return connect_progress(cg);
+    }
+    if (!all || !cg->connected[0][1])
+        return 0;
+    int rc = send_hello(cg, 0, 1);
+    if (rc < 0) {
+        LG_WARN("connect from %s failed: %s", path_ends(cg, 0).s, strerror(errno));
+        return -1;
+    }
+    return rc;
+}
+
+ncclResult_t lg_core_connect_ctx(void *ctx, int dev, void *handle, void **send_comm)
+{
+    *send_comm = NULL;
+    if (!lg_device_get(dev)) {
+        LG_WARN("connect: no device %d", dev);
+        return ncclInvalidArgument;
+    }
+    lg_core_on_stop(lg_connect_abandon_all);
+    struct lg_connecting *cg = lg_handle_stage_get(handle);
+    if (cg && (!registry_has(cg) || cg->magic != LG_CONNECTING_MAGIC))
+        cg = NULL;
+    if (!cg) {
+        struct lg_handle h;
+        int st = lg_handle_decode(handle, &h);
+        if (st != LG_HANDLE_OK) {
+            LG_WARN("connect on device %d: %s", dev, lg_handle_strerror(st));
+            return ncclInvalidUsage;
+        }
+        struct lg_ctx *cx;
+        if (lg_ctx_hold(ctx, "connect", &cx) != 0)
+            return ncclInternalError;
+        cg = connect_start(cx, dev, &h);
+        lg_ctx_release(cx);
+        if (!cg)
+            return ncclSystemError;
+        lg_handle_stage_set(handle, cg);
+    }
+    struct lg_conn *c = cg->conn;
+    int rc = cg->started ? 1 : connect_progress(cg);
+    if (rc > 0 && !cg->started) {
+        if (lg_core_conn_ready(c) != 0)
+            rc = -1;
+        cg->started = rc > 0;
+    }
+    /* NCCL gets the comm once the transport can take it (wrap mode: its inner comms are up,
+     * built by the monitor), so that its regMr registers with them, or fails, right there. */
+    int usable = rc > 0 ? c->tr->usable(c, lg_now_ns()) : rc;
+    if (usable == 0)
+        return ncclSuccess;
+    registry_remove(cg);
+    lg_handle_stage_set(handle, NULL);
+    int started = cg->started;
+    cg->magic = 0;
+    free(cg);
+    if (usable < 0 && started) {
+        LG_WARN("connect on device %d: the connection failed before its inner comms were up",
+                dev);
+        lg_core_close_send(c);
+        return ncclSystemError;
+    }
+    if (usable < 0) {
+        lg_conn_free(c);
+        return ncclSystemError;
+    }
+    *send_comm = c;
+    return ncclSuccess;
+}
+
+/* The process-wide part stops: free the connects NCCL never finished (lg_core_on_stop). */
+static void lg_connect_abandon_all(void)
+{
+    pthread_mutex_lock(&lg_connecting_mu);
+    struct lg_connecting *cg = lg_connecting_list;
+    lg_connecting_list = NULL;
+    pthread_mutex_unlock(&lg_connecting_mu);
+    while (cg) {
+        struct lg_connecting *next = cg->next;
+        lg_conn_free(cg->conn);
+        free(cg);
+        cg = next;
+    }
+}

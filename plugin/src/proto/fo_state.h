@@ -1,0 +1,133 @@
+/* The failover state of one connection: what the monitor thread keeps per connection
+ * (failover.c) and the mailbox the control handlers fill for it. Types only, so that the
+ * connection object (conn.h) can hold them without depending on the protocol's code. */
+#ifndef LG_FO_STATE_H
+#define LG_FO_STATE_H
+
+#include <stdint.h>
+
+#include "proto/goodput.h"
+#include "proto/rate.h"
+#include "session/wire.h"
+
+struct lg_path;
+
+/* What a goodput judge found (gray.h): a lossy path (TCP retransmissions, goodput.h) or a
+ * slow one (completion rate against its baseline, rate.h). */
+struct lg_gray_found {
+    uint8_t kind;          /* LG_VERDICT_LOSSY or LG_VERDICT_SLOW (verdict.h) */
+    unsigned permille;     /* lossy: share of the bytes sent that were retransmitted, 0.1 % */
+    uint64_t sent;         /* lossy: bytes sent in the window */
+    uint64_t rate_Bps;     /* goodput in the window: acknowledged (lossy), completed (slow) */
+    uint64_t expected_Bps; /* slow: the baseline it was held to */
+};
+
+/* ---- per-connection state, owned by the monitor thread (failover.c) ---------------------- */
+
+/* A path being rebuilt (reconnect.c). */
+struct lg_rejoin {
+    struct lg_path *path; /* sender: connecting / waiting for READY; receiver: assembling */
+    uint32_t gen;
+    uint64_t t0;
+    int nfds;             /* receiver: sockets filed so far */
+    uint64_t sess;        /* receiver: the control session and channel its hellos name */
+    uint32_t chan;
+    int connected[LG_MAX_STREAMS + 1]; /* sender: [0] its session is up, [k] data stream k */
+    size_t hello_sent[LG_MAX_STREAMS + 1];
+};
+
+struct lg_fo_slot {
+    struct lg_rejoin rj;
+    uint64_t next_try_ns;  /* sender: no rebuild attempt before this */
+    uint64_t delay_ns;     /* current rebuild backoff */
+    uint64_t up_since_ns;  /* when the current path came up (flap damping) */
+    uint32_t next_gen;
+    int noted;             /* its failure was handled (logged, fenced) */
+    uint32_t local_state;  /* our daemon's state of our NIC (enum lg_nic_state) */
+    int nic_idx;           /* index in the daemon's table, -1 if absent */
+    /* sender: goodput health of the path in this slot (gray_watch) */
+    const struct lg_path *gp_path; /* the path (and generation) the window belongs to */
+    uint32_t gp_gen;
+    uint64_t gp_t0;
+    struct lg_gp_counters gp; /* its data sockets' counters at the window's start */
+    int gp_strikes;           /* lossy windows in a row */
+    uint64_t gray_until;      /* held off (not taken back) until then */
+    uint64_t gray_hold_ns;    /* the current hold; doubles on a repeat */
+    uint64_t gray_last_ns;    /* when it was last found lossy */
+    uint64_t probe_retrans;   /* its control channel's retransmitted segments, while held */
+    struct lg_gray_found gray_found; /* the verdict's numbers, for the switch's log line */
+    /* sender, wrap mode: the completion-rate window of the path in this slot (rate.h) */
+    struct lg_rate_state rate;     /* its baseline and strikes, kept across rebuilds */
+    const struct lg_path *rw_path; /* the path (and generation) the window belongs to */
+    uint32_t rw_gen;
+    uint64_t rw_t0, rw_seen_ns;    /* the window's start (0: none open); the last look */
+    uint64_t rw_bytes0, rw_idle0;  /* bytes completed and drained time at its start */
+};
+
+struct lg_fo {
+    struct lg_fo_slot slot[LG_NPATHS];
+    uint64_t health_gen;   /* daemon table generation last evaluated */
+    int daemon;            /* a live daemon was seen at the last evaluation */
+    uint8_t hb_flags;      /* what our last heartbeat said */
+    uint64_t hb_force;     /* send a heartbeat on every path at the next run */
+    uint32_t hb_epoch;     /* the epoch and generations the last heartbeat said */
+    uint64_t hb_gens;
+    uint64_t posted_told_ns; /* sender, wrap mode: when POSTED last went out */
+    /* what the peer said (copied from the mailbox) */
+    uint8_t peer_flags;
+    uint32_t peer_epoch;
+    uint32_t peer_gen[LG_NPATHS];
+    /* sender: the switch in progress */
+    int sw_phase;          /* LG_SW_* */
+    int sw_target;
+    int sw_graceful;
+    uint32_t sw_epoch, sw_gen;
+    uint64_t sw_t0, sw_trigger_ns, sw_sent_ns;
+    char sw_reason[256];
+    uint32_t proposed;     /* highest epoch we proposed */
+    /* both */
+    uint32_t seen;         /* highest epoch seen from the peer */
+    uint64_t trigger_ns;   /* receiver: first sign of trouble before the next commit */
+    uint64_t stall_since;  /* no path works since (0: one does) */
+    int stall_logged;
+    uint64_t next_run_ns;
+    uint64_t last_run_ns;  /* a late run (the process was starved) judges no silence */
+    uint64_t stalled_ns;   /* stall time counted so far (see dead_check) */
+    /* receiver: the progress watchdog (rx_watchdog) */
+    uint64_t wd_base, wd_placed, wd_since, wd_commit_ns;
+    uint64_t wd_polled_ns; /* a monitor run that saw NCCL poll (conn->polled) */
+    uint64_t wd_ask_base, wd_ask_placed, wd_ask_path; /* receiver: the stall it asked the
+                                                      * sender about (path: gen << 1 | index) */
+    uint64_t wd_ask_from, wd_ask_last; /* ... since when, and when it last asked */
+    uint64_t wd_denied_seq; /* sender: the last STALLED it found nothing stuck for, + 1 */
+    int late, late_runs;
+};
+#define LG_SW_NONE 0
+#define LG_SW_QUIESCE 1 /* graceful: waiting for in-flight messages to be placed */
+#define LG_SW_WAIT 2    /* SWITCH sent, waiting for the RESYNC */
+
+/* Frames from the peer, stored by control handlers (any thread) for the monitor. */
+struct lg_mailbox {
+    uint32_t switch_epoch; /* receiver: newest SWITCH */
+    int switch_target;
+    uint64_t delivered;    /* receiver: newest DELIVERED (wrap mode): hold at least these */
+    uint32_t switch_gen;   /* generation of the path it came on */
+    uint64_t switch_rx_ns;
+    uint32_t resync_epoch; /* sender: newest RESYNC */
+    int resync_target;
+    uint64_t resync_n;
+    uint32_t resync_gen;
+    uint64_t resync_rx_ns;
+    uint64_t peer_posted;  /* receiver, wrap mode: newest POSTED (messages the sender handed
+                            * to its inner plugin) */
+    uint64_t stalled_seq;  /* sender: newest STALLED (the receiver's message that got no data) */
+    uint64_t stalled_rx_ns; /* ... when it came (0: none to answer) */
+    int stalled_path;      /* ... on which path, of which gen */
+    uint32_t stalled_gen;
+    uint8_t hb_flags;      /* newest heartbeat */
+    uint32_t hb_epoch;
+    uint64_t hb_gens;
+    int hb_valid;
+};
+
+#endif

@@ -1,0 +1,34 @@
+/* Gray paths: what both transports do with a goodput judge's verdict (a lossy path: goodput.h;
+ * a slow one: rate.h). The path is held off (struct lg_fo_slot.gray_until), which the
+ * sender's switch decision reads like a DEGRADED NIC (fo_policy.c, LG_WHY_GRAY): a graceful
+ * switch, and only to a healthy path. The hold is hysteresis: LINKGUARD_GRAY_HOLD_MS, doubling
+ * (up to LG_GRAY_HOLD_MAX times) on a repeat within LG_GRAY_REPEAT_NS, and restarted while the
+ * held-off path, as standby, still retransmits heartbeats; a path clean again is taken back
+ * (reintegration) once the hold ends. Monitor thread only. */
+#ifndef LG_GRAY_H
+#define LG_GRAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/fo_state.h"
+
+struct lg_conn;
+
+#define LG_GRAY_REPEAT_NS (600ull * 1000000000ull) /* 10 minutes */
+#define LG_GRAY_HOLD_MAX 32
+
+/* The active path in slot `i` was found lossy or slow (`f`; the judges' windows were
+ * LINKGUARD_GRAY_WINDOW_MS): logged with its numbers, reported to the daemon (verdict.h),
+ * held off. */
+void lg_gray_hold(struct lg_conn *c, int i, uint64_t now, const struct lg_gray_found *f);
+
+/* The standby path in slot `i`, held off: every segment its control channel retransmits
+ * restarts the hold (a link that still drops frames keeps itself out). */
+void lg_gray_probe_standby(struct lg_conn *c, int i, uint64_t now);
+
+/* "lossy (2.4 % of 41.2 MB retransmitted)" or "slow (84.0 MB/s, 9 % of its 950.0 MB/s
+ * baseline)": the verdict in the switch's reason (failover.c). Returns the length. */
+size_t lg_gray_describe(const struct lg_gray_found *f, char *out, size_t len);
+
+#endif

@@ -1,0 +1,289 @@
+/* Rebuilding a path: the sender (connector) takes a channel on a control session to the
+ * receiver's listening socket for that NIC (a new session when the old one is gone or silent)
+ * and connects fresh data sockets there with REJOIN hellos naming it; the receiver's monitor
+ * groups them by connection nonce and generation, builds the path and answers READY on its
+ * channel. */
+#include "proto/reconnect.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon/devices.h"
+#include "daemon/health.h"
+#include "proto/conn.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/sock.h"
+#include "runtime/util.h"
+
+/* Sender rebuilds connecting in this process (monitor thread only): admitted
+ * LINKGUARD_REJOIN_BUDGET at a time. */
+static int tx_inflight; /* rebuilds under way (atomic: a close aborts its own) */
+
+static int *sock_fd(struct lg_path *p, int k) /* k = 1..nstreams */
+{
+    return &p->data[k - 1].task.fd;
+}
+
+void lg_rejoin_publish(struct lg_conn *c, int slot, struct lg_path *p)
+{
+    struct lg_path *old = c->paths[slot];
+    if (old)
+        lg_path_retire(old, 1);
+    pthread_mutex_lock(&c->mu);
+    __atomic_store_n(&c->paths[slot], p, __ATOMIC_SEQ_CST);
+    if (c->active_path == old)
+        c->active_path = NULL; /* no longer the committed path: entered by a new epoch */
+    pthread_mutex_unlock(&c->mu);
+    /* NCCL's thread may still hold the old pointer inside one call: wait it out. */
+    lg_conn_quiesce_inline(c);
+    lg_path_free(old);
+    if (c->paths[0] && c->paths[1] && !__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE)) {
+        /* A connection built without its backup has it now. Its primary's control channel
+         * was quiet until now (no heartbeats while unprotected; in wrap mode no data on our
+         * sockets either): silence counts from here. */
+        uint64_t now_ns = lg_now_ns();
+        __atomic_store_n(&c->paths[0]->last_rx_ns, now_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->paths[0]->prev_rx_ns, now_ns, __ATOMIC_RELAXED);
+        c->upgradable = 0;
+        __atomic_store_n(&c->protected_, 1, __ATOMIC_RELEASE);
+        LG_INFO(NCCL_NET, "%s conn %016llx: backup path on NIC %s built after the start; the "
+                "connection is protected from now on", c->kind == LG_CONN_SEND ? "send" : "recv",
+                (unsigned long long)c->nonce, p->nic);
+    }
+}
+
+void lg_rejoin_abort(struct lg_conn *c, int slot)
+{
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    if (!rj->path)
+        return;
+    if (c->kind == LG_CONN_SEND)
+        __atomic_sub_fetch(&tx_inflight, 1, __ATOMIC_RELAXED);
+    lg_path_retire(rj->path, 0);
+    lg_path_free(rj->path);
+    memset(rj, 0, sizeof(*rj));
+}
+
+/* ---- sender ------------------------------------------------------------------------------ */
+
+int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
+{
+    const struct lg_device *d = lg_device_get(c->dev);
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    if (!d || rj->path || !c->peer_ip[slot])
+        return -1;
+    if (__atomic_load_n(&tx_inflight, __ATOMIC_RELAXED) >= lg_params.rejoin_budget)
+        return 1;
+    struct lg_path *p = lg_path_alloc(c, slot, d->nic[slot].name,
+                                      lg_addr_format(c->peer_ip[slot], c->peer_port[slot]).s);
+    if (!p)
+        return -1;
+    memset(rj, 0, sizeof(*rj));
+    rj->path = p;
+    __atomic_add_fetch(&tx_inflight, 1, __ATOMIC_RELAXED);
+    rj->gen = p->gen = ++c->fo.slot[slot].next_gen;
+    rj->t0 = now;
+    if (lg_path_open_session(p, d->nic[slot].name, c->local_ip[slot], c->peer_ip[slot],
+                             c->peer_port[slot]) != 0) {
+        LG_TRACE("send conn %016llx: rebuild of path %d: no control session (%s)",
+                 (unsigned long long)c->nonce, slot, strerror(errno));
+        lg_rejoin_abort(c, slot);
+        return -1;
+    }
+    for (int k = 1; k <= c->nstreams; k++) {
+        int fd = lg_sock_connect_start(d->nic[slot].name, c->local_ip[slot], c->peer_ip[slot],
+                                       c->peer_port[slot], LG_SOCK_DATA);
+        if (fd < 0) {
+            LG_TRACE("send conn %016llx: rebuild of path %d: %s", (unsigned long long)c->nonce,
+                     slot, strerror(errno));
+            lg_rejoin_abort(c, slot);
+            return -1;
+        }
+        *sock_fd(p, k) = fd;
+    }
+    return 0;
+}
+
+static int send_hello(struct lg_conn *c, struct lg_rejoin *rj, int k)
+{
+    uint8_t buf[LG_HELLO_SIZE];
+    int slot = rj->path->index;
+    struct lg_hello h = {.path = (uint8_t)slot, .stream = (uint8_t)k,
+                         .nstreams = (uint8_t)c->nstreams,
+                         .paths_mask = (uint8_t)(1 | (1 << slot)), .chunk_size = c->chunk_size,
+                         .listen_id = c->listen_id, .conn_nonce = c->nonce,
+                         .flags = LG_HELLO_F_REJOIN | c->tr->hello_flags,
+                         .gen = rj->gen, .session = lg_path_sess(rj->path)->id,
+                         .chan = rj->path->ch.id};
+    lg_hello_encode(buf, &h);
+    while (rj->hello_sent[k] < LG_HELLO_SIZE) {
+        struct iovec iov = {buf + rj->hello_sent[k], LG_HELLO_SIZE - rj->hello_sent[k]};
+        ssize_t n = lg_sock_writev(*sock_fd(rj->path, k), &iov, 1);
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        rj->hello_sent[k] += (size_t)n;
+    }
+    return 1;
+}
+
+int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, size_t len)
+{
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    struct lg_path *p = rj->path;
+    if (!p)
+        return -1;
+    if (now - rj->t0 > (uint64_t)lg_params.rejoin_timeout_ms * 1000000ull) {
+        snprintf(why, len, "%s after %lld ms", p->started ? "no READY" : "not connected",
+                 (long long)lg_params.rejoin_timeout_ms);
+        lg_rejoin_abort(c, slot);
+        return -1;
+    }
+    if (!p->started) {
+        int all = 1;
+        for (int k = 0; k <= c->nstreams; k++) {
+            if (!rj->connected[k]) {
+                /* k 0: the path's session; the others: its data sockets */
+                int rc = k ? lg_sock_connect_check(*sock_fd(p, k))
+                           : lg_session_connect_check(lg_path_sess(p));
+                if (rc < 0) {
+                    snprintf(why, len, "%s: %s", k ? "connect" : "control session",
+                             strerror(errno));
+                    lg_rejoin_abort(c, slot);
+                    return -1;
+                }
+                rj->connected[k] = rc == 0;
+            }
+            /* Data hellos once the session is up: the receiver looks it up by them. */
+            int h = !rj->connected[k] ? 0 : !k ? 1 : rj->connected[0] ? send_hello(c, rj, k) : 0;
+            if (h < 0) {
+                snprintf(why, len, "hello: %s", strerror(errno));
+                lg_rejoin_abort(c, slot);
+                return -1;
+            }
+            all &= h == 1;
+        }
+        if (!all)
+            return 0;
+        if (lg_path_start(p) != 0) {
+            snprintf(why, len, "cannot register its sockets");
+            lg_rejoin_abort(c, slot);
+            return -1;
+        }
+    }
+    if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != LG_PATH_UP) {
+        snprintf(why, len, "%s", __atomic_load_n(&p->fail_noted, __ATOMIC_ACQUIRE) && p->why[0]
+                                     ? p->why : "refused by the peer");
+        lg_rejoin_abort(c, slot);
+        return -1;
+    }
+    /* READY says the receiver took the path (wrap mode: accepted its inner comm); ours must
+     * be there too. */
+    if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) || !c->tr->carries(p))
+        return 0;
+    rj->path = NULL;
+    __atomic_sub_fetch(&tx_inflight, 1, __ATOMIC_RELAXED);
+    lg_rejoin_publish(c, slot, p);
+    return 1;
+}
+
+/* ---- receiver ---------------------------------------------------------------------------- */
+
+static void rx_build(struct lg_conn *c, int slot, uint64_t now)
+{
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    struct lg_path *p = rj->path;
+    uint32_t state = lg_health_state(c->fo.slot[slot].nic_idx, NULL);
+    if (!lg_health_usable(state)) {
+        /* Our daemon keeps this NIC out (hold-down, damping, drain): refuse; the sender
+         * hears it from our heartbeats and tries again once we say it is usable. */
+        LG_TRACE("recv conn %016llx: refused a rebuilt path %d (NIC %s not usable)",
+                 (unsigned long long)c->nonce, slot, p->nic);
+        lg_rejoin_abort(c, slot);
+        return;
+    }
+    struct lg_session *s = lg_session_find(rj->sess, c->local_ip[slot]);
+    if (!s || lg_path_attach(p, s, rj->chan) != 0) {
+        /* Its session's socket may come in after the data sockets: the monitor tries again
+         * (lg_rejoin_rx_step) until the rebuild times out. */
+        lg_session_put(s);
+        return;
+    }
+    rj->path = NULL;
+    for (int k = 1; k <= c->nstreams; k++)
+        lg_sock_setup_accepted(*sock_fd(p, k), LG_SOCK_DATA);
+    struct lg_path *old = c->paths[slot];
+    if (old && lg_path_up(old))
+        lg_conn_path_failed(old, 0, "replaced by a rebuilt path");
+    if (lg_path_start(p) != 0) {
+        lg_path_retire(p, 0);
+        lg_path_free(p);
+        return;
+    }
+    lg_rejoin_publish(c, slot, p);
+    c->fo.slot[slot].up_since_ns = now;
+    c->fo.slot[slot].noted = 0;
+    c->fo.hb_force = 1;
+    c->tr->rebuilt(p); /* READY (wrap mode: once the inner comm is accepted) */
+    LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s rebuilt (gen %u) from %s",
+            (unsigned long long)c->nonce, slot ? "backup" : "primary", p->nic, p->gen, p->peer);
+}
+
+int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t local_ip,
+                   uint64_t now)
+{
+    /* It must come through our listener for that slot's NIC, for a connection that may be
+     * rebuilt, and match what the connection was built with. */
+    if ((!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !c->upgradable) ||
+        __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) || local_ip != c->local_ip[h->path] ||
+        (h->flags & LG_HELLO_F_WRAP) != c->tr->hello_flags || h->nstreams != c->nstreams ||
+        h->chunk_size != c->chunk_size || h->stream > c->nstreams || h->stream < 1)
+        return -1;
+    int slot = h->path;
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    if (rj->path && rj->gen != h->gen) {
+        if (h->gen < rj->gen)
+            return -1; /* an abandoned attempt */
+        lg_rejoin_abort(c, slot);
+    }
+    if (!rj->path) {
+        struct sockaddr_in peer = {0};
+        socklen_t len = sizeof(peer);
+        getpeername(fd, (struct sockaddr *)&peer, &len);
+        const struct lg_device *d = lg_device_get(c->dev);
+        const char *nic = c->paths[slot] ? c->paths[slot]->nic : d ? d->nic[slot].name : "?";
+        rj->path = lg_path_alloc(c, slot, nic,
+                                 lg_addr_format(peer.sin_addr.s_addr, ntohs(peer.sin_port)).s);
+        if (!rj->path)
+            return -1;
+        rj->path->gen = rj->gen = h->gen;
+        rj->t0 = now;
+        rj->nfds = 0;
+        rj->sess = h->session;
+        rj->chan = h->chan;
+    }
+    if (rj->sess != h->session || rj->chan != h->chan)
+        return -1; /* the sockets of one path name one channel */
+    int *slot_fd = sock_fd(rj->path, h->stream);
+    if (*slot_fd >= 0)
+        return -1;
+    *slot_fd = fd;
+    if (++rj->nfds == c->nstreams)
+        rx_build(c, slot, now);
+    return 0;
+}
+
+void lg_rejoin_rx_step(struct lg_conn *c, int slot, uint64_t now)
+{
+    struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    if (rj->path && now - rj->t0 > LG_MS(lg_params.rejoin_timeout_ms))
+        lg_rejoin_abort(c, slot);
+    else if (rj->path && rj->nfds == c->nstreams)
+        rx_build(c, slot, now);
+}

@@ -1,0 +1,251 @@
+/* The message window of a connection, as the transports and test() see it: a receive placed
+ * (lg_recv_complete) and its acks, an ack taken by the sender, and completion (see window.h). */
+#include "proto/window.h"
+
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/health.h"
+#include "proto/conn.h"
+#include "proto/resync.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
+#include "runtime/wake.h"
+
+/* Acks are cumulative, so a stream that places several messages in one run sends one ack
+ * when it is about to sleep; big messages (or a long run) are acked at once so that the
+ * sender's window keeps moving. Messages the sender kept a copy of (LG_CHUNK_F_KEPT) are
+ * already complete there: their ack only frees the copy and the window slot, so it waits for
+ * LG_ACK_LAZY_MSGS of them (a quarter of the window), the sender's POSTED asking for it, or
+ * the monitor's next run (failover.c). */
+#define LG_ACK_NOW_BYTES (256u << 10)
+#define LG_ACK_NOW_MSGS 4
+#define LG_ACK_LAZY_MSGS (LG_WINDOW / 4)
+
+void lg_recv_flush_ack(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    uint64_t placed = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+    uint64_t sent = __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE);
+    while (placed > sent) {
+        if (__atomic_compare_exchange_n(&c->ack_sent, &sent, placed, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            struct lg_ctrl ack = {.type = LG_CTRL_ACK, .value = placed};
+            lg_path_ctrl_send(p, &ack);
+            return;
+        }
+    }
+}
+
+void lg_recv_flush_due(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    uint64_t placed = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+    uint64_t sent = __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE);
+    if (placed > sent && (__atomic_load_n(&c->ack_need, __ATOMIC_ACQUIRE) > sent ||
+                          placed - sent >= LG_ACK_LAZY_MSGS))
+        lg_recv_flush_ack(p);
+}
+
+/* Under mu: acks up to n are awaited. */
+static void need_ack_locked(struct lg_conn *c, uint64_t n)
+{
+    if (n > __atomic_load_n(&c->ack_need, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->ack_need, n, __ATOMIC_RELEASE);
+}
+
+void lg_recv_ack_asked(struct lg_path *p, uint64_t n)
+{
+    pthread_mutex_lock(&p->conn->mu);
+    need_ack_locked(p->conn, n);
+    pthread_mutex_unlock(&p->conn->mu);
+    lg_recv_flush_due(p);
+}
+
+/* Inside a placement step. -1 on a protocol error (the path failed). */
+int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size, int kept)
+{
+    struct lg_conn *c = p->conn;
+    uint64_t seq = r->seq; /* read before DONE: the slot may be reused right after */
+    /* Counted as placed before NCCL can see it done: a caller that closes right after its
+     * last receive says in its BYE that it holds everything it saw complete. */
+    pthread_mutex_lock(&c->mu);
+    int adv = lg_seqwin_mark(&c->win, seq);
+    uint64_t placed = c->win.base;
+    if (adv > 0)
+        __atomic_store_n(&c->placed, placed, __ATOMIC_RELEASE);
+    if (adv >= 0 && !kept)
+        need_ack_locked(c, seq + 1); /* the sender's request waits for this ack */
+    pthread_mutex_unlock(&c->mu);
+    if (adv < 0) {
+        lg_conn_path_failed(p, 0, "message completed twice");
+        return -1;
+    }
+    /* What test() reports for the buffer the message filled (bound before any placement). */
+    lg_req_group(c, r)->sub[__atomic_load_n(&r->g_sub, __ATOMIC_ACQUIRE)].size = size;
+    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
+    if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
+                    placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >=
+                        (kept ? LG_ACK_LAZY_MSGS : LG_ACK_NOW_MSGS)))
+        lg_recv_flush_ack(p);
+    return 0;
+}
+
+int lg_conn_take_ack(struct lg_conn *c, uint64_t n)
+{
+    /* Acks are cumulative and may be read by a worker or by test() (and, with failover, on
+     * either path): keep the maximum. Only messages wholly handed to the transport can have
+     * been placed: an ack beyond the cursor would complete a send whose buffer is still to
+     * be read. Checked and raised under mu, like the cursor's rewind, so neither can slip
+     * between the other's check and store. */
+    pthread_mutex_lock(&c->mu);
+    uint64_t sent = c->cursor_seq > c->sent_hi ? c->cursor_seq : c->sent_hi;
+    int ok = lg_ack_plausible(n, sent);
+    if (ok && n > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->acked, n, __ATOMIC_RELEASE);
+    if (ok && !(c->tr->caps & LG_TR_MSGS) && n > c->cursor_seq) {
+        /* After a rewind: the receiver held these (completed out of order before the
+         * switch); nothing below n is sent again. */
+        c->cursor_seq = n;
+        c->cursor_chunk = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!ok) {
+        lg_conn_peer_lied(c, "ACK of %llu messages, but only %llu were sent",
+                          (unsigned long long)n, (unsigned long long)sent);
+        return -1;
+    }
+    return 0;
+}
+
+
+/* ---- sends kept in a copy (LINKGUARD_SEND_COPY) --------------------------------------------- */
+
+int lg_send_slot_free(struct lg_conn *c, const struct lg_req *r)
+{
+    uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+    /* A kept send NCCL saw complete holds its slot (and copy) until acked and written out:
+     * a replay starts at the receiver's count, never below acked. */
+    return st == 0 || (st == LG_REQ_KEPT && __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) > r->seq &&
+                       __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0);
+}
+
+void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t size)
+{
+    r->kept = 0;
+    if (!lg_params.send_copy || size > (size_t)lg_params.send_copy || (c->tr->caps & LG_TR_MSGS))
+        return;
+    if (size > r->copy_cap || !r->copy) {
+        char *m = realloc(r->copy, size ? size : 1);
+        if (!m)
+            return; /* no copy: the send waits for its ack, as a big one does */
+        r->copy = m;
+        r->copy_cap = size;
+    }
+    memcpy(r->copy, data, size);
+    r->data = r->copy;
+    r->kept = 1;
+    __atomic_store_n(&c->kept_hi, r->seq + 1, __ATOMIC_RELEASE);
+}
+
+void lg_send_ask_ack(struct lg_conn *c)
+{
+    uint64_t n = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+    uint64_t asked = __atomic_load_n(&c->ack_asked, __ATOMIC_ACQUIRE);
+    /* Only kept sends have their acks batched (and only chunk transports keep any). */
+    if (__atomic_load_n(&c->kept_hi, __ATOMIC_ACQUIRE) <= __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE))
+        return;
+    do {
+        if (asked >= n)
+            return; /* asked for this much already */
+    } while (!__atomic_compare_exchange_n(&c->ack_asked, &asked, n, 0, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE));
+    struct lg_ctrl ask = {.type = LG_CTRL_POSTED, .value = n};
+    uint32_t ph = lg_conn_enter(c);
+    struct lg_path *p = lg_conn_active_path(c);
+    if (lg_path_up(p))
+        lg_path_ctrl_send(p, &ask);
+    lg_conn_exit(c, ph);
+}
+
+/* How often a closing sender looks for the acks of its kept sends. */
+#define LG_SETTLE_POLL_MS 1
+
+void lg_send_settle(struct lg_conn *c)
+{
+    uint64_t hi = __atomic_load_n(&c->kept_hi, __ATOMIC_ACQUIRE);
+    if (c->kind != LG_CONN_SEND || __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) >= hi)
+        return;
+    lg_send_ask_ack(c);
+    /* The monitor still runs the connection: a failover meanwhile replays from the copies.
+     * Bounded like any delivery: a connection that cannot deliver fails by then. */
+    uint64_t end = lg_now_ns() + LG_MS(lg_params.dead_timeout_ms);
+    while (__atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) < hi &&
+           !__atomic_load_n(&c->error, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&c->peer_closed, __ATOMIC_ACQUIRE) && lg_now_ns() < end) {
+        lg_conn_poll_ctrl(c);
+        poll(NULL, 0, LG_SETTLE_POLL_MS);
+    }
+}
+
+static int req_complete(struct lg_req *r)
+{
+    if (r->conn->kind == LG_CONN_SEND) {
+        if (r->kept)
+            return 1; /* NCCL's buffer is not read again: the copy is */
+        /* Placed at the receiver (acked), and no writer reads its buffer any more (so NCCL
+         * may reuse it as soon as we say done). With a whole-message transport the writer's
+         * hold is its request, which nobody tests once the peer has closed: a message the
+         * peer placed was read whole by then (placement comes after the last byte is read). */
+        return __atomic_load_n(&r->conn->acked, __ATOMIC_ACQUIRE) > r->seq &&
+               (__atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0 ||
+                ((r->conn->tr->caps & LG_TR_MSGS) &&
+                 __atomic_load_n(&r->conn->peer_closed, __ATOMIC_ACQUIRE)));
+    }
+    /* A grouped receive: every message of the group is placed. */
+    struct lg_conn *c = r->conn;
+    for (int i = 0; i < r->g_n; i++)
+        if (!(__atomic_load_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state,
+                              __ATOMIC_ACQUIRE) & LG_REQ_DONE))
+            return 0;
+    return 1;
+}
+
+ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
+{
+    struct lg_conn *c = r->conn;
+    lg_monitor_health_poll();
+    /* One load per poll (a store only after the monitor cleared it): no clock on this path. */
+    if (c->kind == LG_CONN_RECV && !__atomic_load_n(&c->polled, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->polled, 1, __ATOMIC_RELAXED);
+    int complete = req_complete(r);
+    if (!complete) {
+        c->tr->progress(c, r); /* the transport moves data on NCCL's thread, bounded */
+        complete = req_complete(r);
+    }
+    if (complete) {
+        *done = 1;
+        if (c->kind == LG_CONN_SEND) {
+            if (sizes)
+                sizes[0] = (int)r->size;
+            /* A kept send not yet acked keeps its slot (lg_send_slot_free). */
+            int held = r->kept && (__atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) <= r->seq ||
+                                   __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) != 0);
+            __atomic_store_n(&r->state, held ? LG_REQ_KEPT : 0, __ATOMIC_RELEASE);
+            return ncclSuccess;
+        }
+        /* sizes[i]: what the sender sent into buffer i (never more than posted). */
+        for (int i = r->g_n - 1; i >= 0; i--) {
+            if (sizes)
+                sizes[i] = (int)r->sub[i].size;
+            __atomic_store_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state, 0,
+                             __ATOMIC_RELEASE);
+        }
+        return ncclSuccess;
+    }
+    *done = 0;
+    return (ncclResult_t)__atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
+}

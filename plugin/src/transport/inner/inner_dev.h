@@ -1,0 +1,39 @@
+/* Wrap mode's process-wide half (inner_dev.c): the inner plugin (inner.h), opened and
+ * started once per process, and the inner devices every linkguard device is made of. The
+ * inner transport (wrap.h) carries the data over it. */
+#ifndef LG_INNER_DEV_H
+#define LG_INNER_DEV_H
+
+#include <stdint.h>
+
+#include "daemon/devices.h"
+#include "transport/inner/inner.h"
+
+/* Process-wide: the inner plugin and what each linkguard device is made of. */
+struct lg_wrap {
+    struct lg_inner *in;
+    struct lg_inner_ctx *ctx;
+    int inner_dev[LG_MAX_DEVS][2]; /* inner device of the primary / backup NIC (-1: none) */
+    char name[LG_MAX_DEVS][2 * 64 + 2];
+    ncclNetProperties_v12_t props[LG_MAX_DEVS];
+    int placed; /* an inner send completion means placed (inner_completion.h) */
+};
+/* NULL in native mode; set once by lg_wrap_start and never freed (the inner's threads may
+ * outlive us). */
+extern struct lg_wrap *lg_wrap;
+
+/* Init of the linkguard flavor with LINKGUARD_INNER set, in two steps around device
+ * discovery. lg_wrap_open: opens and starts the inner plugin, and rewrites inner device names
+ * in LINKGUARD_PAIRS as the netdevs of their NICs. lg_wrap_start: maps every device's NICs
+ * to inner devices and merges their properties; wrap mode is on from then. Both WARN and
+ * fail on any problem; without LINKGUARD_INNER both do nothing. */
+ncclResult_t lg_wrap_open(ncclDebugLogger_t logger);
+ncclResult_t lg_wrap_start(struct lg_device_table *t);
+ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props);
+
+/* Contexts (ctx.h): the inner plugin's init for one NCCL communicator, with its
+ * commId and trafficClass, and the finalize once the last comm made with it is closed. */
+ncclResult_t lg_wrap_ctx_open(uint64_t comm_id, int traffic_class, struct lg_inner_ctx **out);
+void lg_wrap_ctx_close(struct lg_inner_ctx *ctx);
+
+#endif

@@ -1,0 +1,395 @@
+/* The inner transport's ops table (wrap.h): a path's data goes through one inner-plugin comm
+ * (wrap.c: handshakes, the data pump, fences, registrations, flushes) over the inner plugin
+ * the process loaded (inner_dev.c). Here: the table, the receiver's progress watchdog, the
+ * sender's goodput health (completion rates), its POSTED and DELIVERED frames, and the
+ * commit hooks. */
+#include <stdio.h>
+#include <time.h>
+
+#include "daemon/devices.h"
+#include "daemon/verdict.h"
+#include "proto/conn.h"
+#include "proto/gray.h"
+#include "proto/rate.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
+#include "transport/inner/inner_dev.h"
+#include "transport/inner/wrap.h"
+
+static int inner_nstreams(void)
+{
+    return 1; /* one idle data socket per path keeps the hello format (nstreams >= 1) */
+}
+
+static ncclResult_t inner_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
+                                 uint64_t offset, int fd, struct lg_inner_mr **out)
+{
+    const int ptr = lg_wrap->props[c->dev].ptrSupport;
+    *out = NULL;
+    if (!(type & ptr) || (fd >= 0 && !(ptr & NCCL_PTR_DMABUF))) {
+        LG_WARN("%s: memory type %d is not supported by dev %d (ptrSupport 0x%x)",
+                fd >= 0 ? "regMrDmaBuf" : "regMr", type, c->dev, ptr);
+        return ncclInternalError;
+    }
+    /* with the inner comm of every path, now and after rebuilds */
+    return lg_wrap_reg_mr(c, data, size, type, offset, fd, out);
+}
+
+static void inner_release(struct lg_conn *c)
+{
+    while (c->mrs) { /* NCCL deregisters before it closes; this is a leak guard */
+        struct lg_inner_mr *mr = c->mrs;
+        c->mrs = mr->next;
+        lg_inner_mr_dereg(lg_wrap->in, mr);
+    }
+}
+
+static int inner_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
+{
+    (void)c;
+    (void)r;
+    (void)maxcap;
+    return 0; /* the inner plugin places whole messages: no coverage to track */
+}
+
+/* ---- goodput health: completion rates (rate.h) -------------------------------------------- */
+
+/* A {tag, value} pair one thread writes and another reads without a lock (a seqlock: the tag
+ * is 0 while the value changes, so a reader that finds the tag it wants on both sides of its
+ * read got that tag's value). */
+static void pair_put(uint64_t *t, uint64_t tag, uint64_t v)
+{
+    __atomic_store_n(&t[0], 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&t[1], v, __ATOMIC_RELAXED);
+    __atomic_store_n(&t[0], tag, __ATOMIC_RELEASE);
+}
+
+static int pair_get(const uint64_t *t, uint64_t tag, uint64_t *v)
+{
+    uint64_t before = __atomic_load_n(&t[0], __ATOMIC_ACQUIRE);
+    *v = __atomic_load_n(&t[1], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return before == tag && __atomic_load_n(&t[0], __ATOMIC_RELAXED) == tag;
+}
+
+/* NCCL's thread, sender: when it last saw a send unfinished, on the coarse clock (no
+ * syscall, a few ms of grain: drained moments are weighed against 400 ms windows; this runs
+ * on every test() of an unfinished send). */
+static uint64_t coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void note_busy(struct lg_conn *c, uint64_t now)
+{
+    if (__atomic_load_n(&c->w_busy_ns, __ATOMIC_RELAXED) != now)
+        __atomic_store_n(&c->w_busy_ns, now, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&c->polled, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->polled, 1, __ATOMIC_RELAXED); /* NCCL polls: completions are seen */
+}
+
+/* NCCL's thread, sender: the bytes posted before each message, so that the monitor can turn
+ * a count of completed messages into bytes (the slot of a message not yet acknowledged is
+ * not reused); and a post that finds everything acknowledged ends a drained moment, whose
+ * length (since a send was last seen unfinished) the monitor leaves out of the rate. */
+static void account_send(struct lg_conn *c, uint64_t seq)
+{
+    struct lg_req *r = &c->reqs[seq % LG_WINDOW];
+    uint64_t now = coarse_ns(), busy = __atomic_load_n(&c->w_busy_ns, __ATOMIC_RELAXED);
+    if (seq == __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) && busy && now > busy)
+        __atomic_store_n(&c->w_idle_ns, __atomic_load_n(&c->w_idle_ns, __ATOMIC_RELAXED) +
+                                            (now - busy), __ATOMIC_RELEASE);
+    note_busy(c, now);
+    uint64_t bytes = __atomic_load_n(&c->w_bytes[1], __ATOMIC_RELAXED); /* only we write it */
+    pair_put(r->w_before, seq + 1, bytes);
+    pair_put(c->w_bytes, seq + 2, bytes + r->size); /* last: this post is accounted (idle too) */
+}
+
+/* Monitor: whether the newest of `posted` messages is accounted, its drained moment included
+ * (NCCL's thread publishes a post before it accounts it). */
+static int accounted(struct lg_conn *c, uint64_t posted)
+{
+    uint64_t bytes;
+    return posted == 0 || pair_get(c->w_bytes, posted + 1, &bytes);
+}
+
+/* Monitor: the bytes of messages 0 .. n - 1, or -1 when message n - 1 is still being
+ * accounted (look again at the next run). */
+static int bytes_before(struct lg_conn *c, uint64_t n, uint64_t *out)
+{
+    *out = 0;
+    if (n == 0 || pair_get(c->w_bytes, n + 1, out))
+        return 0;
+    return pair_get(c->reqs[n % LG_WINDOW].w_before, n + 1, out) ? 0 : -1;
+}
+
+/* A window is judged only if the monitor looked at least this often: it runs a connection
+ * once a heartbeat, or every 4 while nothing is in flight (failover.c), so twice that without
+ * a look means its runs were late (a late run judges nothing) or this process was starved,
+ * and what completed meanwhile says nothing about the path. */
+#define LG_RATE_LOOK_GAP_HEARTBEATS 8
+
+/* Sender, the active path in slot i: one look at its window. The window runs while the
+ * sender works the path: at every look with messages unacknowledged, NCCL polled since the
+ * last look (inner completions are seen by its test() calls), no switch is under way and the
+ * peer is heard; any such look that finds otherwise starts it again. A look that finds
+ * everything acknowledged neither judges nor restarts: how long the connection stayed
+ * drained is summed by NCCL's thread when it posts again (account_send) and left out of the
+ * rate, so an application that drains now and then (its pace) still gets its windows. */
+static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
+{
+    struct lg_fo_slot *sl = &c->fo.slot[i];
+    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+    uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE), done;
+    if (bytes_before(c, acked, &done) != 0 || !accounted(c, posted))
+        return; /* NCCL's thread is accounting a post: look again at the next run */
+    uint64_t idle = __atomic_load_n(&c->w_idle_ns, __ATOMIC_ACQUIRE);
+    int polled = __atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED);
+    int fresh = sl->rw_path != p || sl->rw_gen != p->gen;
+    uint64_t gap = LG_RATE_LOOK_GAP_HEARTBEATS * LG_MS(lg_params.heartbeat_ms);
+    if (fresh)
+        sl->rate.strikes = 0; /* a new path: its windows start a new run */
+    if (posted == acked && !fresh && sl->rw_t0 && now - sl->rw_seen_ns <= gap) {
+        sl->rw_seen_ns = now; /* drained: its length is summed when NCCL posts again */
+        return;
+    }
+    int busy = posted > acked && polled &&
+               __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
+               c->fo.sw_phase == LG_SW_NONE && lg_wrap_carries(&p->w) &&
+               lg_path_heard_recently(p, now);
+    if (fresh || !sl->rw_t0 || !busy || now - sl->rw_seen_ns > gap) {
+        /* (re)start: from this look on, if it is backlogged */
+        sl->rw_path = p;
+        sl->rw_gen = p->gen;
+        sl->rw_t0 = busy ? now : 0;
+        sl->rw_bytes0 = done;
+        sl->rw_idle0 = idle;
+        sl->rw_seen_ns = now;
+        return;
+    }
+    sl->rw_seen_ns = now;
+    if (now - sl->rw_t0 < LG_MS(lg_params.gray_window_ms))
+        return;
+    const struct lg_device *d = lg_device_get(c->dev); /* its speed: the primary NIC's */
+    struct lg_rate_cfg cfg = {.slow_pct = (unsigned)lg_params.gray_slow_pct,
+                              .min_bytes = (uint64_t)lg_params.gray_min_bytes,
+                              .line_Bps = d && d->speed_mbps > 0 ? (uint64_t)d->speed_mbps * 125000
+                                                                 : 0}; /* Mbit/s -> B/s */
+    struct lg_rate_window w = {.bytes = done - sl->rw_bytes0, .ns = now - sl->rw_t0,
+                               .idle_ns = idle - sl->rw_idle0};
+    uint64_t rate, expected;
+    unsigned learnt = sl->rate.learnt;
+    enum lg_rate_verdict v = lg_rate_judge(&sl->rate, &w, &cfg, &rate, &expected);
+    sl->rw_t0 = now; /* the next window follows on */
+    sl->rw_bytes0 = done;
+    sl->rw_idle0 = idle;
+    if (learnt < LG_RATE_WARMUP && sl->rate.learnt == LG_RATE_WARMUP) /* once per slot */
+        LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s: healthy baseline %.1f MB/s "
+                "(%d backlogged windows of %lld ms); slow below %d %% of it",
+                (unsigned long long)c->nonce, lg_slot_name(i), p->nic, sl->rate.base_Bps / 1e6,
+                LG_RATE_WARMUP, (long long)lg_params.gray_window_ms, (int)lg_params.gray_slow_pct);
+    if (v == LG_RATE_SLOW)
+        lg_gray_hold(c, i, now, &(struct lg_gray_found){.kind = LG_VERDICT_SLOW,
+                                                       .rate_Bps = rate,
+                                                       .expected_Bps = expected});
+}
+
+/* Sender: goodput health from the inner plugin's completions (its flows are not ours to
+ * read): the active path's completion rate against its own baseline; a slow path is held off
+ * like a lossy one (gray.h), and a held-off standby like one of the TCP transport's. */
+static void inner_goodput(struct lg_conn *c, uint64_t now)
+{
+    if (!lg_params.gray_slow_pct)
+        return;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_path *p = c->paths[i];
+        if (!lg_path_up(p))
+            continue;
+        if (p == c->active_path)
+            rate_look(c, i, p, now);
+        else
+            lg_gray_probe_standby(c, i, now);
+    }
+}
+
+static void inner_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
+{
+    (void)wake;
+    if (c->kind == LG_CONN_SEND)
+        account_send(c, r->seq);
+    lg_wrap_pump(c);
+}
+
+static void inner_progress(struct lg_conn *c, struct lg_req *r)
+{
+    if (c->kind == LG_CONN_SEND)
+        note_busy(c, coarse_ns()); /* goodput health: the connection is not drained */
+    lg_wrap_pump(c);
+    /* A send waits for the inner completion, then for our ack: read the control channel
+     * only once the inner is done with it (one syscall less per poll before that). */
+    if (c->kind == LG_CONN_SEND && __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0)
+        lg_conn_poll_ctrl(c);
+}
+
+static int inner_carries(const struct lg_path *p) { return lg_wrap_carries(&p->w); }
+
+/* Receiver: the inner plugin's data flows are not ours to read, so progress is judged from
+ * its requests. The oldest incomplete message has its inner receive posted, the sender said
+ * it handed that message to its inner plugin (POSTED), the peer is heard and NCCL polls
+ * (inner completions are seen by its test() calls), and still nothing completes for
+ * LINKGUARD_STALL_MS: the inner path is stalled (a hung queue pair, a blackholed flow) and
+ * fails like a dead one, long before the inner plugin's own timeouts give up. */
+static void inner_watch(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *p = c->active_path;
+    if (c->kind != LG_CONN_RECV || !lg_params.stall_ms || !lg_path_up(p) ||
+        !lg_wrap_carries(&p->w))
+        return;
+    uint64_t base = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&c->mb_mu);
+    uint64_t sent = c->mb.peer_posted;
+    pthread_mutex_unlock(&c->mb_mu);
+    int waiting = sent > base && base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) &&
+                  lg_path_heard_recently(p, now);
+    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
+        fo->wd_polled_ns = now;
+    if (now - fo->wd_polled_ns > LG_MS(lg_params.stall_ms) / 2)
+        waiting = 0;
+    uint64_t from = lg_conn_stalled_since(c, waiting, base, 0, now);
+    if (!from)
+        return;
+    char why[128];
+    snprintf(why, sizeof(why), "stalled: the inner receive of message #%llu got nothing for "
+             "%.0f ms although the sender handed it to its inner plugin",
+             (unsigned long long)base, lg_ms_since(from, now));
+    lg_path_stalled(p, why, (uint32_t)lg_ms_since(from, now));
+}
+
+/* Sender: POSTED as often as heartbeats, what the receiver's watchdog needs to tell a stalled
+ * inner path from a quiet one. */
+static void inner_heartbeat(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    struct lg_path *pa = c->active_path;
+    if (c->kind != LG_CONN_SEND || !lg_path_up(pa) ||
+        now - fo->posted_told_ns < LG_MS(lg_params.heartbeat_ms))
+        return;
+    fo->posted_told_ns = now;
+    pthread_mutex_lock(&c->mu);
+    uint64_t sent = c->cursor_seq;
+    pthread_mutex_unlock(&c->mu);
+    if (sent > __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)) {
+        struct lg_ctrl posted = {.type = LG_CTRL_POSTED, .value = sent};
+        lg_path_ctrl_send(pa, &posted);
+    }
+}
+
+/* Its frames: INNER (sender: the receiver's inner handle), DELIVERED and POSTED (receiver). */
+static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
+{
+    struct lg_conn *c = p->conn;
+    struct lg_mailbox *mb = &c->mb;
+    switch (f->type) {
+    case LG_CTRL_INNER:
+        return lg_wrap_on_frame(p, f);
+    case LG_CTRL_DELIVERED:
+        if (f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
+            lg_conn_peer_lied(c, "DELIVERED for %llu messages, but fewer receives were posted",
+                              (unsigned long long)f->value);
+            return -1;
+        }
+        __atomic_store_n(&c->peer_placed, 1, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->value > mb->delivered)
+            mb->delivered = f->value;
+        pthread_mutex_unlock(&c->mb_mu);
+        return 1;
+    case LG_CTRL_POSTED:
+        /* Not checkable (a sender may run ahead of the receives NCCL posted); a false one
+         * can only make the watchdog fail a path over, never complete or replay anything. */
+        pthread_mutex_lock(&c->mb_mu);
+        if (f->value > mb->peer_posted)
+            mb->peer_posted = f->value;
+        pthread_mutex_unlock(&c->mb_mu);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void inner_resume(struct lg_path *p)
+{
+    (void)p; /* NCCL's thread posts on the committed path at its next call */
+}
+
+static void inner_rebuilt(struct lg_path *p)
+{
+    p->w.ready_owed = 1; /* READY once the inner comm is accepted (wrap.c) */
+}
+
+/* NCCL's thread posts inner requests on the committed path: it is held off (wmu) across the
+ * change. The receiver first completes what the sender's inner plugin placed (DELIVERED),
+ * so that its RESYNC covers it. */
+static void inner_commit_begin(struct lg_conn *c, struct lg_path *from, struct lg_path *to)
+{
+    pthread_mutex_lock(&c->wmu);
+    if (c->kind == LG_CONN_RECV && from != to) {
+        pthread_mutex_lock(&c->mb_mu);
+        uint64_t delivered = c->mb.delivered;
+        pthread_mutex_unlock(&c->mb_mu);
+        lg_wrap_rx_hold(c, from, delivered);
+    }
+}
+
+/* The inner requests posted on the path left are forgotten (the sender posts them again on
+ * the new one); the receiver fences the comm it left before its RESYNC goes out. */
+static void inner_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_path *to)
+{
+    if (from != to) {
+        if (c->kind == LG_CONN_SEND)
+            lg_wrap_tx_forget(c);
+        else
+            lg_wrap_rx_forget(c);
+    }
+    pthread_mutex_unlock(&c->wmu);
+    if (c->kind == LG_CONN_RECV && from && from != to)
+        lg_wrap_fence(from);
+}
+
+const struct lg_transport lg_inner_transport = {
+    .name = "inner",
+    .caps = LG_TR_MSGS | LG_TR_FRESH_ON_LEAVE,
+    .hello_flags = LG_HELLO_F_WRAP,
+    .stream_fn = {lg_stream_idle_handler, lg_stream_idle_handler},
+    .get_properties = lg_wrap_get_properties,
+    .ctx_open = lg_wrap_ctx_open,
+    .ctx_close = lg_wrap_ctx_close,
+    .nstreams = inner_nstreams,
+    .usable = lg_wrap_conn_usable,
+    .reg_mr = inner_reg_mr,
+    .dereg_mr = lg_wrap_dereg_mr,
+    .iflush = lg_wrap_iflush,
+    .flush_test = lg_wrap_flush_test,
+    .release = inner_release,
+    .recv_prepare = inner_recv_prepare,
+    .posted = inner_posted,
+    .progress = inner_progress,
+    .step = lg_wrap_step,
+    .carries = inner_carries,
+    .watch = inner_watch,
+    .goodput = inner_goodput,
+    .heartbeat = inner_heartbeat,
+    .on_frame = inner_on_frame,
+    .resume = inner_resume,
+    .fence = lg_wrap_fence,
+    .rearm = lg_wrap_rearm,
+    .rebuilt = inner_rebuilt,
+    .switching = lg_wrap_tx_switching,
+    .commit_begin = inner_commit_begin,
+    .commit_end = inner_commit_end,
+};

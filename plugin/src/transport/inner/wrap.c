@@ -1,0 +1,654 @@
+/* Wrap mode, phase 2: paths whose data goes through the inner plugin (see wrap.h). */
+#include "transport/inner/wrap.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/conn.h"
+#include "proto/window.h"
+#include "runtime/ctx.h"
+#include "runtime/le.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/util.h"
+
+#define LG_FLUSH_MAGIC 0x4c47464cu /* "LGFL" */
+#define LG_INNER_PARTS_ALL ((1u << LG_INNER_PARTS) - 1)
+
+_Static_assert(LG_INNER_PARTS * LG_INNER_PART_BYTES == NCCL_NET_HANDLE_MAXSIZE,
+               "INNER frames carry a whole NCCL handle");
+
+/* The inner context a connection's comms are made in: its NCCL communicator's, else the one
+ * wrap mode was started with (NCCL before 2.28 has no contexts). */
+static struct lg_inner_ctx *conn_ctx(const struct lg_conn *c)
+{
+    struct lg_inner_ctx *x = lg_ctx_inner(c->ctx);
+    return x ? x : lg_wrap->ctx;
+}
+
+int lg_wrap_conn_usable(struct lg_conn *c, uint64_t now)
+{
+    if (!c->w_since)
+        c->w_since = now;
+    if (__atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
+        return -1;
+    uint32_t ph = lg_conn_enter(c); /* path pointers: the monitor may replace paths */
+    pthread_mutex_lock(&c->mu);
+    struct lg_path *a = c->active_path;
+    pthread_mutex_unlock(&c->mu);
+    /* Not yet: a handshake or a failover is under way (the monitor fails what stays stuck). */
+    int usable = a && lg_path_up(a) && lg_wrap_carries(&a->w);
+    int grace_over = now - c->w_since > (uint64_t)lg_params.backup_grace_ms * 1000000ull;
+    for (int i = 0; i < LG_NPATHS && usable && !grace_over; i++) {
+        struct lg_path *p = __atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE);
+        if (p && p != a && lg_path_up(p) && !lg_wrap_carries(&p->w))
+            usable = 0;
+    }
+    lg_conn_exit(c, ph);
+    return usable;
+}
+
+/* ---- registrations ------------------------------------------------------------------------ */
+
+/* Under mr_mu: registers `mr` on every path whose comm is there. */
+static ncclResult_t reg_on_paths(struct lg_conn *c, struct lg_inner_mr *mr)
+{
+    for (int i = 0; i < LG_NPATHS; i++) {
+        struct lg_path *p = c->paths[i];
+        if (!p || !lg_wrap_carries(&p->w))
+            continue;
+        ncclResult_t rc = lg_inner_mr_add(lg_wrap->in, mr, i, p->w.comm);
+        if (rc != ncclSuccess)
+            return rc;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t lg_wrap_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
+                            uint64_t offset, int fd, struct lg_inner_mr **out)
+{
+    void *none[LG_INNER_NPATHS] = {NULL, NULL};
+    struct lg_inner_mr *mr;
+    /* An empty registration first (keeps the DMA-BUF fd), then the paths under the lock. */
+    ncclResult_t rc = fd >= 0 ? lg_inner_mr_reg_dmabuf(lg_wrap->in, none, data, size, type,
+                                                       offset, fd, &mr)
+                              : lg_inner_mr_reg(lg_wrap->in, none, data, size, type, &mr);
+    if (rc != ncclSuccess)
+        return rc;
+    pthread_mutex_lock(&c->mr_mu);
+    rc = reg_on_paths(c, mr);
+    if (rc == ncclSuccess) {
+        mr->next = c->mrs;
+        c->mrs = mr;
+    }
+    pthread_mutex_unlock(&c->mr_mu);
+    if (rc != ncclSuccess) {
+        lg_inner_mr_dereg(lg_wrap->in, mr);
+        return rc;
+    }
+    *out = mr;
+    return ncclSuccess;
+}
+
+ncclResult_t lg_wrap_dereg_mr(struct lg_conn *c, struct lg_inner_mr *mr)
+{
+    pthread_mutex_lock(&c->mr_mu);
+    for (struct lg_inner_mr **pp = &c->mrs; *pp; pp = &(*pp)->next)
+        if (*pp == mr) {
+            *pp = mr->next;
+            break;
+        }
+    ncclResult_t rc = lg_inner_mr_dereg(lg_wrap->in, mr);
+    pthread_mutex_unlock(&c->mr_mu);
+    return rc;
+}
+
+/* ---- data (NCCL's thread, under wmu) --------------------------------------------------- */
+
+static void inner_failed(struct lg_path *p, const char *call, ncclResult_t rc)
+{
+    char why[96];
+    snprintf(why, sizeof(why), "inner %s failed: %s", call, lg_inner_strerror(rc));
+    lg_conn_path_failed(p, 0, why);
+}
+
+/* One inner test(): 1 done, 0 not yet, -1 failed (the path fails over). */
+static int inner_test(struct lg_path *p, void *ireq, int *size)
+{
+    struct lg_inner *in = lg_wrap->in;
+    int done = 0;
+    ncclResult_t rc = in->ops->test(in, ireq, &done, size);
+    if (rc != ncclSuccess) {
+        inner_failed(p, "test", rc);
+        return -1;
+    }
+    return done;
+}
+
+/* Under wmu: inner sends complete in posted order. With LINKGUARD_INNER_PLACED an inner
+ * completion means the data is in the receiver's buffer, so it counts as an acknowledgement
+ * (the NCCL send completes without waiting for ours); during a switch, once the receiver
+ * has been told how many it must hold (lg_wrap_tx_switching), none completes any more. */
+static int tx_complete(struct lg_conn *c, struct lg_path *p)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t end = c->cursor_seq;
+    int frozen = c->w_frozen && c->hold != LG_HOLD_NONE;
+    if (c->hold == LG_HOLD_NONE)
+        c->w_frozen = 0;
+    pthread_mutex_unlock(&c->mu);
+    for (; !frozen && c->w_test < end; c->w_test++) {
+        struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
+        if (r->ireq) {
+            int done = inner_test(p, r->ireq, NULL);
+            if (done < 0)
+                return -1;
+            if (!done)
+                break;
+            r->ireq = NULL;
+            __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
+        }
+    }
+    if (lg_wrap->placed) {
+        pthread_mutex_lock(&c->mu);
+        if (c->w_test > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
+            __atomic_store_n(&c->acked, c->w_test, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return 0;
+}
+
+void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target)
+{
+    if (!lg_wrap->placed)
+        return;
+    pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&c->mu);
+    c->w_frozen = 1;
+    uint64_t delivered = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->wmu);
+    struct lg_ctrl f = {.type = LG_CTRL_DELIVERED, .value = delivered};
+    lg_path_ctrl_send(target, &f);
+}
+
+static void tx_pump(struct lg_conn *c, struct lg_path *p)
+{
+    struct lg_inner *in = lg_wrap->in;
+    if (tx_complete(c, p) != 0)
+        return;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        uint64_t seq = c->cursor_seq;
+        int go = c->hold == LG_HOLD_NONE && seq < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+        pthread_mutex_unlock(&c->mu);
+        if (!go)
+            return;
+        struct lg_req *r = &c->reqs[seq % LG_WINDOW];
+        void *ireq = NULL;
+        /* The inner reads the buffer until its send completes: completion waits for it. The
+         * message counts as sent (acks are checked against the cursor) before the inner can
+         * deliver it, so an honest ack never beats the cursor. */
+        __atomic_store_n(&r->writers, 1, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&c->mu);
+        c->cursor_seq = seq + 1;
+        pthread_mutex_unlock(&c->mu);
+        ncclResult_t rc = in->ops->isend(in, p->w.comm, (void *)r->data, r->size, r->tag,
+                                         lg_inner_mr_handle(r->imr, p->index), NULL, &ireq);
+        if (rc != ncclSuccess || !ireq) {
+            pthread_mutex_lock(&c->mu);
+            c->cursor_seq = seq;
+            int lied = __atomic_load_n(&c->acked, __ATOMIC_RELAXED) > seq;
+            pthread_mutex_unlock(&c->mu);
+            if (lied) {
+                /* Acked before it was posted: keep the writer's hold, so the send never
+                 * completes and NCCL never reuses a buffer we might still post. */
+                lg_conn_peer_lied(c, "ACK for message #%llu before it was sent",
+                                  (unsigned long long)seq);
+                return;
+            }
+            __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
+            if (rc != ncclSuccess)
+                inner_failed(p, "isend", rc);
+            return; /* NULL: the inner's back-pressure, try again at the next call */
+        }
+        r->ireq = ireq;
+    }
+}
+
+/* Under wmu: completes, in posted order, the inner receives on p that are done. A grouped
+ * receive is one inner irecv of all its buffers, held by its head slot: the inner plugin
+ * matches the sends to them by tag; it completes whole, so w_test and w_post stay on group
+ * boundaries and a switch re-posts whole groups. 0, or -1 (the path failed). */
+static int rx_complete(struct lg_conn *c, struct lg_path *p)
+{
+    while (c->w_test < c->w_post) {
+        struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
+        int n = r->g_n, sizes[LG_MAX_RECVS] = {0};
+        int done = inner_test(p, r->ireq, sizes);
+        if (done < 0)
+            return -1;
+        if (!done)
+            break;
+        r->ireq = NULL;
+        for (int i = 0; i < n; i++)
+            if (sizes[i] < 0 || (size_t)sizes[i] > r->sub[i].cap) {
+                lg_conn_path_failed(p, 0, "inner receive completed with a bad size");
+                return -1;
+            }
+        for (int i = 0; i < n; i++) {
+            struct lg_req *m = &c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW];
+            m->w_slot = p->index; /* a flush of this buffer goes to that NIC */
+            __atomic_store_n(&m->total, (uint64_t)sizes[i], __ATOMIC_RELAXED);
+            __atomic_store_n(&m->placed, (uint64_t)sizes[i], __ATOMIC_RELAXED);
+            if (lg_recv_complete(p, m, (uint64_t)sizes[i],
+                                 __atomic_load_n(&c->peer_placed, __ATOMIC_ACQUIRE)) != 0)
+                return -1;
+        }
+        c->w_test += (uint64_t)n;
+    }
+    return 0;
+}
+
+void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered)
+{
+    /* The sender's inner plugin placed every message below `delivered` and NCCL may have
+     * reused those send buffers: they cannot be sent again, so their receives must be
+     * complete before the old comm is closed. Their completions are due (placed before the
+     * sender saw them complete); wait for them a bounded time. */
+    uint64_t t0 = lg_now_ns(), limit = (uint64_t)lg_params.switch_timeout_ms * 1000000ull;
+    while (old && __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) < delivered &&
+           old == c->active_path && lg_wrap_carries(&old->w) && lg_now_ns() - t0 < limit) {
+        lg_inner_path_calls(1);
+        int rc = rx_complete(c, old);
+        lg_inner_path_calls(0);
+        if (rc != 0)
+            break;
+        if (__atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) < delivered)
+            sched_yield();
+    }
+}
+
+static void rx_pump(struct lg_conn *c, struct lg_path *p)
+{
+    struct lg_inner *in = lg_wrap->in;
+    if (rx_complete(c, p) != 0)
+        return;
+    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+    while (c->w_post < posted) {
+        struct lg_req *r = &c->reqs[c->w_post % LG_WINDOW];
+        uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+        if (r->seq != c->w_post || !(st & LG_REQ_POSTED) || (st & LG_REQ_DONE) || r->g_n < 1)
+            break;
+        void *bufs[LG_MAX_RECVS], *mhs[LG_MAX_RECVS], *ireq = NULL;
+        size_t caps[LG_MAX_RECVS];
+        int tags[LG_MAX_RECVS];
+        for (int i = 0; i < r->g_n; i++) {
+            bufs[i] = r->sub[i].buf;
+            caps[i] = r->sub[i].cap;
+            tags[i] = r->sub[i].tag;
+            mhs[i] = lg_inner_mr_handle(r->sub[i].imr, p->index);
+        }
+        /* Never the optional-completion marker: a receive completes only once placed. */
+        ncclResult_t rc = in->ops->irecv(in, p->w.comm, r->g_n, bufs, caps, tags, mhs, NULL,
+                                         &ireq);
+        if (rc != ncclSuccess) {
+            inner_failed(p, "irecv", rc);
+            return;
+        }
+        if (!ireq)
+            break;
+        r->ireq = ireq;
+        c->w_post += (uint64_t)r->g_n;
+    }
+    /* A sender that completes on placement needs no ack: those when due (window.c) do. */
+    if (!__atomic_load_n(&c->peer_placed, __ATOMIC_ACQUIRE))
+        lg_recv_flush_ack(p);
+}
+
+void lg_wrap_pump(struct lg_conn *c)
+{
+    /* The monitor holds wmu only across a commit or a fence: skip a beat rather than wait. */
+    if (pthread_mutex_trylock(&c->wmu) != 0)
+        return;
+    uint32_t ph = lg_conn_enter(c);
+    pthread_mutex_lock(&c->mu);
+    struct lg_path *p = c->active_path;
+    pthread_mutex_unlock(&c->mu);
+    if (p && lg_path_up(p) && lg_wrap_carries(&p->w)) {
+        lg_inner_path_calls(1);
+        if (c->kind == LG_CONN_SEND)
+            tx_pump(c, p);
+        else
+            rx_pump(c, p);
+        lg_inner_path_calls(0);
+    }
+    lg_conn_exit(c, ph);
+    pthread_mutex_unlock(&c->wmu);
+}
+
+/* ---- switches (monitor) ------------------------------------------------------------------ */
+
+void lg_wrap_tx_forget(struct lg_conn *c)
+{
+    /* Every inner send went to the path being left (or to one fenced before): drop them.
+     * The rewound cursor posts the unacknowledged ones again on the new path. */
+    for (uint64_t s = c->w_test; s < c->w_test + LG_WINDOW; s++) {
+        struct lg_req *r = &c->reqs[s % LG_WINDOW];
+        if (r->ireq) {
+            r->ireq = NULL;
+            __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
+        }
+    }
+    c->w_test = c->cursor_seq;
+    c->w_frozen = 0; /* the switch is over */
+}
+
+void lg_wrap_rx_forget(struct lg_conn *c)
+{
+    /* The receives were posted on the comm being left: the new one gets them all again. */
+    for (uint64_t s = c->w_test; s < c->w_post; s++)
+        c->reqs[s % LG_WINDOW].ireq = NULL;
+    c->w_post = c->w_test;
+}
+
+void lg_wrap_fence(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    struct lg_inner *in = lg_wrap ? lg_wrap->in : NULL;
+    if (!in)
+        return;
+    pthread_mutex_lock(&c->wmu);
+    if (c->kind == LG_CONN_RECV && lg_wrap_carries(&p->w) && p == c->active_path) {
+        /* What the comm placed is counted before it closes: the sender may have seen those
+         * sends complete (LINKGUARD_INNER_PLACED) and cannot send them again. */
+        lg_inner_path_calls(1);
+        rx_complete(c, p);
+        lg_inner_path_calls(0);
+    }
+    int was = __atomic_exchange_n(&p->w.dead, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&c->wmu);
+    if (was)
+        return;
+    pthread_mutex_lock(&c->mr_mu);
+    void *comm = p->w.comm;
+    for (struct lg_inner_mr *mr = c->mrs; comm && mr; mr = mr->next)
+        if (mr->comm[p->index] == comm)
+            lg_inner_mr_drop(in, mr, p->index);
+    pthread_mutex_unlock(&c->mr_mu);
+    if (comm)
+        c->kind == LG_CONN_SEND ? in->ops->closeSend(in, comm) : in->ops->closeRecv(in, comm);
+    if (p->w.lcomm)
+        in->ops->closeListen(in, p->w.lcomm);
+    if (p->w.cg) {
+        if (p->w.cg->comm)
+            in->ops->closeSend(in, p->w.cg->comm);
+        free(p->w.cg);
+    }
+    p->w.lcomm = NULL;
+    p->w.cg = NULL;
+}
+
+void lg_wrap_rearm(struct lg_path *p)
+{
+    struct lg_conn *c = p->conn;
+    lg_wrap_fence(p);
+    pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&c->mr_mu);
+    p->w.comm = NULL;
+    __atomic_store_n(&p->w.ready, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->w.dead, 0, __ATOMIC_RELEASE);
+    p->w.igen++; /* under wmu: a flush request of the old comm sees it (lg_wrap_flush_test) */
+    pthread_mutex_unlock(&c->mr_mu);
+    pthread_mutex_unlock(&c->wmu);
+    p->w.t0 = 0;
+}
+
+/* ---- handshake (monitor) ------------------------------------------------------------------ */
+
+int lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f)
+{
+    struct lg_conn *c = p->conn;
+    if (c->kind != LG_CONN_SEND || f->flags >= LG_INNER_PARTS) {
+        lg_conn_path_failed(p, 0, "INNER frame out of place");
+        return -1;
+    }
+    /* Frames of one path come in order, handled one at a time: a newer inner generation
+     * (the receiver re-armed the path) starts a new handle. */
+    uint32_t igen = __atomic_load_n(&p->w.parts_igen, __ATOMIC_ACQUIRE);
+    if (f->epoch < igen)
+        return 1;
+    if (f->epoch > igen) {
+        __atomic_store_n(&p->w.parts, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->w.parts_igen, f->epoch, __ATOMIC_RELEASE);
+    }
+    lg_put64(p->w.handle + LG_INNER_PART_BYTES * f->flags, f->value);
+    uint32_t got = __atomic_or_fetch(&p->w.parts, 1u << f->flags, __ATOMIC_ACQ_REL);
+    if (got == LG_INNER_PARTS_ALL)
+        lg_monitor_wake(c);
+    return 1;
+}
+
+/* The comm is there: register every buffer on it, then let the path carry. */
+static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_t now)
+{
+    struct lg_inner *in = lg_wrap->in;
+    ncclResult_t rc = ncclSuccess;
+    pthread_mutex_lock(&c->mr_mu);
+    for (struct lg_inner_mr *mr = c->mrs; mr && rc == ncclSuccess; mr = mr->next) {
+        lg_inner_mr_drop(in, mr, p->index); /* a fenced comm's, if any was left */
+        rc = lg_inner_mr_add(in, mr, p->index, comm);
+    }
+    p->w.comm = comm;
+    __atomic_store_n(&p->w.ready, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->mr_mu);
+    if (rc != ncclSuccess) {
+        inner_failed(p, "regMr", rc);
+        return;
+    }
+    LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s (gen %u): inner '%s' %s comm #%u "
+            "ready in %.1f ms", lg_conn_kind_str(c), (unsigned long long)c->nonce, lg_slot_name(p->index),
+            p->nic, p->gen, lg_wrap->in->name, c->kind == LG_CONN_SEND ? "send" : "recv",
+            p->w.igen, (now - p->w.t0) / 1e6);
+    if (p->w.ready_owed) {
+        p->w.ready_owed = 0;
+        struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
+        lg_path_ctrl_send(p, &ready);
+    }
+    if (c->kind == LG_CONN_SEND && lg_wrap->placed) {
+        /* Tells the receiver that our sends complete on placement: it then acks only now and
+         * then (an ack is a syscall on its way to NCCL's completion), never making us wait. */
+        struct lg_ctrl f = {.type = LG_CTRL_DELIVERED,
+                            .value = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)};
+        lg_path_ctrl_send(p, &f);
+    }
+    lg_monitor_wake(c);
+}
+
+static int rx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t now)
+{
+    struct lg_inner *in = lg_wrap->in;
+    if (!p->w.lcomm) {
+        _Alignas(16) uint8_t handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+        ncclResult_t rc = in->ops->listen(in, conn_ctx(c), dev, handle, &p->w.lcomm);
+        if (rc != ncclSuccess) {
+            inner_failed(p, "listen", rc);
+            return 0;
+        }
+        for (int k = 0; k < LG_INNER_PARTS; k++) {
+            struct lg_ctrl f = {.type = LG_CTRL_INNER, .flags = (uint8_t)k, .epoch = p->w.igen,
+                                .value = lg_get64(handle + LG_INNER_PART_BYTES * k)};
+            lg_path_ctrl_send(p, &f);
+        }
+    }
+    void *comm = NULL;
+    ncclResult_t rc = in->ops->accept(in, p->w.lcomm, &comm);
+    if (rc != ncclSuccess) {
+        inner_failed(p, "accept", rc);
+        return 0;
+    }
+    if (!comm)
+        return 1;
+    in->ops->closeListen(in, p->w.lcomm);
+    p->w.lcomm = NULL;
+    comm_ready(c, p, comm, now);
+    return 0;
+}
+
+static int tx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t now)
+{
+    if (__atomic_load_n(&p->w.parts_igen, __ATOMIC_ACQUIRE) != p->w.igen ||
+        __atomic_load_n(&p->w.parts, __ATOMIC_ACQUIRE) != LG_INNER_PARTS_ALL)
+        return 1;
+    if (!p->w.cg) {
+        p->w.cg = malloc(sizeof(*p->w.cg));
+        if (!p->w.cg) {
+            lg_conn_path_failed(p, 0, "out of memory for the inner connect");
+            return 0;
+        }
+        lg_inner_connecting_init(p->w.cg, dev, p->w.handle, sizeof(p->w.handle));
+    }
+    int st = lg_inner_connecting_step(lg_wrap->in, conn_ctx(c), p->w.cg);
+    if (st < 0) {
+        lg_conn_path_failed(p, 0, "inner connect failed");
+        return 0;
+    }
+    if (st == 0)
+        return 1;
+    void *comm = p->w.cg->comm;
+    free(p->w.cg);
+    p->w.cg = NULL;
+    comm_ready(c, p, comm, now);
+    return 0;
+}
+
+static int handshake(struct lg_conn *c, struct lg_path *p, uint64_t now)
+{
+    if (!p || p->retired || !lg_path_up(p) || __atomic_load_n(&p->w.ready, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&p->w.dead, __ATOMIC_ACQUIRE))
+        return 0;
+    if (!p->w.t0)
+        p->w.t0 = now;
+    int64_t limit = p->gen || p->w.igen ? lg_params.rejoin_timeout_ms
+                                        : lg_params.connect_timeout_ms;
+    if (now - p->w.t0 > (uint64_t)limit * 1000000ull) {
+        char why[96];
+        snprintf(why, sizeof(why), "inner %s not done after %lld ms",
+                 c->kind == LG_CONN_SEND ? "connect" : "accept", (long long)limit);
+        lg_conn_path_failed(p, 0, why);
+        return 0;
+    }
+    int dev = lg_wrap->inner_dev[c->dev][p->index];
+    if (dev < 0) {
+        lg_conn_path_failed(p, 0, "no inner device for this NIC");
+        return 0;
+    }
+    lg_inner_path_calls(1);
+    int busy = c->kind == LG_CONN_SEND ? tx_handshake(c, p, dev, now)
+                                       : rx_handshake(c, p, dev, now);
+    lg_inner_path_calls(0);
+    return busy;
+}
+
+int lg_wrap_step(struct lg_conn *c, uint64_t now)
+{
+    int busy = 0;
+    for (int i = 0; i < LG_NPATHS; i++) {
+        busy |= handshake(c, c->paths[i], now);
+        busy |= handshake(c, c->fo.slot[i].rj.path, now); /* sender: a rebuild in progress */
+    }
+    return busy;
+}
+
+/* ---- flush -------------------------------------------------------------------------------- */
+
+struct lg_flush {
+    uint32_t magic;
+    struct lg_conn *conn;
+    struct lg_path *path; /* compared, dereferenced only while still in conn->paths[] */
+    int slot;
+    uint32_t gen, igen; /* the path and the inner comm of that path it was posted on */
+    void *ireq;
+};
+
+/* Under wmu: the path now in the slot (the NIC) whose inner comm placed the newest receive
+ * into `buf`: NCCL flushes right after that receive completed, and only that NIC's comm can
+ * order its own writes. The committed path when no receive is known for `buf`. */
+static struct lg_path *placing_path(struct lg_conn *c, const void *buf)
+{
+    const struct lg_req *best = NULL;
+    for (int i = 0; i < LG_WINDOW; i++) {
+        const struct lg_req *r = &c->reqs[i];
+        if (r->buf == buf && r->seq < c->w_test && (!best || r->seq > best->seq))
+            best = r;
+    }
+    pthread_mutex_lock(&c->mu);
+    struct lg_path *p = best ? c->paths[best->w_slot] : c->active_path;
+    pthread_mutex_unlock(&c->mu);
+    return p;
+}
+
+ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
+                            struct lg_inner_mr **mrs, void **request)
+{
+    struct lg_inner *in = lg_wrap->in;
+    void *mh[NCCL_PROXY_MAX_SUBS] = {0};
+    *request = NULL;
+    if (n < 1 || n > NCCL_PROXY_MAX_SUBS)
+        return ncclInternalError;
+    pthread_mutex_lock(&c->wmu);
+    uint32_t ph = lg_conn_enter(c); /* p may be a standby, which a rebuild replaces */
+    struct lg_path *p = placing_path(c, data[0]);
+    ncclResult_t rc = ncclSuccess;
+    void *ireq = NULL;
+    if (p && lg_wrap_carries(&p->w)) {
+        for (int i = 0; i < n; i++)
+            mh[i] = lg_inner_mr_handle(mrs[i], p->index);
+        rc = in->ops->iflush(in, p->w.comm, n, data, sizes, mh, &ireq);
+    }
+    /* No comm: the data came through one that is closed now, and closing waited for it. */
+    if (rc == ncclSuccess && ireq) {
+        struct lg_flush *f = malloc(sizeof(*f));
+        if (f) {
+            *f = (struct lg_flush){.magic = LG_FLUSH_MAGIC, .conn = c, .path = p,
+                                   .slot = p->index, .gen = p->gen, .igen = p->w.igen,
+                                   .ireq = ireq};
+            *request = f;
+        } else {
+            rc = ncclSystemError;
+        }
+    }
+    lg_conn_exit(c, ph);
+    pthread_mutex_unlock(&c->wmu);
+    return rc;
+}
+
+int lg_wrap_flush_test(void *request, int *done, ncclResult_t *rc)
+{
+    struct lg_flush *f = request;
+    if (!f || f->magic != LG_FLUSH_MAGIC)
+        return 0;
+    struct lg_conn *c = f->conn;
+    *rc = ncclSuccess;
+    *done = 0;
+    pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&c->mu);
+    struct lg_path *p = c->paths[f->slot];
+    int gone = p != f->path || p->gen != f->gen || p->w.igen != f->igen ||
+               __atomic_load_n(&p->w.dead, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&c->mu);
+    /* A fenced comm took its requests with it; its flush has nothing left to wait for. */
+    if (gone)
+        *done = 1;
+    else
+        *rc = lg_wrap->in->ops->test(lg_wrap->in, f->ireq, done, NULL);
+    pthread_mutex_unlock(&c->wmu);
+    if (*done || *rc != ncclSuccess) {
+        f->magic = 0;
+        free(f);
+    }
+    return 1;
+}

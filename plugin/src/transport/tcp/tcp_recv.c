@@ -1,0 +1,410 @@
+/* The TCP transport, receive side: the data stream readers that place chunks straight into
+ * posted buffers (completion by coverage, epochs checked at every placement step), and the
+ * transport ops of a receiving connection (tcp.h). */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "proto/conn.h"
+#include "proto/resync.h"
+#include "proto/window.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/sock.h"
+#include "runtime/util.h"
+#include "transport/tcp/tcp.h"
+
+#define LG_WORKER_RUN_BYTES (8u << 20) /* a worker yields after placing this much */
+
+static uint32_t waiter_bit(const struct lg_stream *s)
+{
+    return 1u << (s->path->index * LG_MAX_STREAMS + s->index - 1);
+}
+
+static void kick_waiters(struct lg_conn *c);
+
+/* Under mu, slot free: a cleared coverage map for up to `nchunks` chunks (the heap array is
+ * kept for the slot's next posts: no allocation in steady state). */
+static int cover_prepare(struct lg_req *r, uint64_t nchunks)
+{
+    uint64_t words = (nchunks + 63) / 64;
+    if (words <= 1) {
+        r->cover = &r->cover_one;
+    } else {
+        if (words > r->cover_heap_words) {
+            uint64_t *m = realloc(r->cover_heap, words * sizeof(*m));
+            if (!m)
+                return -1;
+            r->cover_heap = m;
+            r->cover_heap_words = words;
+        }
+        r->cover = r->cover_heap;
+    }
+    r->cover_words = words ? words : 1;
+    memset(r->cover, 0, r->cover_words * sizeof(*r->cover));
+    return 0;
+}
+
+/* Wakes the data streams waiting for a receive to be posted or for a tag to be known
+ * (from NCCL's thread: irecv). */
+static void kick_waiters(struct lg_conn *c)
+{
+    uint32_t waiting = __atomic_exchange_n(&c->rx_waiting, 0, __ATOMIC_SEQ_CST);
+    if (!waiting)
+        return;
+    uint32_t ph = lg_conn_enter(c);
+    for (int pi = 0; pi < LG_NPATHS; pi++) {
+        struct lg_path *p = __atomic_load_n(&c->paths[pi], __ATOMIC_ACQUIRE);
+        for (int i = 0; p && i < p->nstreams; i++)
+            if (waiting & waiter_bit(&p->data[i]))
+                lg_task_kick(&p->data[i].task);
+    }
+    lg_conn_exit(c, ph);
+}
+
+/* A placement step (a socket read into a posted buffer, or the accounting of a chunk) is
+ * bracketed by `placing`: busy (UINT32_MAX) before the epoch is read, then that epoch + 1.
+ * The monitor's commit stores the new epoch, then waits until no stream is busy in an older
+ * epoch before it resets partial receives (Dekker: both sides store, then load, seq_cst). A
+ * step that sees another epoch than its chunk's drops the chunk instead. */
+static inline uint32_t gate_enter(struct lg_stream *s)
+{
+    __atomic_store_n(&s->placing, UINT32_MAX, __ATOMIC_SEQ_CST);
+    uint32_t e = __atomic_load_n(&s->path->conn->epoch, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&s->placing, e + 1, __ATOMIC_RELEASE);
+    return e;
+}
+static inline void gate_exit(struct lg_stream *s)
+{
+    __atomic_store_n(&s->placing, 0, __ATOMIC_RELEASE);
+}
+
+enum { MATCH_WAIT = 0, MATCH_PLACE = 1, MATCH_DROP = 2, MATCH_FAILED = -1 };
+
+/* Under mu: the sub-receive of group `g` that message slot r takes, -1 when the tags of the
+ * group's earlier messages are needed and not all known yet, -2 when none expects it. The
+ * k-th message of the group with tag T fills the k-th buffer posted with tag T (so the
+ * group's sends may come in any order, as with NCCL's IB transport); a tag posted once needs
+ * no look at the other messages. */
+static int pick_sub(struct lg_conn *c, const struct lg_req *g, const struct lg_req *r)
+{
+    int first = -1, count = 0;
+    for (int i = 0; i < g->g_n; i++)
+        if (g->sub[i].tag == r->g_tag && count++ == 0)
+            first = i;
+    if (count <= 1)
+        return count && !g->sub[first].bound ? first : -2;
+    int rank = 0;
+    for (uint64_t seq = g->seq; seq < r->seq; seq++) {
+        const struct lg_req *m = &c->reqs[seq % LG_WINDOW];
+        if (!m->g_tag_known)
+            return -1;
+        rank += m->g_tag == r->g_tag;
+    }
+    for (int i = 0; i < g->g_n; i++)
+        if (g->sub[i].tag == r->g_tag && rank-- == 0)
+            return g->sub[i].bound ? -2 : i;
+    return -2;
+}
+
+/* Inside a placement step: binds the message of the chunk in s->rx.h to a buffer of its
+ * grouped receive (once; the binding outlives a resync, a replay brings the same tags). */
+static int bind_message(struct lg_stream *s, struct lg_req *r, const struct lg_chunk_hdr *h)
+{
+    struct lg_conn *c = s->path->conn;
+    int tag = (int)h->tag;
+    struct lg_req *g = lg_req_group(c, r);
+    /* Bound already (at post for a single receive, else by an earlier chunk: its buffer and
+     * tag were written before g_sub): no lock on the hot path. */
+    if (__atomic_load_n(&r->g_sub, __ATOMIC_ACQUIRE) >= 0 &&
+        (g->g_n == 1 || r->g_tag == tag))
+        return MATCH_PLACE;
+    pthread_mutex_lock(&c->mu);
+    if (r->g_tag_known && r->g_tag != tag) {
+        int was = r->g_tag;
+        pthread_mutex_unlock(&c->mu);
+        lg_conn_peer_lied(c, "chunks of message #%llu carry tags %d and %d",
+                          (unsigned long long)h->seq, was, tag);
+        return MATCH_FAILED;
+    }
+    int learned = !r->g_tag_known;
+    if (learned) { /* written once per post: the lock-free path above reads it */
+        r->g_tag = tag;
+        r->g_tag_known = 1;
+    }
+    int sub = r->g_sub >= 0 ? r->g_sub : pick_sub(c, g, r);
+    if (sub >= 0 && r->g_sub < 0) {
+        g->sub[sub].bound = 1;
+        r->buf = g->sub[sub].buf;
+        r->cap = g->sub[sub].cap;
+        __atomic_store_n(&r->g_sub, sub, __ATOMIC_RELEASE);
+    }
+    if (sub == -1)
+        __atomic_fetch_or(&c->rx_waiting, waiter_bit(s), __ATOMIC_SEQ_CST);
+    char tags[LG_MAX_RECVS * 12 + 1] = "";
+    for (int i = 0, o = 0; sub == -2 && i < g->g_n; i++)
+        o += snprintf(tags + o, sizeof(tags) - (size_t)o, "%s%d", i ? "," : "", g->sub[i].tag);
+    uint64_t gseq = g->seq;
+    int gn = g->g_n;
+    pthread_mutex_unlock(&c->mu);
+    if (learned && __atomic_load_n(&c->rx_waiting, __ATOMIC_SEQ_CST))
+        kick_waiters(c); /* a stream may wait for this tag (pick_sub) */
+    if (sub == -1)
+        return MATCH_WAIT;
+    if (sub == -2) {
+        /* NCCL's IB transport would hold such a send back until the group is full; here the
+         * sender cannot know the groups, so the connection fails rather than misplace it. */
+        lg_conn_fail(c, LG_FAIL_OTHER, ncclInternalError,
+                     "message #%llu has tag %d, which no free buffer of its grouped receive "
+                     "(messages #%llu..#%llu, tags %s) expects", (unsigned long long)h->seq,
+                     tag, (unsigned long long)gseq, (unsigned long long)(gseq + (uint64_t)gn - 1),
+                     tags);
+        LG_WARN("recv conn %016llx: message #%llu has tag %d, which no free buffer of its "
+                "grouped receive (messages #%llu..#%llu, tags %s) expects: the sender posted "
+                "sends out of the order of the receiver's groups",
+                (unsigned long long)c->nonce, (unsigned long long)h->seq, tag,
+                (unsigned long long)gseq, (unsigned long long)(gseq + (uint64_t)gn - 1), tags);
+        __atomic_store_n(&s->path->state, LG_PATH_FAILED, __ATOMIC_RELEASE);
+        return MATCH_FAILED;
+    }
+    return MATCH_PLACE;
+}
+
+/* Inside a placement step: what to do with the chunk in s->rx.h. */
+static int match_chunk(struct lg_stream *s, uint32_t epoch)
+{
+    struct lg_conn *c = s->path->conn;
+    const struct lg_chunk_hdr *h = &s->rx.h;
+    if (!lg_epoch_matches(h->epoch, epoch))
+        return MATCH_DROP; /* from before a switch: no need to wait for its receive */
+    /* Committed but its partial receives not reset yet: an honest sender sends nothing of
+     * this epoch before our RESYNC, so this is a liar's, and placing it would race the reset. */
+    if (__atomic_load_n(&c->rx_open, __ATOMIC_SEQ_CST) != epoch)
+        return MATCH_DROP;
+    if (__atomic_load_n(&c->posted, __ATOMIC_SEQ_CST) <= h->seq) {
+        __atomic_fetch_or(&c->rx_waiting, waiter_bit(s), __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&c->posted, __ATOMIC_SEQ_CST) <= h->seq)
+            return MATCH_WAIT;
+    }
+    struct lg_req *r = &c->reqs[h->seq % LG_WINDOW];
+    uint32_t state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE); /* before r->seq */
+    uint64_t rseq = (state & LG_REQ_POSTED) && !(state & LG_REQ_DONE)
+                        ? __atomic_load_n(&r->seq, __ATOMIC_RELAXED) : h->seq;
+    switch (lg_resync_chunk_verdict(h->epoch, epoch, h->seq, rseq, state)) {
+    case LG_CHUNK_PLACE:
+        break;
+    case LG_CHUNK_STALE:
+    case LG_CHUNK_DUP:
+        return MATCH_DROP;
+    default:
+        lg_conn_path_failed(s->path, 0, "chunk for a message outside the window");
+        return MATCH_FAILED;
+    }
+    int b = bind_message(s, r, h);
+    if (b != MATCH_PLACE)
+        return b;
+    if (h->total > r->cap) {
+        lg_conn_fail(c, LG_FAIL_OTHER, ncclInternalError,
+                     "message %llu is %llu bytes, larger than its posted receive (%zu bytes)",
+                     (unsigned long long)h->seq, (unsigned long long)h->total, r->cap);
+        LG_WARN("recv conn %016llx: message %llu is %llu bytes, larger than its posted "
+                "receive (%zu bytes)",
+                (unsigned long long)c->nonce, (unsigned long long)h->seq,
+                (unsigned long long)h->total, r->cap);
+        __atomic_store_n(&s->path->state, LG_PATH_FAILED, __ATOMIC_RELEASE);
+        return MATCH_FAILED;
+    }
+    uint64_t unknown = LG_TOTAL_UNKNOWN;
+    if (!__atomic_compare_exchange_n(&r->total, &unknown, h->total, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE) &&
+        unknown != h->total) {
+        lg_conn_path_failed(s->path, 0, "chunks disagree on the message size");
+        return MATCH_FAILED;
+    }
+    /* The sender cuts every message the same way (chunk k at k * chunk_size, full length
+     * but the last): anything else, or a chunk claimed twice, is a lie. */
+    uint64_t k = lg_chunk_index(h, c->chunk_size);
+    if (k == UINT64_MAX || k >= r->cover_words * 64) {
+        lg_conn_peer_lied(c, "chunk at offset %llu, %u bytes, of message #%llu (%llu bytes) "
+                          "is not one the sender cuts", (unsigned long long)h->offset, h->len,
+                          (unsigned long long)h->seq, (unsigned long long)h->total);
+        return MATCH_FAILED;
+    }
+    uint64_t bit = 1ull << (k % 64);
+    if (__atomic_fetch_or(&r->cover[k / 64], bit, __ATOMIC_ACQ_REL) & bit) {
+        lg_conn_peer_lied(c, "chunk %llu of message #%llu sent twice in epoch %u",
+                          (unsigned long long)k, (unsigned long long)h->seq, epoch);
+        return MATCH_FAILED;
+    }
+    s->rx.epoch = epoch;
+    return MATCH_PLACE;
+}
+
+static int read_failed(struct lg_stream *s, ssize_t n)
+{
+    if (n == 0) {
+        lg_conn_path_eof(s->path, "data stream closed by peer");
+        return 1;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return 0;
+    lg_conn_path_failed(s->path, errno, "data stream read");
+    return 1;
+}
+
+/* Epoll events for a data stream: test() places small chunks of the active path inline. */
+static void set_mode(struct lg_stream *s, int big)
+{
+    int inline_path = lg_params.poll_inline && lg_conn_active_path(s->path->conn) == s->path;
+    lg_task_set_events(&s->task, inline_path ? EPOLLOUT | (big ? EPOLLIN : 0)
+                                             : EPOLLIN | EPOLLOUT);
+}
+
+static void recv_stream_run(struct lg_task *t)
+{
+    struct lg_stream *s = lg_stream_of(t);
+    struct lg_path *p = s->path;
+    struct lg_conn *c = p->conn;
+    /* On NCCL's thread (test() polling) place at most inline_send bytes, then hand over. */
+    int on_app = !lg_progress_on_worker();
+    /* A worker yields too after a while (its other tasks, a detach waiting on it). */
+    size_t budget = on_app ? (size_t)lg_params.inline_send : LG_WORKER_RUN_BYTES;
+    while (lg_path_up(p)) {
+        if (!s->rx.have_hdr) {
+            if (s->rx.hgot < LG_CHUNK_HDR_SIZE) {
+                struct iovec iov = {s->rx.hdr + s->rx.hgot, LG_CHUNK_HDR_SIZE - s->rx.hgot};
+                ssize_t n = lg_sock_readv(t->fd, &iov, 1);
+                if (n <= 0) {
+                    read_failed(s, n);
+                    return;
+                }
+                s->rx.hgot += (size_t)n;
+                continue;
+            }
+            if (lg_chunk_decode(s->rx.hdr, c->chunk_size, &s->rx.h) != 0) {
+                lg_conn_path_failed(p, 0, "bad chunk header");
+                return;
+            }
+            lg_path_note_rx(p, lg_now_ns());
+            s->rx.have_hdr = 1;
+            s->rx.checked = 0;
+            s->rx.drop = 0;
+            s->rx.done = 0;
+            s->rx.hgot = 0;
+            /* Small chunks are placed by test() on NCCL's thread; a big one is worth a worker
+             * that wakes on every arrival (and reads in parallel with the other streams). */
+            if (lg_params.poll_inline) {
+                int big = s->rx.h.len > lg_params.inline_send;
+                __atomic_store_n(&s->rx.big, big, __ATOMIC_RELEASE);
+                set_mode(s, big);
+            }
+        }
+        if (!s->rx.checked) {
+            uint32_t epoch = gate_enter(s);
+            int m = match_chunk(s, epoch);
+            gate_exit(s);
+            if (m == MATCH_WAIT || m == MATCH_FAILED)
+                return;
+            s->rx.checked = 1;
+            s->rx.drop = m == MATCH_DROP;
+        }
+        const struct lg_chunk_hdr *h = &s->rx.h;
+        struct lg_req *r = &c->reqs[h->seq % LG_WINDOW];
+        if (s->rx.done < h->len) {
+            /* A big chunk belongs to the worker its header armed (see above). */
+            if (on_app && h->len > lg_params.inline_send) {
+                lg_task_kick(t); /* this run may have absorbed the worker's wake-up */
+                return;
+            }
+            if (budget == 0) {
+                lg_task_kick(t);
+                return;
+            }
+            size_t rem = h->len - s->rx.done;
+            if (s->rx.drop) {
+                /* MSG_TRUNC on TCP discards the bytes without copying them (the buffer is
+                 * never written: it only has to exist, for checkers like valgrind). */
+                static char sink[1 << 16];
+                ssize_t n = recv(t->fd, sink, LG_MIN(rem, sizeof(sink)), MSG_TRUNC | MSG_DONTWAIT);
+                if (n <= 0) {
+                    read_failed(s, n);
+                    return;
+                }
+                budget -= LG_MIN(budget, (size_t)n);
+                s->rx.done += (size_t)n;
+                continue;
+            }
+            /* Payload straight into the posted buffer, plus whatever of the next chunk's
+             * header is already there: one syscall per chunk in steady state. */
+            if (gate_enter(s) != s->rx.epoch) {
+                gate_exit(s);
+                s->rx.drop = 1; /* a switch happened: its replay will bring this again */
+                continue;
+            }
+            struct iovec iov[2] = {{r->buf + h->offset + s->rx.done, rem},
+                                   {s->rx.hdr, LG_CHUNK_HDR_SIZE}};
+            ssize_t n = lg_sock_readv(t->fd, iov, 2);
+            gate_exit(s);
+            if (n <= 0) {
+                read_failed(s, n);
+                return;
+            }
+            budget -= LG_MIN(budget, (size_t)n);
+            if ((size_t)n < rem) {
+                s->rx.done += (size_t)n;
+                continue;
+            }
+            s->rx.done = h->len;
+            s->rx.hgot = (size_t)n - rem;
+        }
+        s->rx.have_hdr = 0;
+        __atomic_store_n(&s->rx.big, 0, __ATOMIC_RELEASE);
+        if (s->rx.drop)
+            continue;
+        int rc = 0;
+        if (gate_enter(s) == s->rx.epoch) {
+            __atomic_add_fetch(&r->placed, h->len, __ATOMIC_RELAXED);
+            uint64_t done = __atomic_add_fetch(&r->chunks, 1, __ATOMIC_ACQ_REL);
+            if (done == lg_chunk_count(h->total, c->chunk_size))
+                rc = lg_recv_complete(p, r, h->total, (h->flags & LG_CHUNK_F_KEPT) != 0);
+        }
+        gate_exit(s);
+        if (rc < 0)
+            return;
+    }
+}
+
+void lg_tcp_recv_handler(struct lg_task *t, uint32_t events)
+{
+    (void)events; /* errors and EOF surface through the reads */
+    struct lg_stream *s = lg_stream_of(t);
+    if (lg_params.poll_inline && !s->rx.have_hdr)
+        set_mode(s, 0); /* after a switch: the active path's streams go inline, others not */
+    recv_stream_run(t);
+    lg_recv_flush_due(s->path);
+}
+
+int lg_tcp_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
+{
+    /* Any sub-receive's message may be bound to any buffer: track the largest. */
+    return cover_prepare(r, lg_chunk_count(maxcap, c->chunk_size));
+}
+
+/* Streams that hold a chunk header for a receive not posted yet sleep until it is. */
+void lg_tcp_recv_posted(struct lg_conn *c) { kick_waiters(c); }
+
+/* NCCL's thread polls test() while receives are outstanding: it places the small chunks of
+ * the active path itself instead of waking a worker (bounded; see recv_stream_run). */
+void lg_tcp_recv_progress(struct lg_conn *c)
+{
+    uint32_t ph = lg_conn_enter(c);
+    struct lg_path *p = lg_conn_active_path(c);
+    for (int i = 0; lg_path_up(p) && i < p->nstreams; i++)
+        if (!__atomic_load_n(&p->data[i].rx.big, __ATOMIC_ACQUIRE))
+            lg_task_run(&p->data[i].task, 0);
+    lg_conn_exit(c, ph);
+}

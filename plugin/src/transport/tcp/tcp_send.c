@@ -1,0 +1,164 @@
+/* The TCP transport, send side: the data stream writers that take chunks from the
+ * connection's cursor, and the transport ops of a sending connection (tcp.h). */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "proto/conn.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/sock.h"
+#include "runtime/util.h"
+#include "transport/tcp/tcp.h"
+
+#define LG_WORKER_RUN_CHUNKS 16
+
+/* Under mu: stream s may take a new chunk (its path carries the committed epoch and no
+ * switch holds chunks back). */
+static int may_grab(struct lg_conn *c, struct lg_stream *s)
+{
+    if (c->cursor_seq >= __atomic_load_n(&c->posted, __ATOMIC_RELAXED) ||
+        c->hold == LG_HOLD_ALL || (c->hold == LG_HOLD_BOUNDARY && c->cursor_chunk == 0))
+        return 0;
+    return s->path == c->active_path && c->paths[c->active] == s->path &&
+           lg_path_up(s->path);
+}
+
+/* Takes the next chunk for stream s, or parks the stream. Returns 1 if s has a chunk. */
+static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!may_grab(c, s)) {
+        c->parked |= 1u << (s->index - 1);
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    struct lg_req *r = &c->reqs[c->cursor_seq % LG_WINDOW];
+    uint64_t off = c->cursor_chunk * c->chunk_size;
+    uint64_t len = r->size - off < c->chunk_size ? r->size - off : c->chunk_size;
+    struct lg_chunk_hdr h = {.epoch = (uint16_t)c->epoch, .len = (uint32_t)len,
+                             .seq = c->cursor_seq, .offset = off, .total = r->size,
+                             .tag = (uint32_t)r->tag, .flags = r->kept ? LG_CHUNK_F_KEPT : 0};
+    s->tx.payload = r->data + off;
+    s->tx.req = r;
+    /* Taken under mu, like a rewind: completion waits for this hold on the buffer. */
+    __atomic_add_fetch(&r->writers, 1, __ATOMIC_ACQ_REL);
+    if (++c->cursor_chunk == lg_chunk_count(r->size, c->chunk_size)) {
+        c->cursor_seq++;
+        c->cursor_chunk = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    lg_chunk_encode(s->tx.hdr, &h);
+    s->tx.len = (uint32_t)len;
+    s->tx.done = 0;
+    __atomic_store_n(&s->tx.active, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* A run has written its share: a worker (again) takes over if more chunks wait, else the
+ * stream parks (same lock as isend's look at `parked`: no lost wake-up). */
+static void hand_over(struct lg_conn *c, struct lg_stream *s)
+{
+    pthread_mutex_lock(&c->mu);
+    int more = may_grab(c, s);
+    if (!more)
+        c->parked |= 1u << (s->index - 1);
+    pthread_mutex_unlock(&c->mu);
+    if (more)
+        lg_task_kick(&s->task);
+}
+
+/* Anything readable on a send-side data stream is EOF or an error: the peer never writes. */
+static int check_peer(struct lg_stream *s, uint32_t events)
+{
+    if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+        return 0;
+    char b[64];
+    struct iovec iov = {b, sizeof(b)};
+    ssize_t n = lg_sock_readv(s->task.fd, &iov, 1);
+    if (n == 0) {
+        lg_conn_path_eof(s->path, "data stream closed by peer");
+        return -1;
+    }
+    if (n > 0) {
+        lg_conn_path_failed(s->path, 0, "unexpected bytes on a send stream");
+        return -1;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        lg_conn_path_failed(s->path, errno, "data stream");
+        return -1;
+    }
+    return 0;
+}
+
+void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
+{
+    struct lg_stream *s = lg_stream_of(t);
+    struct lg_path *p = s->path;
+    struct lg_conn *c = p->conn;
+    if (check_peer(s, events) != 0)
+        return;
+    /* A failed path's chunk is given back when the monitor retires the path; a path that
+     * stops being active still finishes the chunk it is writing (TCP framing), which the
+     * receiver drops by its epoch. */
+    if (!lg_path_up(p))
+        return;
+    /* From NCCL's thread (inline send) write one chunk at most, then hand over; a worker
+     * yields too after a few (its other tasks, a detach waiting on it). */
+    int chunks_left = lg_progress_on_worker() ? LG_WORKER_RUN_CHUNKS : 1;
+    for (;;) {
+        if (!s->tx.active) {
+            if (chunks_left == 0) {
+                hand_over(c, s);
+                return;
+            }
+            if (!grab_chunk(c, s))
+                return;
+            chunks_left--;
+        }
+        struct iovec iov[2];
+        int n = 0;
+        if (s->tx.done < LG_CHUNK_HDR_SIZE)
+            iov[n++] = (struct iovec){s->tx.hdr + s->tx.done, LG_CHUNK_HDR_SIZE - s->tx.done};
+        size_t pdone = s->tx.done > LG_CHUNK_HDR_SIZE ? s->tx.done - LG_CHUNK_HDR_SIZE : 0;
+        if (s->tx.len > pdone)
+            iov[n++] = (struct iovec){(void *)(s->tx.payload + pdone), s->tx.len - pdone};
+        ssize_t w = lg_sock_writev(t->fd, iov, n);
+        if (w < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                lg_conn_path_failed(p, errno, "data stream write");
+            return; /* EAGAIN: edge-triggered EPOLLOUT brings us back */
+        }
+        s->tx.done += (size_t)w;
+        if (s->tx.done == LG_CHUNK_HDR_SIZE + (size_t)s->tx.len) {
+            __atomic_store_n(&s->tx.active, 0, __ATOMIC_RELAXED);
+            /* A send completes only once no writer reads its buffer (test() checks this
+             * count too): the ack alone can beat the writer's return. The slot cannot be
+             * reused before this store, which completion waits for. */
+            __atomic_sub_fetch(&s->tx.req->writers, 1, __ATOMIC_RELEASE);
+        }
+    }
+}
+
+/* isend posted r and unparked the streams in `wake`: a small message is written from NCCL's
+ * thread (saving a thread hand-off), the rest by the workers. */
+void lg_tcp_send_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
+{
+    uint32_t ph = lg_conn_enter(c);
+    struct lg_path *p = lg_conn_active_path(c);
+    int inline_ok = r->size <= (size_t)lg_params.inline_send && !lg_progress_on_worker();
+    for (int k = 0; p && k < c->nstreams; k++) {
+        if (!(wake & (1u << k)))
+            continue;
+        if (inline_ok) {
+            /* Small message: write it from NCCL's thread, saving a thread hand-off. */
+            lg_task_run(&p->data[k].task, 0);
+            inline_ok = 0;
+        } else {
+            lg_task_kick(&p->data[k].task);
+        }
+    }
+    lg_conn_exit(c, ph);
+}

@@ -1,0 +1,101 @@
+/* What the failover protocol asks of a path transport: the ops table a connection drives its
+ * paths' data through. Two implementations: linkguard's TCP data streams (tcp.h: tcp.c,
+ * tcp_send.c, tcp_recv.c, tcp_watch.c) and an inner NCCL net plugin (wrap.h:
+ * inner_transport.c, wrap.c, over inner_dev.c). The protocol (sequence numbers, acks,
+ * SWITCH/RESYNC, replay, fences, epochs; conn.h) never asks which one it has: it calls these
+ * ops, and reads the capability bits.
+ *
+ * Threads: "NCCL's" ops run on NCCL's progress thread (isend/irecv/test), "service" ops on
+ * its service thread (connect/accept/regMr/close), "monitor" ops on the monitor thread.
+ * Types only: this header has no code, so both the connection object and the transports can
+ * include it without depending on each other. */
+#ifndef LG_TRANSPORT_H
+#define LG_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl_net_abi.h"
+#include "runtime/progress.h"
+
+/* What every transport advertises (getProperties). */
+#define LG_MAX_MSG_BYTES (1ull << 30) /* maxP2pBytes: test() reports sizes as int */
+#define LG_MAX_COMMS 65536
+
+struct lg_conn;
+struct lg_path;
+struct lg_req;
+struct lg_ctrl;
+struct lg_task;
+struct lg_inner_mr;
+struct lg_inner_ctx;
+
+/* Capability bits. */
+/* Whole messages, one transport request each, in sequence order on the committed path: no
+ * chunk cursor (the data streams idle), tag matching and grouped receives are left to the
+ * transport, a commit onto the path already committed replays nothing (what it carries still
+ * arrives, in order), and a writer's hold on a send is its transport request, which ends
+ * unseen once the peer closed. Without it: chunks (struct lg_chunk_hdr) through the cursor. */
+#define LG_TR_MSGS 0x1u
+/* A path left by a switch, even one that stays up, is fenced and gets a fresh transport comm
+ * (receives posted on a standby comm could match a later replay into stale buffers). */
+#define LG_TR_FRESH_ON_LEAVE 0x2u
+
+struct lg_transport {
+    const char *name; /* in logs */
+    unsigned caps;    /* LG_TR_* */
+    uint8_t hello_flags; /* what a hello says of the transport; both ends must agree */
+    lg_task_fn stream_fn[2]; /* handler of a data stream socket: [send, recv] */
+
+    /* process-wide */
+    ncclResult_t (*get_properties)(int dev, ncclNetProperties_v12_t *props);
+    /* an NCCL communicator's context (ctx.h): the transport's own for it, or *out = NULL;
+     * ctx_close ends a non-NULL one (with the context's last reference) */
+    ncclResult_t (*ctx_open)(uint64_t comm_id, int traffic_class, struct lg_inner_ctx **out);
+    void (*ctx_close)(struct lg_inner_ctx *inner);
+    int (*nstreams)(void); /* data sockets per path */
+
+    /* service thread */
+    /* connect/accept hand the connection to NCCL only once this says 1 (0: not yet, -1: the
+     * connection failed meanwhile). */
+    int (*usable)(struct lg_conn *c, uint64_t now);
+    ncclResult_t (*reg_mr)(struct lg_conn *c, void *data, size_t size, int type, uint64_t offset,
+                           int fd, struct lg_inner_mr **out);
+    ncclResult_t (*dereg_mr)(struct lg_conn *c, struct lg_inner_mr *mr);
+    /* *request = NULL: nothing to flush (complete). */
+    ncclResult_t (*iflush)(struct lg_conn *c, int n, void **data, int *sizes,
+                           struct lg_inner_mr **mrs, void **request);
+    /* test() of a request that is not linkguard's: 1 if it is one of the transport's. */
+    int (*flush_test)(void *request, int *done, ncclResult_t *rc);
+    void (*release)(struct lg_conn *c); /* close: what it holds for the connection */
+
+    /* NCCL's thread */
+    /* irecv, under c->mu: room to track receive r of up to maxcap bytes. 0, or -1. */
+    int (*recv_prepare)(struct lg_conn *c, struct lg_req *r, size_t maxcap);
+    /* isend/irecv posted r (not under mu); `wake`: the send streams the post unparked. */
+    void (*posted)(struct lg_conn *c, const struct lg_req *r, uint32_t wake);
+    /* test() of request r, not complete yet: move data now. */
+    void (*progress)(struct lg_conn *c, struct lg_req *r);
+
+    /* monitor */
+    int (*step)(struct lg_conn *c, uint64_t now);   /* handshakes; 1 while one is on */
+    int (*carries)(const struct lg_path *p);        /* a path up can take data now */
+    void (*watch)(struct lg_conn *c, uint64_t now); /* progress watchdog of the active path */
+    void (*goodput)(struct lg_conn *c, uint64_t now); /* sender: lossy paths (gray) */
+    void (*heartbeat)(struct lg_conn *c, uint64_t now); /* its own periodic frames */
+    /* its own control frames (not the protocol's): 1 taken, 0 not its (a lie), -1 stop */
+    int (*on_frame)(struct lg_path *p, const struct lg_ctrl *f);
+    void (*resume)(struct lg_path *p); /* data may move on p again (a commit, a hold ended) */
+    void (*fence)(struct lg_path *p);  /* nothing it carried lands after this; idempotent */
+    void (*rearm)(struct lg_path *p);  /* fenced, and stays up: its next comm */
+    void (*rebuilt)(struct lg_path *p); /* receiver: a rebuilt path was filed */
+    /* Sender: a SWITCH to `target` is about to go out. */
+    void (*switching)(struct lg_conn *c, struct lg_path *target);
+    /* Around a commit from path `from` to `to` (the change of c->active_path and, sender,
+     * the rewind): begin, the protocol's own commit under c->mu, end. The receiver's end
+     * runs before its RESYNC goes out. */
+    void (*commit_begin)(struct lg_conn *c, struct lg_path *from, struct lg_path *to);
+    void (*commit_end)(struct lg_conn *c, struct lg_path *from, struct lg_path *to);
+};
+
+#endif
