@@ -9,6 +9,7 @@
 #include "abi/core.h"
 #include "abi/listen.h"
 #include "nccl_net_abi.h"
+#include "runtime/props_layout.h"
 
 #define LG_EXPORT __attribute__((visibility("default")))
 
@@ -62,6 +63,22 @@ static ncclResult_t lg_x_irecv_sz(void *rcomm, int n, void **data, size_t *sizes
 {
     return lg_core_irecv(rcomm, n, data, sizes, tags, mh, request);
 }
+
+/* The members every version's table shares (same position and type, reference §1.4-1.8). */
+#define LG_NET_TABLE_COMMON              \
+    .name = LG_EXPORT_NAME,              \
+    .devices = lg_x_devices,             \
+    .accept = lg_x_accept,               \
+    .regMr = lg_x_reg_mr,                \
+    .regMrDmaBuf = lg_x_reg_mr_dmabuf,   \
+    .deregMr = lg_x_dereg_mr,            \
+    .iflush = lg_x_iflush,               \
+    .test = lg_x_test,                   \
+    .closeSend = lg_x_close_send,        \
+    .closeRecv = lg_x_close_recv,        \
+    .closeListen = lg_x_close_listen,    \
+    .getDeviceMr = NULL,   /* device offload only */ \
+    .irecvConsumed = NULL  /* device offload only */
 
 /* ---- v12 (native) and v11 ---------------------------------------------------------------- */
 
@@ -117,37 +134,6 @@ static ncclResult_t lg_x_props_v12(int dev, ncclNetProperties_v12_t *props)
     return lg_core_get_properties(dev, props);
 }
 
-/* Copies the fields every layout since v8 shares. */
-#define LG_PROPS_COMMON(dst, src)                                                        \
-    do {                                                                                  \
-        (dst)->name = (src).name;                                                         \
-        (dst)->pciPath = (src).pciPath;                                                   \
-        (dst)->guid = (src).guid;                                                         \
-        (dst)->ptrSupport = (src).ptrSupport;                                             \
-        (dst)->regIsGlobal = (src).regIsGlobal;                                           \
-        (dst)->speed = (src).speed;                                                       \
-        (dst)->port = (src).port;                                                         \
-        (dst)->latency = (src).latency;                                                   \
-        (dst)->maxComms = (src).maxComms;                                                 \
-        (dst)->maxRecvs = (src).maxRecvs;                                                 \
-        (dst)->netDeviceType = (src).netDeviceType;                                       \
-        (dst)->netDeviceVersion = (src).netDeviceVersion;                                 \
-    } while (0)
-
-/* v9/v10/v11 carry at most 4 vProps devices. */
-#define LG_PROPS_V9(dst, src)                                                             \
-    do {                                                                                  \
-        LG_PROPS_COMMON(dst, src);                                                        \
-        (dst)->forceFlush = (src).forceFlush;                                             \
-        (dst)->vProps.ndevs = (src).vProps.ndevs < NCCL_NET_MAX_DEVS_PER_NIC_V9           \
-                                  ? (src).vProps.ndevs                                    \
-                                  : NCCL_NET_MAX_DEVS_PER_NIC_V9;                         \
-        for (int i_ = 0; i_ < (dst)->vProps.ndevs; i_++)                                  \
-            (dst)->vProps.devs[i_] = (src).vProps.devs[i_];                               \
-        (dst)->maxP2pBytes = (src).maxP2pBytes;                                           \
-        (dst)->maxCollBytes = (src).maxCollBytes;                                         \
-    } while (0)
-
 static ncclResult_t lg_x_props_v11(int dev, ncclNetProperties_v11_t *props)
 {
     ncclNetProperties_v12_t p;
@@ -155,56 +141,32 @@ static ncclResult_t lg_x_props_v11(int dev, ncclNetProperties_v11_t *props)
     if (rc != ncclSuccess)
         return rc;
     memset(props, 0, sizeof(*props));
-    LG_PROPS_V9(props, p);
+    LG_PROPS_COPY_V9(props, &p);
     props->maxMultiRequestSize = p.maxMultiRequestSize;
     return ncclSuccess;
 }
 
 LG_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
-    .name = LG_EXPORT_NAME,
+    LG_NET_TABLE_COMMON,
     .init = lg_x_init_ctx,
-    .devices = lg_x_devices,
     .getProperties = lg_x_props_v12,
     .listen = lg_x_listen_ctx,
     .connect = lg_x_connect_ctx,
-    .accept = lg_x_accept,
-    .regMr = lg_x_reg_mr,
-    .regMrDmaBuf = lg_x_reg_mr_dmabuf,
-    .deregMr = lg_x_dereg_mr,
     .isend = lg_x_isend_ph,
     .irecv = lg_x_irecv_ph,
-    .iflush = lg_x_iflush,
-    .test = lg_x_test,
-    .closeSend = lg_x_close_send,
-    .closeRecv = lg_x_close_recv,
-    .closeListen = lg_x_close_listen,
-    .getDeviceMr = NULL,   /* device offload only */
-    .irecvConsumed = NULL, /* device offload only */
     .makeVDevice = NULL,   /* our devices are already NIC pairs: no NCCL fusion */
     .finalize = lg_x_finalize,
     .setNetAttr = NULL,
 };
 
 LG_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
-    .name = LG_EXPORT_NAME,
+    LG_NET_TABLE_COMMON,
     .init = lg_x_init_ctx,
-    .devices = lg_x_devices,
     .getProperties = lg_x_props_v11,
     .listen = lg_x_listen_ctx,
     .connect = lg_x_connect_ctx,
-    .accept = lg_x_accept,
-    .regMr = lg_x_reg_mr,
-    .regMrDmaBuf = lg_x_reg_mr_dmabuf,
-    .deregMr = lg_x_dereg_mr,
     .isend = lg_x_isend_ph,
     .irecv = lg_x_irecv_ph,
-    .iflush = lg_x_iflush,
-    .test = lg_x_test,
-    .closeSend = lg_x_close_send,
-    .closeRecv = lg_x_close_recv,
-    .closeListen = lg_x_close_listen,
-    .getDeviceMr = NULL,
-    .irecvConsumed = NULL,
     .makeVDevice = NULL,
     .finalize = lg_x_finalize,
     .setNetAttr = NULL,
@@ -245,7 +207,7 @@ static ncclResult_t lg_x_props_v9(int dev, ncclNetProperties_v9_t *props)
     if (rc != ncclSuccess)
         return rc;
     memset(props, 0, sizeof(*props));
-    LG_PROPS_V9(props, p);
+    LG_PROPS_COPY_V9(props, &p);
     return ncclSuccess;
 }
 
@@ -256,7 +218,7 @@ static ncclResult_t lg_x_props_v8(int dev, ncclNetProperties_v8_t *props)
     if (rc != ncclSuccess)
         return rc;
     memset(props, 0, sizeof(*props));
-    LG_PROPS_COMMON(props, p);
+    LG_PROPS_COPY_COMMON(props, &p);
     return ncclSuccess;
 }
 
@@ -280,71 +242,35 @@ static ncclResult_t lg_x_irecv_v8(void *rcomm, int n, void **data, int *sizes, i
 }
 
 LG_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
-    .name = LG_EXPORT_NAME,
+    LG_NET_TABLE_COMMON,
     .init = lg_x_init_v10,
-    .devices = lg_x_devices,
     .getProperties = lg_x_props_v9,
     .listen = lg_core_listen,
     .connect = lg_x_connect_v10,
-    .accept = lg_x_accept,
-    .regMr = lg_x_reg_mr,
-    .regMrDmaBuf = lg_x_reg_mr_dmabuf,
-    .deregMr = lg_x_dereg_mr,
     .isend = lg_x_isend_ph,
     .irecv = lg_x_irecv_ph,
-    .iflush = lg_x_iflush,
-    .test = lg_x_test,
-    .closeSend = lg_x_close_send,
-    .closeRecv = lg_x_close_recv,
-    .closeListen = lg_x_close_listen,
-    .getDeviceMr = NULL,
-    .irecvConsumed = NULL,
     .makeVDevice = NULL,
 };
 
 LG_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
-    .name = LG_EXPORT_NAME,
+    LG_NET_TABLE_COMMON,
     .init = lg_x_init_v8,
-    .devices = lg_x_devices,
     .getProperties = lg_x_props_v9,
     .listen = lg_core_listen,
     .connect = lg_x_connect_v8,
-    .accept = lg_x_accept,
-    .regMr = lg_x_reg_mr,
-    .regMrDmaBuf = lg_x_reg_mr_dmabuf,
-    .deregMr = lg_x_dereg_mr,
     .isend = lg_x_isend_sz,
     .irecv = lg_x_irecv_sz,
-    .iflush = lg_x_iflush,
-    .test = lg_x_test,
-    .closeSend = lg_x_close_send,
-    .closeRecv = lg_x_close_recv,
-    .closeListen = lg_x_close_listen,
-    .getDeviceMr = NULL,
-    .irecvConsumed = NULL,
     .makeVDevice = NULL,
 };
 
 LG_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {
-    .name = LG_EXPORT_NAME,
+    LG_NET_TABLE_COMMON,
     .init = lg_x_init_v8,
-    .devices = lg_x_devices,
     .getProperties = lg_x_props_v8,
     .listen = lg_core_listen,
     .connect = lg_x_connect_v8,
-    .accept = lg_x_accept,
-    .regMr = lg_x_reg_mr,
-    .regMrDmaBuf = lg_x_reg_mr_dmabuf,
-    .deregMr = lg_x_dereg_mr,
     .isend = lg_x_isend_v8,
     .irecv = lg_x_irecv_v8,
-    .iflush = lg_x_iflush,
-    .test = lg_x_test,
-    .closeSend = lg_x_close_send,
-    .closeRecv = lg_x_close_recv,
-    .closeListen = lg_x_close_listen,
-    .getDeviceMr = NULL,
-    .irecvConsumed = NULL,
 };
 
 #endif

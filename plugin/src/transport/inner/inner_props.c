@@ -4,37 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/props_layout.h"
 #include "runtime/util.h"
-
-#define LG_PROPS_COPY_COMMON(dst, src)        \
-    do {                                      \
-        (dst)->name = (src)->name;            \
-        (dst)->pciPath = (src)->pciPath;      \
-        (dst)->guid = (src)->guid;            \
-        (dst)->ptrSupport = (src)->ptrSupport; \
-        (dst)->regIsGlobal = (src)->regIsGlobal; \
-        (dst)->speed = (src)->speed;          \
-        (dst)->port = (src)->port;            \
-        (dst)->latency = (src)->latency;      \
-        (dst)->maxComms = (src)->maxComms;    \
-        (dst)->maxRecvs = (src)->maxRecvs;    \
-        (dst)->netDeviceType = (src)->netDeviceType; \
-        (dst)->netDeviceVersion = (src)->netDeviceVersion; \
-    } while (0)
-
-/* v9..v11 share the fields after v8's, with a 4-device vProps. */
-#define LG_PROPS_COPY_V9(dst, src)                                          \
-    do {                                                                    \
-        LG_PROPS_COPY_COMMON(dst, src);                                     \
-        (dst)->forceFlush = (src)->forceFlush;                              \
-        int n_ = (src)->vProps.ndevs;                                       \
-        n_ = n_ < 0 ? 0 : n_ > NCCL_NET_MAX_DEVS_PER_NIC_V9 ? NCCL_NET_MAX_DEVS_PER_NIC_V9 : n_; \
-        (dst)->vProps.ndevs = n_;                                           \
-        for (int i_ = 0; i_ < n_; i_++)                                     \
-            (dst)->vProps.devs[i_] = (src)->vProps.devs[i_];                \
-        (dst)->maxP2pBytes = (src)->maxP2pBytes;                            \
-        (dst)->maxCollBytes = (src)->maxCollBytes;                          \
-    } while (0)
 
 static void defaults(ncclNetProperties_v12_t *out)
 {
