@@ -120,7 +120,7 @@
  * mean) or, in wrap mode (LINKGUARD_INNER), one inner-plugin comm per path (wrap.h: whole
  * messages, posted in sequence order on the committed path from NCCL's thread; the receiver
  * closes the inner comm of a path it leaves before its RESYNC, and every path left by a
- * switch is fenced and rebuilt: capabilities LG_TR_MSGS and LG_TR_FRESH_ON_LEAVE). Who owns
+ * switch is fenced and rebuilt: the properties of transport.h). Who owns
  * what: conn.c the objects, their failure and the control channel's bytes; window.c
  * placement, acks and test(); proto_post.c isend/irecv; proto_ctrl.c the control frames;
  * failover.c the state machine; the transports their data sockets or inner comms.

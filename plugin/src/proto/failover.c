@@ -481,9 +481,9 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
     int later = fo->sw_phase != LG_SW_NONE && fo->sw_epoch > epoch; /* ours is still coming */
     struct lg_path *old = c->active_path;
     int from = c->active;
-    /* Whole messages on the same path: nothing is sent again, what it carries still arrives,
-     * in order. The transport holds NCCL's thread off across the rewind (commit_begin). */
-    int same = (c->tr->caps & LG_TR_MSGS) && old == p;
+    /* The same path, and a transport that keeps its order there: nothing is sent again. The
+     * transport holds NCCL's thread off across the rewind (commit_begin). */
+    int same = c->tr->keeps_order_in_place && old == p;
     c->tr->commit_begin(c, old, p);
     pthread_mutex_lock(&c->mu);
     uint64_t cur = c->cursor_seq > c->sent_hi ? c->cursor_seq : c->sent_hi;
@@ -537,7 +537,7 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         sl->delay_ns = LG_MS(lg_params.rejoin_ms);
         sl->next_try_ns = rebuild_at(now, sl->delay_ns);
         lg_path_retire_later(old);
-    } else if (old && old != p && (c->tr->caps & LG_TR_FRESH_ON_LEAVE) && !old->retired) {
+    } else if (old && old != p && c->tr->fresh_on_leave && !old->retired) {
         c->tr->rearm(old); /* the backup left at reintegration: a fresh comm */
     }
 }
@@ -712,7 +712,7 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     if (old && old != p && old->index == 0 && !old->retired) {
         fo->slot[0].noted = 1;
         lg_path_retire_later(old);
-    } else if (old && old != p && (c->tr->caps & LG_TR_FRESH_ON_LEAVE) && !old->retired) {
+    } else if (old && old != p && c->tr->fresh_on_leave && !old->retired) {
         c->tr->rearm(old); /* fenced before the RESYNC; now its next comm */
     }
 }

@@ -43,7 +43,7 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
     __atomic_store_n(&c->posted, seq + 1, __ATOMIC_RELEASE);
     /* Chunks: wake as many parked streams as the message has chunks; busy streams take
      * more chunks by themselves when they finish their current one. */
-    uint64_t want = c->tr->caps & LG_TR_MSGS ? 0 : LG_MIN(lg_chunk_count(size, c->chunk_size),
+    uint64_t want = !c->tr->chunks ? 0 : LG_MIN(lg_chunk_count(size, c->chunk_size),
                                                          (uint64_t)c->nstreams);
     uint32_t wake = 0;
     for (int i = 0; i < c->nstreams && want && c->hold == LG_HOLD_NONE; i++) {
@@ -103,8 +103,8 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
         r->g_n = i ? 0 : n;
         r->g_tag_known = 0;
         /* A single receive takes the next message whatever its tag (as NCCL's socket
-         * transport does); a whole-message transport does the matching itself. */
-        int bound = n == 1 || (c->tr->caps & LG_TR_MSGS);
+         * transport does); so does a transport that matches them itself. */
+        int bound = n == 1 || c->tr->matches_tags;
         __atomic_store_n(&r->g_sub, bound ? i : -1, __ATOMIC_RELAXED);
         r->buf = bound ? data[i] : NULL;
         r->cap = bound ? sizes[i] : 0;

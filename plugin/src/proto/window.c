@@ -106,7 +106,7 @@ int lg_conn_take_ack(struct lg_conn *c, uint64_t n)
     int ok = lg_ack_plausible(n, sent);
     if (ok && n > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
         __atomic_store_n(&c->acked, n, __ATOMIC_RELEASE);
-    if (ok && !(c->tr->caps & LG_TR_MSGS) && n > c->cursor_seq) {
+    if (ok && c->tr->chunks && n > c->cursor_seq) {
         /* After a rewind: the receiver held these (completed out of order before the
          * switch); nothing below n is sent again. */
         c->cursor_seq = n;
@@ -136,7 +136,7 @@ int lg_send_slot_free(struct lg_conn *c, const struct lg_req *r)
 void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t size)
 {
     r->kept = 0;
-    if (!lg_params.send_copy || size > (size_t)lg_params.send_copy || (c->tr->caps & LG_TR_MSGS))
+    if (!lg_params.send_copy || size > (size_t)lg_params.send_copy || !c->tr->sends_copies)
         return;
     if (size > r->copy_cap || !r->copy) {
         char *m = realloc(r->copy, size ? size : 1);
@@ -197,12 +197,11 @@ static int req_complete(struct lg_req *r)
         if (r->kept)
             return 1; /* NCCL's buffer is not read again: the copy is */
         /* Placed at the receiver (acked), and no writer reads its buffer any more (so NCCL
-         * may reuse it as soon as we say done). With a whole-message transport the writer's
-         * hold is its request, which nobody tests once the peer has closed: a message the
-         * peer placed was read whole by then (placement comes after the last byte is read). */
+         * may reuse it as soon as we say done), or the writer's hold is a transport request
+         * nobody tests once the peer closed (hold_is_request, transport.h). */
         return __atomic_load_n(&r->conn->acked, __ATOMIC_ACQUIRE) > r->seq &&
                (__atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0 ||
-                ((r->conn->tr->caps & LG_TR_MSGS) &&
+                (r->conn->tr->hold_is_request &&
                  __atomic_load_n(&r->conn->peer_closed, __ATOMIC_ACQUIRE)));
     }
     /* A grouped receive: every message of the group is placed. */

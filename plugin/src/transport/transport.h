@@ -3,7 +3,7 @@
  * tcp_send.c, tcp_recv.c, tcp_watch.c) and an inner NCCL net plugin (wrap.h:
  * inner_transport.c, wrap.c, over inner_dev.c). The protocol (sequence numbers, acks,
  * SWITCH/RESYNC, replay, fences, epochs; conn.h) never asks which one it has: it calls these
- * ops, and reads the capability bits.
+ * ops, and reads the properties.
  *
  * Threads: "NCCL's" ops run on NCCL's progress thread (isend/irecv/test), "service" ops on
  * its service thread (connect/accept/regMr/close), "monitor" ops on the monitor thread.
@@ -30,20 +30,25 @@ struct lg_task;
 struct lg_inner_mr;
 struct lg_inner_ctx;
 
-/* Capability bits. */
-/* Whole messages, one transport request each, in sequence order on the committed path: no
- * chunk cursor (the data streams idle), tag matching and grouped receives are left to the
- * transport, a commit onto the path already committed replays nothing (what it carries still
- * arrives, in order), and a writer's hold on a send is its transport request, which ends
- * unseen once the peer closed. Without it: chunks (struct lg_chunk_hdr) through the cursor. */
-#define LG_TR_MSGS 0x1u
-/* A path left by a switch, even one that stays up, is fenced and gets a fresh transport comm
- * (receives posted on a standby comm could match a later replay into stale buffers). */
-#define LG_TR_FRESH_ON_LEAVE 0x2u
-
 struct lg_transport {
     const char *name; /* in logs */
-    unsigned caps;    /* LG_TR_* */
+    /* Properties: how it moves data, where the protocol must know (each 0 or 1). */
+    /* Messages go in chunks (struct lg_chunk_hdr) through the connection's cursor: a post
+     * wakes parked data streams, an ack beyond the cursor (after a rewind) moves it. Else
+     * whole messages, one transport request each, in sequence order on the committed path,
+     * and the data streams idle. */
+    uint8_t chunks;
+    uint8_t sends_copies;    /* can send a kept copy (LINKGUARD_SEND_COPY; unregistered memory) */
+    uint8_t matches_tags;    /* matches a grouped receive's messages to its buffers itself */
+    /* A commit onto the path already committed replays nothing: what it carries still
+     * arrives, in order. */
+    uint8_t keeps_order_in_place;
+    /* A writer's hold on a send is its transport request, which nobody tests once the peer
+     * closed: a message the peer placed was read whole by then. */
+    uint8_t hold_is_request;
+    /* A path left by a switch, even one that stays up, is fenced and gets a fresh transport
+     * comm (receives posted on a standby comm could match a later replay into stale buffers). */
+    uint8_t fresh_on_leave;
     uint8_t hello_flags; /* what a hello says of the transport; both ends must agree */
     lg_task_fn stream_fn[2]; /* handler of a data stream socket: [send, recv] */
 

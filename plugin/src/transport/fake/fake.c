@@ -291,7 +291,9 @@ static void fake_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_p
 
 static struct lg_transport fake_transport = {
     .name = "fake",
-    .caps = LG_TR_MSGS,
+    .matches_tags = 1, /* one message per buffer, in order: the tests post single receives */
+    .keeps_order_in_place = 1,
+    .hold_is_request = 1,
     .hello_flags = 0,
     .stream_fn = {lg_stream_idle_handler, lg_stream_idle_handler},
     .nstreams = fake_nstreams,

@@ -1,5 +1,5 @@
 /* A fake path transport (transport.h), the third beside TCP and the inner plugin, for testing the failover protocol itself, through its
- * real code: whole messages (LG_TR_MSGS), copied at post time into an in-process "wire" per
+ * real code: whole messages (no chunks), copied at post time into an in-process "wire" per
  * path instance (connection nonce, slot, generation), each tagged with the sender's committed
  * epoch, and placed by the receiver, in order, from its committed path's wire; a message of
  * another epoch is dropped, as TCP's chunks are. Everything else is real: the control channels

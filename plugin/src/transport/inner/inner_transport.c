@@ -363,7 +363,10 @@ static void inner_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_
 
 const struct lg_transport lg_inner_transport = {
     .name = "inner",
-    .caps = LG_TR_MSGS | LG_TR_FRESH_ON_LEAVE,
+    .matches_tags = 1,
+    .keeps_order_in_place = 1,
+    .hold_is_request = 1,
+    .fresh_on_leave = 1,
     .hello_flags = LG_HELLO_F_WRAP,
     .stream_fn = {lg_stream_idle_handler, lg_stream_idle_handler},
     .get_properties = lg_wrap_get_properties,

@@ -167,7 +167,8 @@ static void tcp_commit(struct lg_conn *c, struct lg_path *from, struct lg_path *
 
 const struct lg_transport lg_tcp_transport = {
     .name = "tcp",
-    .caps = 0,
+    .chunks = 1,
+    .sends_copies = 1,
     .hello_flags = 0,
     .stream_fn = {lg_tcp_send_handler, lg_tcp_recv_handler},
     .get_properties = tcp_get_properties,
