@@ -83,7 +83,7 @@ int lg_path_start(struct lg_path *p)
     struct lg_conn *c = p->conn;
     int send = c->kind == LG_CONN_SEND;
     int active = p->index == c->active && c->paths[p->index] == p;
-    p->started = 1;
+    __atomic_store_n(&p->started, 1, __ATOMIC_RELEASE); /* a session's end may look (path_lost) */
     for (int i = 0; i < p->nstreams; i++) {
         p->data[i].task.fn = c->tr->stream_fn[send ? 0 : 1];
         /* Data arriving for a posted receive on the active path is placed by test() when
@@ -454,7 +454,8 @@ static void path_lost(struct lg_path *p, int err, int eof, const char *why)
                 LG_INFO(NCCL_NET, "%s conn %016llx: closed by the peer", kind,
                         (unsigned long long)c->nonce);
         }
-    } else if (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && p->started &&
+    } else if (!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) &&
+               __atomic_load_n(&p->started, __ATOMIC_ACQUIRE) &&
                __atomic_load_n(&c->paths[p->index], __ATOMIC_ACQUIRE) == p) {
         /* (A path still being built is not the connection's: its attempt just fails; a
          * connect or accept in progress sees it failed.) */

@@ -209,6 +209,10 @@ struct lg_stream {
     struct {
         uint8_t hdr[LG_CHUNK_HDR_SIZE];
         size_t hgot;
+        /* What the header's read brought beyond it: a small chunk's payload (placed from
+         * here once matched) and, past it, the next header's first bytes. */
+        uint8_t ahead[LG_CHUNK_HDR_SIZE];
+        size_t ahead_len, ahead_used;
         int have_hdr;
         int checked; /* the chunk was matched against its posted receive */
         int big;     /* the chunk is a worker's (bigger than inline_send): test() keeps off (atomic) */
@@ -235,7 +239,7 @@ struct lg_path {
     pthread_mutex_t ctrl_mu; /* its data fds are taken out under it (a holder sees them open) */
     /* its control channel: a channel of a control session, the session held until freed */
     struct lg_chan ch;
-    int started;               /* its data tasks are with the workers */
+    int started;               /* its data tasks are with the workers (atomic) */
     /* liveness and failure (atomics unless said) */
     uint64_t last_rx_ns;  /* something was read on one of its sockets (lg_path_note_rx) */
     uint64_t prev_rx_ns;  /* the reading before that one, at least LG_RX_DISTINCT_NS earlier */

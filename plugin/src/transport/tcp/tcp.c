@@ -110,13 +110,12 @@ static void tcp_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
  * this connection instead of waking a worker (bounded; see the handlers). */
 static void tcp_progress(struct lg_conn *c, struct lg_req *r)
 {
-    (void)r;
     if (!lg_params.poll_inline)
         return;
     if (c->kind == LG_CONN_SEND)
         lg_conn_poll_ctrl(c); /* the acks */
     else
-        lg_tcp_recv_progress(c);
+        lg_tcp_recv_progress(c, r);
 }
 
 static int tcp_step(struct lg_conn *c, uint64_t now)

@@ -264,6 +264,25 @@ static void set_mode(struct lg_stream *s, int big)
                                              : EPOLLIN | EPOLLOUT);
 }
 
+/* Inside a placement step of the chunk in s->rx.h: takes what the header's read brought of its
+ * payload (into the buffer, or dropped), then keeps the rest as the next header's start. */
+static void take_ahead(struct lg_stream *s, char *dst)
+{
+    size_t k = LG_MIN(s->rx.ahead_len - s->rx.ahead_used, s->rx.h.len - s->rx.done);
+    if (dst)
+        memcpy(dst + s->rx.done, s->rx.ahead + s->rx.ahead_used, k);
+    s->rx.done += k;
+    s->rx.ahead_used += k;
+    if (s->rx.done == s->rx.h.len) {
+        size_t rest = s->rx.ahead_len - s->rx.ahead_used; /* < a header: it began in ahead[] */
+        memcpy(s->rx.hdr, s->rx.ahead + s->rx.ahead_used, rest);
+        s->rx.hgot = rest;
+        s->rx.ahead_used = s->rx.ahead_len;
+    }
+    if (s->rx.ahead_used == s->rx.ahead_len)
+        s->rx.ahead_len = s->rx.ahead_used = 0;
+}
+
 static void recv_stream_run(struct lg_task *t)
 {
     struct lg_stream *s = lg_stream_of(t);
@@ -273,16 +292,27 @@ static void recv_stream_run(struct lg_task *t)
     int on_app = !lg_progress_on_worker();
     /* A worker yields too after a while (its other tasks, a detach waiting on it). */
     size_t budget = on_app ? (size_t)lg_params.inline_send : LG_WORKER_RUN_BYTES;
+    /* A read that brought less than it asked for emptied the socket: the next would only say
+     * EAGAIN (new bytes raise a new edge, and test() polls again), so this run ends there. */
+    int drained = 0;
     while (lg_path_up(p)) {
         if (!s->rx.have_hdr) {
             if (s->rx.hgot < LG_CHUNK_HDR_SIZE) {
-                struct iovec iov = {s->rx.hdr + s->rx.hgot, LG_CHUNK_HDR_SIZE - s->rx.hgot};
-                ssize_t n = lg_sock_readv(t->fd, &iov, 1);
+                if (drained)
+                    return;
+                /* The header, and as much again ahead: a small chunk comes in one read. */
+                size_t want = LG_CHUNK_HDR_SIZE - s->rx.hgot;
+                struct iovec iov[2] = {{s->rx.hdr + s->rx.hgot, want},
+                                       {s->rx.ahead, sizeof(s->rx.ahead)}};
+                ssize_t n = lg_sock_readv(t->fd, iov, 2);
                 if (n <= 0) {
                     read_failed(s, n);
                     return;
                 }
-                s->rx.hgot += (size_t)n;
+                drained = (size_t)n < want + sizeof(s->rx.ahead);
+                s->rx.hgot += LG_MIN((size_t)n, want);
+                s->rx.ahead_len = (size_t)n > want ? (size_t)n - want : 0;
+                s->rx.ahead_used = 0;
                 continue;
             }
             if (lg_chunk_decode(s->rx.hdr, c->chunk_size, &s->rx.h) != 0) {
@@ -314,6 +344,12 @@ static void recv_stream_run(struct lg_task *t)
         }
         const struct lg_chunk_hdr *h = &s->rx.h;
         struct lg_req *r = &c->reqs[h->seq % LG_WINDOW];
+        if (s->rx.ahead_used < s->rx.ahead_len) {
+            if (!s->rx.drop && gate_enter(s) != s->rx.epoch)
+                s->rx.drop = 1; /* a switch happened: its replay will bring this again */
+            take_ahead(s, s->rx.drop ? NULL : r->buf + h->offset);
+            gate_exit(s);
+        }
         if (s->rx.done < h->len) {
             /* A big chunk belongs to the worker its header armed (see above). */
             if (on_app && h->len > lg_params.inline_send) {
@@ -325,15 +361,19 @@ static void recv_stream_run(struct lg_task *t)
                 return;
             }
             size_t rem = h->len - s->rx.done;
+            if (drained)
+                return;
             if (s->rx.drop) {
                 /* MSG_TRUNC on TCP discards the bytes without copying them (the buffer is
                  * never written: it only has to exist, for checkers like valgrind). */
                 static char sink[1 << 16];
-                ssize_t n = recv(t->fd, sink, LG_MIN(rem, sizeof(sink)), MSG_TRUNC | MSG_DONTWAIT);
+                size_t ask = LG_MIN(rem, sizeof(sink));
+                ssize_t n = recv(t->fd, sink, ask, MSG_TRUNC | MSG_DONTWAIT);
                 if (n <= 0) {
                     read_failed(s, n);
                     return;
                 }
+                drained = (size_t)n < ask;
                 budget -= LG_MIN(budget, (size_t)n);
                 s->rx.done += (size_t)n;
                 continue;
@@ -353,6 +393,7 @@ static void recv_stream_run(struct lg_task *t)
                 read_failed(s, n);
                 return;
             }
+            drained = (size_t)n < rem + LG_CHUNK_HDR_SIZE;
             budget -= LG_MIN(budget, (size_t)n);
             if ((size_t)n < rem) {
                 s->rx.done += (size_t)n;
@@ -398,13 +439,22 @@ int lg_tcp_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
 void lg_tcp_recv_posted(struct lg_conn *c) { kick_waiters(c); }
 
 /* NCCL's thread polls test() while receives are outstanding: it places the small chunks of
- * the active path itself instead of waking a worker (bounded; see recv_stream_run). */
-void lg_tcp_recv_progress(struct lg_conn *c)
+ * the active path itself instead of waking a worker (bounded; see recv_stream_run). The
+ * stream the sender starts r's message on comes first (tcp_send.c: message k on stream
+ * k % nstreams when it is free), and a single receive placed ends the look: test() answers
+ * at once instead of after a read of every other stream. */
+void lg_tcp_recv_progress(struct lg_conn *c, const struct lg_req *r)
 {
     uint32_t ph = lg_conn_enter(c);
     struct lg_path *p = lg_conn_active_path(c);
-    for (int i = 0; lg_path_up(p) && i < p->nstreams; i++)
-        if (!__atomic_load_n(&p->data[i].rx.big, __ATOMIC_ACQUIRE))
-            lg_task_run(&p->data[i].task, 0);
+    int n = lg_path_up(p) ? p->nstreams : 0;
+    int first = n ? (int)(r->seq % (uint64_t)n) : 0;
+    for (int i = 0; i < n && lg_path_up(p); i++) {
+        struct lg_stream *s = &p->data[(first + i) % n];
+        if (!__atomic_load_n(&s->rx.big, __ATOMIC_ACQUIRE))
+            lg_task_run(&s->task, 0);
+        if (r->g_n == 1 && (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_DONE))
+            break;
+    }
     lg_conn_exit(c, ph);
 }
