@@ -1,14 +1,10 @@
-"""Backup selection from fake sysfs trees laid out as the kernel does.
-
-/sys/class/net/<if> -> ../../devices/<pci path>/net/<if>, and .../net/<if>/device -> the PCI
-function (Documentation/ABI/testing/sysfs-class-net); numa_node sits on the PCI function.
-"""
+"""Backup selection from fake sysfs trees laid out as the kernel does (fake_sysfs.py)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from fake_sysfs import add_nic
 
 from linkguardd.pairing import (
     MAX_SET,
@@ -27,26 +23,6 @@ ROOT_PORT_A = "pci0000:00/0000:00:01.0"
 ROOT_PORT_B = "pci0000:00/0000:00:03.0"
 SWITCH_1 = ROOT_PORT_A + "/0000:01:00.0"  # switch upstream port below root port A
 SWITCH_2 = ROOT_PORT_B + "/0000:05:00.0"
-
-
-def add_nic(root: Path, ifname: str, device: str | None, numa: int | None = None,
-            child: str | None = None) -> None:
-    """A netdev under devices/<device> (a PCI function path), or a virtual one if None.
-    `child` puts the netdev under a non-PCI child of the function (virtio0)."""
-    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
-    if device is None:
-        netdir = root / "devices" / "virtual" / "net" / ifname
-        netdir.mkdir(parents=True)
-    else:
-        func = root / "devices" / device
-        func.mkdir(parents=True, exist_ok=True)
-        if numa is not None:
-            (func / "numa_node").write_text(f"{numa}\n")
-        parent = func / child if child else func
-        netdir = parent / "net" / ifname
-        netdir.mkdir(parents=True)
-        (netdir / "device").symlink_to(os.path.relpath(parent, netdir))
-    (root / "class" / "net" / ifname).symlink_to(os.path.relpath(netdir, root / "class" / "net"))
 
 
 def names(root: Path, ifnames: list[str]) -> dict[str, str | None]:
