@@ -62,6 +62,8 @@
  * The header may grow (readers ignore bytes past the v1 header); a writer that changes the NIC
  * or event entry size must raise compat_version, since v1 readers index with the v1 sizes.
  * Readers validate a private copy of the header once, at open, and use only that copy.
+ * (A writer that truncates a mapped file would SIGBUS readers: the daemon never does, it
+ * replaces the file instead.)
  *
  * Versions
  * --------
@@ -83,11 +85,11 @@
  * backup_index == backup_set[0] (LG_NO_BACKUP with n_backups 0), so a version 1 reader keeps
  * the pair it always had: the nearest member. n_backups <= LG_SHM_MAX_BACKUPS; the set never
  * holds the NIC itself nor an index twice. Indices are into the same snapshot's table: a
- * reader validates each against nic_count (as it does backup_index) and drops one out of
- * range, and clamps n_backups. The set is part of the entry, under the same seqlock. Members
- * are listed whatever their state: which member is healthy is the member's own entry.
- * (A writer that truncates a mapped file would SIGBUS readers: the daemon never does, it
- * replaces the file instead.)
+ * reader clamps n_backups to LG_SHM_MAX_BACKUPS and drops a member past nic_count (as it does
+ * backup_index), the NIC itself, or a repeat. The set is part of the entry, under the same
+ * seqlock. Members are listed whatever their state: which member is healthy is the member's
+ * own entry. The daemon orders the set; a reader keeps that order (ties are already broken:
+ * the operator's order for a listed set, round the rails from the NIC's next one for `all`).
  */
 #ifndef LINKGUARD_SHM_H
 #define LINKGUARD_SHM_H
@@ -313,7 +315,9 @@ static inline int lg_shm_changed(const struct lg_shm_reader *r, uint64_t *seen)
 uint64_t lg_shm_generation(const struct lg_shm_reader *r);
 
 /* A consistent copy of the table; entries are validated (state range, NUL-terminated names,
- * backup index in range). LG_SHM_OK, LG_SHM_EBUSY or LG_SHM_ELAYOUT (nic_count too big). */
+ * backup index in range; not yet n_backups and backup_set: a caller that uses them applies the
+ * rules of "Backup sets" itself). LG_SHM_OK, LG_SHM_EBUSY or LG_SHM_ELAYOUT (nic_count too
+ * big). */
 int lg_shm_snapshot_read(const struct lg_shm_reader *r, struct lg_shm_snapshot *out);
 
 /* Copies up to `max` events after *cursor into out[], advances *cursor, returns the number
