@@ -92,6 +92,12 @@ STATUS_COLUMNS = ("NIC", "STATE", "REASON", "BACKUP", "CARRIER", "SPEED", "IN ST
 WIDE_COLUMNS = ("OPERSTATE", "EPOCH", "RDMA", "FLAP PENALTY", "SINCE")
 
 
+def backup_set(nic: pb.Nic) -> list[str]:
+    """The NIC's backup set, nearest first; a daemon from before sets (issue 28) sends only
+    its one backup."""
+    return list(nic.backup_set) or ([nic.backup] if nic.backup else [])
+
+
 def _wide_cells(nic: pb.Nic) -> list[str]:
     return [nic.operstate or "-", str(nic.epoch), nic.rdma_device or "-",
             f"{nic.flap_penalty:g}", timestamp(nic.since_unix) if nic.since_unix else "-"]
@@ -112,7 +118,7 @@ def status_table(resp: pb.GetStatusResponse, wide: bool = False) -> str:
     rows = []
     for nic in resp.nics:
         rows.append([
-            nic.name, state_name(nic.state), nic.reason.lower(), nic.backup or "-",
+            nic.name, state_name(nic.state), nic.reason.lower(), "+".join(backup_set(nic)) or "-",
             "yes" if nic.carrier else ("no" if nic.present else "absent"),
             speed(nic.speed_mbps if nic.HasField("speed_mbps") else None),
             duration(nic.seconds_in_state), *(_wide_cells(nic) if wide else ()),
@@ -280,6 +286,7 @@ def nic_json(nic: pb.Nic) -> dict[str, Any]:
     return {
         "name": nic.name, "state": state_name(nic.state), "state_text": nic.state_text,
         "reason": nic.reason, "reason_text": nic.reason_text, "backup": nic.backup or None,
+        "backup_set": backup_set(nic),
         "carrier": nic.carrier, "present": nic.present, "operstate": nic.operstate,
         "speed_mbps": nic.speed_mbps if nic.HasField("speed_mbps") else None,
         "epoch": nic.epoch, "seconds_in_state": _json_number(round(nic.seconds_in_state, 3)),

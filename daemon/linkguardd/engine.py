@@ -46,6 +46,12 @@ MONITOR_STOP_TIMEOUT_S = 3.0  # systemd's stop timeout is 90 s; be well inside i
 # costs ~8 ms of CPU (a netlink dump), so the periodic one is slow. Not on the detection path.
 INVENTORY_REFRESH_S = 30.0
 E = TypeVar("E")
+# Each NIC's backup set, nearest first (main.resolve_nics); one name is a set of one.
+BackupSets = Mapping[str, str | Sequence[str]]
+
+
+def _sets(backups: BackupSets) -> dict[str, tuple[str, ...]]:
+    return {k: (v,) if isinstance(v, str) else tuple(v) for k, v in backups.items() if v}
 
 
 class Engine:
@@ -53,12 +59,12 @@ class Engine:
 
     `exporters` builds the consumers from the engine (default: exporters.EXPORTERS)."""
 
-    def __init__(self, settings: Settings, ifnames: Sequence[str], backups: Mapping[str, str],
+    def __init__(self, settings: Settings, ifnames: Sequence[str], backups: BackupSets,
                  monitors: Iterable[Monitor], clock: Callable[[], int] = time.monotonic_ns,
                  exporters: Callable[[EngineState], list[Exporter]] = build_exporters) -> None:
         self.settings = settings
         self.ifnames = list(ifnames)
-        self.backups = dict(backups)
+        self.backup_sets = _sets(backups)
         self.monitors = list(monitors)
         self.clock = clock
         self.policy = Policy(settings.policy_config(), self.ifnames, clock())
@@ -74,6 +80,11 @@ class Engine:
         self._deadline: asyncio.TimerHandle | None = None
         self._deadline_at: int | None = None  # what the timer is set for: policy or verdicts
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def backups(self) -> dict[str, str]:
+        """Each NIC's first (nearest) backup: the pair of shm version 1 and of drain checks."""
+        return {k: v[0] for k, v in self.backup_sets.items()}
 
     def exporter(self, kind: type[E]) -> E | None:
         return next((e for e in self.exporters if isinstance(e, kind)), None)
@@ -110,11 +121,12 @@ class Engine:
         self.state.close()
 
     async def reload(self, settings: Settings, ifnames: Sequence[str],
-                     backups: Mapping[str, str], monitors: Iterable[Monitor]) -> None:
+                     backups: BackupSets, monitors: Iterable[Monitor]) -> None:
         """SIGHUP: new settings; NICs kept keep their state, epoch and flap damping."""
         for monitor in reversed(self.monitors):
             await monitor.stop()
-        self.settings, self.ifnames, self.backups = settings, list(ifnames), dict(backups)
+        self.settings, self.ifnames = settings, list(ifnames)
+        self.backup_sets = _sets(backups)
         for name in self.ifnames:
             self.counters.setdefault(name, {})
         self.verdicts.configure(settings.plugin_verdict_ttl_s, self.ifnames)
@@ -255,7 +267,8 @@ class Engine:
             counters["carrier_changes"] = link.carrier_changes
         return NicView(
             name=name, state=int(rec.state), reason=int(rec.reason),
-            backup=self.backups.get(name, ""), present=bool(link and link.present),
+            backup=self.backups.get(name, ""), backup_set=self.backup_sets.get(name, ()),
+            present=bool(link and link.present),
             carrier=bool(link and link.carrier), operstate=link.operstate if link else "UNKNOWN",
             speed_mbps=info.speed_mbps or None, epoch=rec.epoch,
             since_monotonic_ns=rec.since_ns, since_unix=self._unix_time(rec.since_ns),
@@ -334,6 +347,7 @@ class Engine:
             "nics": [{**asdict(v), "state": NicState(v.state).name,
                       "reason": Reason(v.reason).name, "dom": None} for v in self.nics()],
             "backups": self.backups,
+            "backup_sets": {k: list(v) for k, v in self.backup_sets.items()},
             "inventory": {k: asdict(v) for k, v in self.inventory.items()},
             "monitors": {k: asdict(v) for k, v in self.monitor_health().items()},
             "events": [asdict(e) for e in self.events_since(0)],

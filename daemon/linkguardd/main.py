@@ -21,7 +21,13 @@ from linkguardd.api import ApiError, ApiServer
 from linkguardd.engine import Engine
 from linkguardd.logs import DaemonLog, kv
 from linkguardd.monitors import build_monitors
-from linkguardd.pairing import PairingError, backups_by_name, list_pci_netdevs, read_topology
+from linkguardd.pairing import (
+    PairingError,
+    backup_sets_by_name,
+    format_set,
+    list_pci_netdevs,
+    read_topology,
+)
 from linkguardd.reload import plan_reload
 from linkguardd.sdnotify import SdNotifier
 from linkguardd.settings import ConfigError, Settings
@@ -47,11 +53,17 @@ def raise_open_file_limit(wanted: int = OPEN_FILES) -> None:
                     "the container's nofile limit", target, wanted)
 
 
-def resolve_nics(s: Settings) -> tuple[list[str], dict[str, str]]:
-    """The monitored NICs in rail order and each one's backup (raises PairingError)."""
+def resolve_nics(s: Settings) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """The monitored NICs in rail order and each one's backup set, nearest first (raises
+    PairingError)."""
     ifnames = list(s.interfaces) or list_pci_netdevs(s.sysfs_root)
-    backups = backups_by_name(read_topology(ifnames, s.sysfs_root), s.pairs)
-    return ifnames, {k: v for k, v in backups.items() if v}
+    sets = backup_sets_by_name(read_topology(ifnames, s.sysfs_root), s.pairs, s.locality)
+    return ifnames, {k: v for k, v in sets.items() if v}
+
+
+def backups_text(backups: dict[str, tuple[str, ...]]) -> str:
+    """rail0:rail1+rail2,rail1:rail0, as --pairs spells it."""
+    return ",".join(f"{k}:{format_set(v)}" for k, v in backups.items())
 
 
 async def run(s: Settings, params: dict[str, Any], logs: DaemonLog) -> int:
@@ -83,8 +95,8 @@ async def run(s: Settings, params: dict[str, Any], logs: DaemonLog) -> int:
         return 1
     notifier.ready(f"watching {len(ifnames)} NICs")
     watchdog = loop.create_task(notifier.run_watchdog(lambda: engine.heartbeat_age_s() < 1.0))
-    log.info("started", extra=kv(nics=",".join(ifnames), shm=s.shm_path, backups=",".join(
-        f"{k}:{v}" for k, v in backups.items())))
+    log.info("started", extra=kv(nics=",".join(ifnames), shm=s.shm_path,
+                                 backups=backups_text(backups), locality=s.locality))
     try:
         while not stop.is_set():
             waiter = asyncio.ensure_future(reload_requested.wait())
@@ -164,7 +176,7 @@ def main(check_config: bool, **params: Any) -> None:
         sys.exit(2)
     if check_config:
         click.echo(f"configuration ok: nics={','.join(ifnames) or '(none)'} "
-                   f"backups={','.join(f'{k}:{v}' for k, v in backups.items()) or '(none)'}")
+                   f"backups={backups_text(backups) or '(none)'} locality={s.locality}")
         return
     logs = DaemonLog(sys.stderr)
     logs.setup(s.log_level, s.log_format)

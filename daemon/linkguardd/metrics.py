@@ -319,7 +319,8 @@ class _NicFamilies:
         g, c = GaugeMetricFamily, CounterMetricFamily
         dev = ["device"]
         self.info = InfoMetricFamily(
-            "linkguard_nic", "A monitored NIC, its backup NIC and RDMA device.", labels=dev)
+            "linkguard_nic", "A monitored NIC, its backup NIC, its backup set (nearest first, "
+            "joined by +) and RDMA device.", labels=dev)
         self.state = StateSetMetricFamily(
             "linkguard_nic_state", "Health state of the NIC as the daemon decided it.",
             labels=dev)
@@ -366,7 +367,8 @@ class _NicFamilies:
 
     def add(self, nic: NicView) -> None:
         n = nic.name
-        self.info.add_metric([n], {"backup": nic.backup, "rdma_device": nic.rdma_device})
+        self.info.add_metric([n], {"backup": nic.backup, "backup_set": "+".join(nic.backup_set),
+                                   "rdma_device": nic.rdma_device})
         self.state.add_metric([n], {s: nic.state == i for i, s in enumerate(STATES)})
         self.carrier.add_metric([n], 1.0 if nic.carrier else 0.0)
         counters = nic.counters

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
+from linkguardd import pairing
 from linkguardd.policy import DEFAULT_ERROR_RATES, PolicyConfig
 
 DEFAULT_CONFIG_PATH = "/etc/linkguard/linkguard.toml"
@@ -51,10 +52,19 @@ class Settings:
         (), "Netdevs to watch, in rail order (rail i is the plugin's device i). Empty: every "
         "netdev backed by a PCI device (<sysfs_root>/class/net/<if>/device), sorted by name.")
     pairs: Mapping[str, str] = _setting(
-        {}, "Backup NIC of each primary NIC (TOML table rail0 = \"rail1\"; flag and "
-        "environment rail0:rail1,rail1:rail0). A NIC not listed gets one automatically: same "
-        "PCIe switch, else same NUMA node, else the next rail.",
-        example={"rail0": "rail1", "rail1": "rail0"})
+        {}, "Backup set of each primary NIC: the NICs its connections' backup paths may use, "
+        "one NIC (a pair) or several joined by + (rail1+rail2+rail3), or all (every other "
+        "monitored NIC, at most 16); the key * gives every NIC not listed by name its set (only "
+        "* = all). TOML table rail0 = \"rail1+rail2\"; flag and environment "
+        "rail0:rail1+rail2,rail1:all. Each set is ordered by `locality`. A NIC not listed gets "
+        "one backup automatically: the nearest other NIC under `locality`, else the next rail.",
+        example={"rail0": "rail1+rail2+rail3", "rail1": "all"})
+    locality: str = _setting(
+        pairing.LOCALITY[0], "How a backup set is ordered, nearest first, from sysfs (the "
+        "NIC's PCI path and numa_node): same-switch (behind the same PCIe switch, then on the "
+        "same NUMA node, then the rest), numa (same NUMA node, then the rest) or any (as "
+        "listed; all and automatic backups in rail order from the next rail).",
+        choices=pairing.LOCALITY)
     shm_path: str = _setting("/run/linkguard/linkguard.shm",
                              "Shared-memory control file the NCCL plugin reads (keep it in a "
                              "root-owned directory: the plugin trusts only a file no one else can "
@@ -206,8 +216,7 @@ def _spec(f: Any, hint: Any) -> SettingSpec:
 _HINTS = get_type_hints(Settings)
 SETTINGS: tuple[SettingSpec, ...] = tuple(_spec(f, _HINTS[f.name]) for f in fields(Settings))
 _BY_NAME = {s.name: s for s in SETTINGS}
-# dev_valid_name() in net/core/dev.c: < IFNAMSIZ (16) bytes, no '/', ':' or whitespace.
-_IFNAME = re.compile(r"^[^/:\s]{1,15}$")
+_IFNAME = pairing.IFNAME
 _COUNTER = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -311,15 +320,10 @@ def _check_together(s: Settings) -> None:
     dup = sorted({n for n in s.interfaces if s.interfaces.count(n) > 1})
     if dup:
         raise ConfigError(f"interfaces: {', '.join(dup)} listed more than once")
-    for primary, backup in s.pairs.items():
-        for name in (primary, backup):
-            if not _IFNAME.match(name):
-                raise ConfigError(f"pairs: {name!r} is not a valid netdev name")
-            if s.interfaces and name not in s.interfaces:
-                raise ConfigError(f"pairs: {name} is not in interfaces ({', '.join(s.interfaces)})")
-        if primary == backup:
-            raise ConfigError(f"pairs: {primary} is paired with itself (a NIC cannot back up "
-                              "itself)")
+    try:
+        pairing.check_pairs(s.pairs, s.interfaces)
+    except pairing.PairingError as e:
+        raise ConfigError(str(e)) from None
     for name in s.error_rate_per_s:
         if not _COUNTER.match(name):
             raise ConfigError(f"error_rate_per_s: {name!r} is not a counter name")

@@ -52,6 +52,7 @@ class NicView:
     counters_over: tuple[str, ...] = ()
     plugin_verdicts: tuple[PluginVerdictView, ...] = ()  # newest first; empty: not gray
     traffic: NicTraffic = field(default_factory=NicTraffic)  # jobs' connections on it (census/store.py)
+    backup_set: tuple[str, ...] = ()  # nearest first; backup is its first member
 
 
 @dataclass(frozen=True)

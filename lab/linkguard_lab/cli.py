@@ -15,6 +15,7 @@ import sys
 import click
 
 from linkguard_lab.errors import LabError
+from linkguard_lab.gray import parse_rate
 from linkguard_lab.lab import Lab
 from linkguard_lab.netns import require_root
 from linkguard_lab.topology import DEFAULT_PREFIX
@@ -67,12 +68,25 @@ prefix_option = click.option("--prefix", default=DEFAULT_PREFIX, show_default=Tr
 @click.option("--routed", is_flag=True,
               help="The switch routes between the rails (cross-rail connections work); "
                    "default: rail-only, each rail its own network.")
+@click.option("--police", "rate", metavar="RATE", default=None,
+              help="Police every rail NIC of every host to RATE each way (the slow fault on "
+                   "each port: 100MB, 100MiB, 800mbit), so rails, not the CPU, are the shared "
+                   "capacity.")
 @prefix_option
 @as_root
-def up(hosts: int, rails: int, routed: bool, prefix: str) -> None:
+def up(hosts: int, rails: int, routed: bool, rate: str | None, prefix: str) -> None:
     """Build the lab (an error if that prefix already exists)."""
+    if rate is not None:
+        parse_rate(rate)  # a bad rate fails before anything is built
     lab = Lab(prefix, hosts, rails, routed=routed).up()
-    click.echo(f"lab {prefix} up: {_shape(lab)}")
+    if rate is not None:
+        try:
+            lab.police(rate)
+        except BaseException:
+            lab.down()  # no half-policed lab left behind
+            raise
+    click.echo(f"lab {prefix} up: {_shape(lab)}" + (f", every rail policed to {rate}"
+                                                    if rate else ""))
     for host in lab.hosts:
         addrs = " ".join(f"rail{r}={lab.address(host, r)}" for r in lab.rails)
         click.echo(f"  {host}  ns {lab.ns(host)}  {addrs}  mgmt0={lab.mgmt_address(host)}")

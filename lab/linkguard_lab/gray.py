@@ -3,6 +3,7 @@
   lossy HOST RAIL PERCENT   frames through that switch port dropped at random (numgen random)
   slow HOST RAIL RATE       each direction of that port policed to RATE (limit rate over)
   stall HOST RAIL PORT      one TCP flow (the host's end uses PORT) dropped, the rest passes
+  up --police RATE          every rail port of every host slow to RATE (police() below)
 
 Carrier stays up in all three, so no daemon sees them: only the traffic does. Each port has one
 chain per kind, created empty at `up` and jumped to for frames entering or leaving the port;
@@ -81,6 +82,13 @@ def parse_tcp_port(text: str | int) -> int:
     return value
 
 
+def _slow_rules(port: str, rate: str) -> list[str]:
+    bps = parse_rate(rate)
+    burst = max(bps // 20, 65536)  # 1/20 s of the rate, at least a 64 KiB segment's worth
+    return [f'{way} "{port}" limit rate over {bps} bytes/second burst {burst} bytes counter drop '
+            f'comment "slow {rate} ({way})"' for way in ("iifname", "oifname")]
+
+
 class GrayMixin:
     """Gray-fault methods of Lab; needs self.topo and self.blackhole_rules (the table)."""
 
@@ -110,12 +118,25 @@ class GrayMixin:
 
     def slow(self, host: str, rail: Rail, rate: str) -> int:
         """Police each direction of HOST's RAIL to `rate` (a burst of 1/20 s passes at once)."""
-        bps = parse_rate(rate)
-        burst = max(bps // 20, 65536)
-        port = self.topo.port(host, rail)
-        return self._gray("slow", host, rail, [
-            f'{way} "{port}" limit rate over {bps} bytes/second burst {burst} bytes counter drop '
-            f'comment "slow {rate} ({way})"' for way in ("iifname", "oifname")])
+        return self._gray("slow", host, rail, _slow_rules(self.topo.port(host, rail), rate))
+
+    def police(self, rate: str) -> int:
+        """`slow` on every rail port of every host, in one nft transaction: each NIC then
+        carries at most `rate` each way, so the rails' capacity, not the CPU, is what the
+        connections share (bench-spread, issue 28). Undo per port with unslow."""
+        if not self.blackhole_rules:
+            raise LabError(f"lab {self.topo.prefix!r} was built without its nftables table "
+                           "(blackhole_rules=False)")
+        commands = []
+        for host in self.topo.host_names:
+            for rail in range(self.topo.rails):
+                port = self.topo.port(host, rail)
+                c = chain("slow", port)
+                commands.append(f"flush chain bridge {TABLE} {c}")
+                commands += [f"add rule bridge {TABLE} {c} {r}" for r in _slow_rules(port, rate)]
+        t_ns = time.monotonic_ns()
+        netns.nft(self.topo.switch_ns, "\n".join(commands) + "\n")
+        return t_ns
 
     def unslow(self, host: str, rail: Rail) -> int:
         return self._gray("slow", host, rail, [])

@@ -1,4 +1,4 @@
-/* linkguard shared-memory control channel, layout version 1.
+/* linkguard shared-memory control channel, layout version 2 (readable by version 1 readers).
  *
  * This header is the one definition of the channel between linkguardd (the only writer) and
  * every NCCL process on the host (readers). The Python side (daemon/linkguardd/shm/layout.py)
@@ -64,6 +64,32 @@
  * Readers validate a private copy of the header once, at open, and use only that copy.
  * (A writer that truncates a mapped file would SIGBUS readers: the daemon never does, it
  * replaces the file instead.)
+ *
+ * Versions
+ * --------
+ * `version` is the writer's layout; `compat_version` the oldest reader layout that reads the
+ * file whole. A version that only gives meaning to reserved bytes (a minor step) raises
+ * `version` and keeps `compat_version`, so older readers go on reading every field they know,
+ * at the offsets they know, and ignore the new ones as reserved.
+ *   1: header, NIC table, event ring as below, a NIC's backup as one index (backup_index).
+ *   2 (compat 1): each NIC's backup set, n_backups and backup_set[] in the v1 entry's reserved
+ *      bytes at 408 (see "Backup sets").
+ * A reader of version >= 2 that maps a version 1 file (version < 2) finds n_backups 0 and takes
+ * backup_index, when set, as a set of one.
+ *
+ * Backup sets (version 2)
+ * -----------------------
+ * A NIC's backup set is the NICs that may carry its connections' backup paths, as indices into
+ * this table, nearest first under the daemon's locality policy (same PCI switch, then the same
+ * NUMA node, then the rest; docs/failover.md, "Backup sets"). The daemon keeps
+ * backup_index == backup_set[0] (LG_NO_BACKUP with n_backups 0), so a version 1 reader keeps
+ * the pair it always had: the nearest member. n_backups <= LG_SHM_MAX_BACKUPS; the set never
+ * holds the NIC itself nor an index twice. Indices are into the same snapshot's table: a
+ * reader clamps n_backups to LG_SHM_MAX_BACKUPS and drops a member past nic_count (as it does
+ * backup_index), the NIC itself, or a repeat. The set is part of the entry, under the same
+ * seqlock. Members are listed whatever their state: which member is healthy is the member's
+ * own entry. The daemon orders the set; a reader keeps that order (ties are already broken:
+ * the operator's order for a listed set, round the rails from the NIC's next one for `all`).
  */
 #ifndef LINKGUARD_SHM_H
 #define LINKGUARD_SHM_H
@@ -76,8 +102,8 @@ extern "C" {
 #endif
 
 #define LG_SHM_MAGIC 0x4853474cu /* "LGSH" in file byte order (little-endian) */
-#define LG_SHM_VERSION 1u        /* layout version this header describes */
-#define LG_SHM_COMPAT_VERSION 1u /* oldest reader version that can read version 1 */
+#define LG_SHM_VERSION 2u        /* layout version this header describes */
+#define LG_SHM_COMPAT_VERSION 1u /* oldest reader version that can read version 2 */
 #define LG_SHM_DEFAULT_PATH "/run/linkguard/linkguard.shm"
 #define LG_SHM_PATH_ENV "LINKGUARD_SHM"
 #define LG_SHM_OWNER_ENV "LINKGUARD_SHM_OWNER"
@@ -93,6 +119,7 @@ extern "C" {
 #define LG_PCI_PATH_LEN 192
 #define LG_MAX_IPV4 4
 #define LG_MAX_IPV6 4
+#define LG_SHM_MAX_BACKUPS 16 /* members of one NIC's backup set (version 2) */
 
 /* NIC states (daemon/linkguardd/states.py NicState mirrors these values). */
 enum lg_nic_state {
@@ -187,7 +214,10 @@ struct lg_shm_nic {
     uint8_t ipv6[LG_MAX_IPV6][16];   /*  88 */
     char rdma_dev[LG_RDMA_NAME_LEN]; /* 152: NUL-terminated, empty if none */
     char pci_path[LG_PCI_PATH_LEN];  /* 216: sysfs device path, NUL-terminated */
-    uint8_t reserved1[104];          /* 408 */
+    /* version 2 (reserved, zero, in version 1): */
+    uint32_t n_backups;              /* 408: valid entries of backup_set */
+    uint8_t backup_set[LG_SHM_MAX_BACKUPS]; /* 412: NIC table indices, nearest first */
+    uint8_t reserved1[84];           /* 428 */
 };
 
 /* One event record: 64 bytes. */
@@ -218,11 +248,14 @@ LG_SHM_ASSERT_OFFSET(lg_shm_nic, ipv4, 64);
 LG_SHM_ASSERT_OFFSET(lg_shm_nic, ipv6, 88);
 LG_SHM_ASSERT_OFFSET(lg_shm_nic, rdma_dev, 152);
 LG_SHM_ASSERT_OFFSET(lg_shm_nic, pci_path, 216);
+LG_SHM_ASSERT_OFFSET(lg_shm_nic, n_backups, 408);
+LG_SHM_ASSERT_OFFSET(lg_shm_nic, backup_set, 412);
 LG_SHM_ASSERT_OFFSET(lg_shm_event, nic_index, 32);
 LG_SHM_ASSERT_OFFSET(lg_shm_event, name, 48);
 _Static_assert(sizeof(struct lg_shm_header) == LG_SHM_HEADER_SIZE, "header size");
 _Static_assert(sizeof(struct lg_shm_nic) == LG_SHM_NIC_SIZE, "nic size");
 _Static_assert(sizeof(struct lg_shm_event) == LG_SHM_EVENT_SIZE, "event size");
+_Static_assert(LG_SHM_MAX_NICS <= UINT8_MAX + 1, "a backup_set index is one byte");
 
 /* ---- Reader API (plugin/src/daemon/shm_reader.c) ---------------------------------------------- */
 
@@ -282,7 +315,9 @@ static inline int lg_shm_changed(const struct lg_shm_reader *r, uint64_t *seen)
 uint64_t lg_shm_generation(const struct lg_shm_reader *r);
 
 /* A consistent copy of the table; entries are validated (state range, NUL-terminated names,
- * backup index in range). LG_SHM_OK, LG_SHM_EBUSY or LG_SHM_ELAYOUT (nic_count too big). */
+ * backup index in range; not yet n_backups and backup_set: a caller that uses them applies the
+ * rules of "Backup sets" itself). LG_SHM_OK, LG_SHM_EBUSY or LG_SHM_ELAYOUT (nic_count too
+ * big). */
 int lg_shm_snapshot_read(const struct lg_shm_reader *r, struct lg_shm_snapshot *out);
 
 /* Copies up to `max` events after *cursor into out[], advances *cursor, returns the number

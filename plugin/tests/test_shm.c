@@ -339,7 +339,8 @@ static void test_bad_files(void)
 
     static const struct lg_patch_case cases[] = {
         {"wrong magic", LG_OFF(magic), 4, 0x4853474d, LG_SHM_EMAGIC},
-        {"compat_version 2", LG_OFF(compat_version), 4, 2, LG_SHM_EVERSION},
+        {"compat_version above", LG_OFF(compat_version), 4, LG_SHM_VERSION + 1, LG_SHM_EVERSION},
+        {"version 1 (a pair-only writer)", LG_OFF(version), 4, 1, LG_SHM_OK},
         {"compat_version 0", LG_OFF(compat_version), 4, 0, LG_SHM_EVERSION},
         {"version below compat", LG_OFF(version), 4, 0, LG_SHM_ELAYOUT},
         {"header_size 100", LG_OFF(header_size), 4, 100, LG_SHM_ELAYOUT},
@@ -457,6 +458,37 @@ static void test_sanitize(void)
     lg_patch_u32(p, LG_OFF(nic_count), 2);
     lg_patch_u64(p, LG_OFF(generation), 7);
     CHECK_EQ(lg_shm_snapshot_read(&r, &s), LG_SHM_EBUSY);
+    lg_shm_reader_close(&r);
+    lg_shm_writer_close(w, 1);
+}
+
+/* Version 2's backup sets ride in version 1's reserved bytes: the writer stores them with the
+ * entry, the reader returns them, and every byte a version 1 reader knows is the same as in an
+ * entry without a set; the file still says compat_version 1. */
+static void test_backup_set_is_a_minor_step(void)
+{
+    const char *p = lg_path("backup-set");
+    struct lg_shm_writer *w = lg_writer(p, 4, 8, 1);
+    struct lg_shm_nic n[4] = {lg_nic("rail0", LG_NIC_UP, 2), lg_nic("rail1", LG_NIC_UP, 0),
+                              lg_nic("rail2", LG_NIC_UP, 3), lg_nic("rail3", LG_NIC_UP, 2)};
+    struct lg_shm_nic pair_only = n[0];
+    static const uint8_t set0[] = {2, 1, 3};
+    n[0].n_backups = sizeof(set0);
+    memcpy(n[0].backup_set, set0, sizeof(set0));
+    lg_shm_writer_update(w, n, 4);
+
+    struct lg_shm_reader r;
+    static struct lg_shm_snapshot s;
+    CHECK_EQ(lg_shm_reader_open(&r, p), LG_SHM_OK);
+    CHECK_EQ(r.hdr->version, 2);
+    CHECK_EQ(r.hdr->compat_version, 1);
+    CHECK_EQ(lg_shm_snapshot_read(&r, &s), LG_SHM_OK);
+    CHECK_EQ(s.nics[0].n_backups, 3);
+    CHECK(memcmp(s.nics[0].backup_set, set0, sizeof(set0)) == 0);
+    CHECK_EQ(s.nics[0].backup_index, s.nics[0].backup_set[0]);
+    CHECK(memcmp(&s.nics[0], &pair_only, offsetof(struct lg_shm_nic, n_backups)) == 0);
+    CHECK_EQ(s.nics[1].n_backups, 0); /* no set written: the v1 backup_index alone */
+    CHECK_EQ(s.nics[1].backup_index, 0);
     lg_shm_reader_close(&r);
     lg_shm_writer_close(w, 1);
 }
@@ -653,6 +685,7 @@ static const struct {
     {"replaced_and_mode", test_replaced_and_mode},
     {"create_errors", test_create_errors},
     {"race_writer_thread", test_race_writer_thread},
+    {"backup_set_is_a_minor_step", test_backup_set_is_a_minor_step},
 };
 
 int main(void)

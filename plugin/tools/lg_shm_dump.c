@@ -68,7 +68,25 @@ static void lg_json_str(const char *s)
     putchar('"');
 }
 
-static void lg_nic_print_json(const struct lg_shm_nic *n, uint32_t index)
+/* The members of n's backup set that the header's reader rules keep (in the table, not n
+ * itself, not a repeat), separated by `sep`; returns how many it printed. */
+static uint32_t lg_backup_set_print(const struct lg_shm_nic *n, uint32_t index, uint32_t count,
+                                    const char *sep)
+{
+    uint32_t shown = 0;
+    for (uint32_t k = 0; k < n->n_backups && k < LG_SHM_MAX_BACKUPS; k++) {
+        uint32_t m = n->backup_set[k];
+        int repeat = 0;
+        for (uint32_t j = 0; j < k; j++)
+            repeat |= n->backup_set[j] == m;
+        if (m >= count || m == index || repeat)
+            continue;
+        printf("%s%u", shown++ ? sep : "", m);
+    }
+    return shown;
+}
+
+static void lg_nic_print_json(const struct lg_shm_nic *n, uint32_t index, uint32_t count)
 {
     char addr[INET6_ADDRSTRLEN];
     printf("{\"index\": %u, \"name\": ", index);
@@ -88,6 +106,8 @@ static void lg_nic_print_json(const struct lg_shm_nic *n, uint32_t index)
     printf("], \"ipv6\": [");
     for (uint32_t k = 0; k < n->n_ipv6; k++)
         printf("%s\"%s\"", k ? ", " : "", inet_ntop(AF_INET6, n->ipv6[k], addr, sizeof(addr)));
+    printf("], \"backup_set\": [");
+    lg_backup_set_print(n, index, count, ", ");
     printf("]}");
 }
 
@@ -135,9 +155,12 @@ static int lg_dump(const struct lg_shm_reader *r, int json, int with_events, uin
                (unsigned long long)lg_shm_ring_head(r));
         for (uint32_t i = 0; i < snap.nic_count; i++) {
             const struct lg_shm_nic *nic = &snap.nics[i];
-            printf("%-15s %-10s %-18s epoch %-6llu backup %d\n", nic->name,
+            printf("%-15s %-10s %-18s epoch %-6llu backup %d set ", nic->name,
                    lg_state_names[nic->state], lg_reason_names[nic->reason],
                    (unsigned long long)nic->epoch, nic->backup_index);
+            if (!lg_backup_set_print(nic, i, snap.nic_count, ","))
+                putchar('-');
+            putchar('\n');
         }
         for (int i = 0; i < n; i++)
             printf("event %llu %s %s -> %s (%s)\n", (unsigned long long)events[i].seq,
@@ -156,7 +179,7 @@ static int lg_dump(const struct lg_shm_reader *r, int json, int with_events, uin
            r->nic_capacity, r->ring_mask + 1, (unsigned long long)lg_shm_ring_head(r));
     for (uint32_t i = 0; i < snap.nic_count; i++) {
         fputs(i ? ", " : "", stdout);
-        lg_nic_print_json(&snap.nics[i], i);
+        lg_nic_print_json(&snap.nics[i], i, snap.nic_count);
     }
     printf("]");
     if (with_events) {

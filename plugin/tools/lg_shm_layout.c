@@ -104,6 +104,8 @@ int main(void)
     F(lg_shm_nic, ipv6);
     F(lg_shm_nic, rdma_dev);
     F(lg_shm_nic, pci_path);
+    F(lg_shm_nic, n_backups);
+    F(lg_shm_nic, backup_set);
     F(lg_shm_nic, reserved1);
     lg_obj_close();
 
@@ -152,6 +154,7 @@ int main(void)
     C(LG_PCI_PATH_LEN);
     C(LG_MAX_IPV4);
     C(LG_MAX_IPV6);
+    C(LG_SHM_MAX_BACKUPS);
     C(LG_NIC_F_PRESENT);
     C(LG_NIC_F_CARRIER);
     C(LG_NIC_F_ADMIN_UP);

@@ -75,7 +75,8 @@ def toml_text(values: Mapping[str, TomlValue]) -> str:
         return "[" + ", ".join(value(x) for x in v) + "]"
 
     scalars = [f"{k} = {value(v)}" for k, v in values.items() if not isinstance(v, Mapping)]
-    tables = [f"\n[{k}]\n" + "\n".join(f"{kk} = {value(vv)}" for kk, vv in v.items())
+    tables = [f"\n[{k}]\n" + "\n".join(f"{json.dumps(kk)} = {value(vv)}"  # "*" needs quotes
+                                        for kk, vv in v.items())
               for k, v in values.items() if isinstance(v, Mapping)]
     return "\n".join(scalars) + "\n" + "".join(tables) + "\n"
 

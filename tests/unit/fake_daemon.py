@@ -88,7 +88,7 @@ def default_nics() -> list[NicView]:
                 counters_over=("symbol_error",)),
         NicView("rail2", NicState.DOWN, Reason.CARRIER_LOST, "rail0", True, False,
                 "LOWERLAYERDOWN", None, 2, NOW_NS - 9_500_000_000, BOOT_UNIX + 7_190.5,
-                dict(counters, carrier_changes=1)),
+                dict(counters, carrier_changes=1), backup_set=("rail0", "rail1")),
     ]
 
 

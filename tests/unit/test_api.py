@@ -487,6 +487,8 @@ def test_the_engine_serves_the_api_and_metrics() -> None:
                 status = await stub.GetStatus(pb.GetStatusRequest(), timeout=WAIT_S)
                 assert [n.name for n in status.nics] == ["rail0", "rail1"]
                 assert status.nics[1].reason == "ABSENT"  # no such netdev under the fake sysfs
+                assert [(n.backup, list(n.backup_set)) for n in status.nics] == [
+                    ("rail1", ["rail1"]), ("rail0", ["rail0"])]  # a pair: a set of one
                 nic = await stub.Drain(pb.DrainRequest(nic="rail0", reason="swap", force=True),
                                        timeout=WAIT_S)
                 assert nic.state == pb.NIC_STATE_DRAINED and nic.drain_reason == "swap"

@@ -22,9 +22,10 @@ from linkguardd.exporters.shm import ShmExporter
 from linkguardd.facts import LinkFact
 from linkguardd.monitors import MONITORS
 from linkguardd.settings import Settings
+from linkguardd.shm.layout import NicEntry
 from linkguardd.shm.reader import ShmReader
 from linkguardd.states import NicState
-from linkguardd.view import WATCH_QUEUE_EVENTS, EventView, FellBehind
+from linkguardd.view import WATCH_QUEUE_EVENTS, EventView, FellBehind, NicView
 
 
 def defined_classes(package: object, *methods: str) -> dict[str, list[type]]:
@@ -177,3 +178,28 @@ def test_a_watchers_queue_is_bounded_and_cut_off_when_it_is_not_read() -> None:
     last, left, stuck_left = asyncio.run(main())
     assert (last, left, stuck_left) == (1, 0, 1)  # only the cut-off mark is left
     assert len(history.events) == WATCH_QUEUE_EVENTS
+
+
+def test_backup_sets_reach_shm_and_the_view(tmp_path: Path) -> None:
+    """Each NIC's set, nearest first, as table indices in shm (backup_index its first member)
+    and by name in the view; a pair given as one name is a set of one."""
+    settings = Settings(interfaces=("rail0", "rail1", "rail2"), shm_path=str(tmp_path / "shm"),
+                        state_dir="", sysfs_root=str(tmp_path), metrics_address="")
+
+    async def main() -> tuple[list[NicEntry], list[NicView], dict[str, object]]:
+        engine = Engine(settings, ["rail0", "rail1", "rail2"],
+                        {"rail0": ("rail2", "rail1"), "rail1": "rail0"}, [])
+        await engine.start()
+        try:
+            with ShmReader(settings.shm_path) as reader:
+                return reader.snapshot()[1], engine.nics(), engine.dump()
+        finally:
+            await engine.stop()
+
+    entries, views, dump = asyncio.run(main())
+    assert [(e.backup_index, e.backup_set) for e in entries] == [(2, (2, 1)), (0, (0,)),
+                                                                 (-1, ())]
+    assert [(v.backup, v.backup_set) for v in views] == [
+        ("rail2", ("rail2", "rail1")), ("rail0", ("rail0",)), ("", ())]
+    assert dump["backups"] == {"rail0": "rail2", "rail1": "rail0"}
+    assert dump["backup_sets"] == {"rail0": ["rail2", "rail1"], "rail1": ["rail0"]}

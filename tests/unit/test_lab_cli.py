@@ -122,6 +122,8 @@ def fake_lab(monkeypatch: pytest.MonkeyPatch) -> None:
     (["up"], "already exists"),
     (["up", "--prefix", "lgw", "--hosts", "0"], "bad host count"),
     (["up", "--prefix", "lgw", "--rails", "99"], "bad rail count"),
+    (["up", "--prefix", "lgw", "--rails", "4", "--police", "fast"], "bad rate 'fast'"),
+    (["up", "--prefix", "lgw", "--police", "10"], "must be 1 kB/s .. 100 GB/s"),
     (["cut", "a", "0", "--bogus"], "unexpected extra argument"),
     (["cut", "a"], "Missing argument 'RAIL'"),
     (["frob"], "No such command 'frob'"),

@@ -1,19 +1,18 @@
-"""Backup selection from fake sysfs trees laid out as the kernel does.
-
-/sys/class/net/<if> -> ../../devices/<pci path>/net/<if>, and .../net/<if>/device -> the PCI
-function (Documentation/ABI/testing/sysfs-class-net); numa_node sits on the PCI function.
-"""
+"""Backup selection from fake sysfs trees laid out as the kernel does (fake_sysfs.py)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from fake_sysfs import add_nic
 
 from linkguardd.pairing import (
+    MAX_SET,
     NO_BACKUP,
     NicTopology,
     PairingError,
+    backup_sets,
+    backup_sets_by_name,
     backups_by_name,
     choose_backups,
     list_pci_netdevs,
@@ -24,26 +23,6 @@ ROOT_PORT_A = "pci0000:00/0000:00:01.0"
 ROOT_PORT_B = "pci0000:00/0000:00:03.0"
 SWITCH_1 = ROOT_PORT_A + "/0000:01:00.0"  # switch upstream port below root port A
 SWITCH_2 = ROOT_PORT_B + "/0000:05:00.0"
-
-
-def add_nic(root: Path, ifname: str, device: str | None, numa: int | None = None,
-            child: str | None = None) -> None:
-    """A netdev under devices/<device> (a PCI function path), or a virtual one if None.
-    `child` puts the netdev under a non-PCI child of the function (virtio0)."""
-    (root / "class" / "net").mkdir(parents=True, exist_ok=True)
-    if device is None:
-        netdir = root / "devices" / "virtual" / "net" / ifname
-        netdir.mkdir(parents=True)
-    else:
-        func = root / "devices" / device
-        func.mkdir(parents=True, exist_ok=True)
-        if numa is not None:
-            (func / "numa_node").write_text(f"{numa}\n")
-        parent = func / child if child else func
-        netdir = parent / "net" / ifname
-        netdir.mkdir(parents=True)
-        (netdir / "device").symlink_to(os.path.relpath(parent, netdir))
-    (root / "class" / "net" / ifname).symlink_to(os.path.relpath(netdir, root / "class" / "net"))
 
 
 def names(root: Path, ifnames: list[str]) -> dict[str, str | None]:
@@ -120,7 +99,7 @@ def test_single_nic_has_no_backup() -> None:
 def test_configured_pairs_win() -> None:
     rows = [NicTopology(f"rail{i}") for i in range(3)]
     assert choose_backups(rows, {"rail0": "rail2"}) == [2, 2, 0]  # rail1, rail2: automatic
-    with pytest.raises(PairingError, match="rail1 is paired with itself"):
+    with pytest.raises(PairingError, match="rail1 is in its own backup set"):
         choose_backups(rows, {"rail1": "rail1"})
     with pytest.raises(PairingError, match="backup rail7 of rail0 is not monitored"):
         choose_backups(rows, {"rail0": "rail7"})
@@ -134,3 +113,77 @@ def test_list_pci_netdevs_in_natural_order(tmp_path: Path) -> None:
     add_nic(tmp_path, "veth0", None)
     assert list_pci_netdevs(tmp_path) == ["rail1", "rail2", "rail10"]
     assert list_pci_netdevs(tmp_path / "nowhere") == []
+
+
+# ---- backup sets and the locality policy ---------------------------------------------------
+def dgx_like(root: Path) -> list[NicTopology]:
+    """Eight rails: two per PCIe switch, two switches per NUMA node (the layout of an 8-GPU
+    host: rail 2k and 2k+1 share switch k)."""
+    for i in range(8):
+        switch = f"pci0000:{i // 4:02x}/0000:{i // 4:02x}:0{i // 2 % 2 + 1}.0/0000:1{i // 2}:00.0"
+        add_nic(root, f"rail{i}", f"{switch}/0000:2{i // 2}:0{i % 2}.0/0000:3{i}:00.0", i // 4)
+    return read_topology([f"rail{i}" for i in range(8)], root)
+
+
+def test_all_is_every_other_nic_nearest_first(tmp_path: Path) -> None:
+    rows = dgx_like(tmp_path)
+    sets = backup_sets_by_name(rows, {"*": "all"})
+    # rail0: its switch mate, the other switch of its NUMA node, then the other node, ring order
+    assert sets["rail0"] == ("rail1", "rail2", "rail3", "rail4", "rail5", "rail6", "rail7")
+    assert sets["rail5"] == ("rail4", "rail6", "rail7", "rail0", "rail1", "rail2", "rail3")
+    assert backup_sets_by_name(rows, {"*": "all"}, "numa")["rail5"] == (
+        "rail6", "rail7", "rail4", "rail0", "rail1", "rail2", "rail3")
+    assert backup_sets_by_name(rows, {"*": "all"}, "any")["rail5"] == (
+        "rail6", "rail7", "rail0", "rail1", "rail2", "rail3", "rail4")
+    for name, members in sets.items():
+        assert name not in members and len(set(members)) == 7
+
+
+def test_configured_set_is_ordered_by_locality(tmp_path: Path) -> None:
+    rows = dgx_like(tmp_path)
+    pairs = {"rail0": "rail6+rail2+rail1", "rail3": "all", "rail4": "rail5"}
+    assert backup_sets(rows, pairs) [0] == [1, 2, 6]  # switch mate, same node, other node
+    assert backup_sets(rows, pairs, "numa")[0] == [2, 1, 6]  # same node in the given order
+    assert backup_sets(rows, pairs, "any")[0] == [6, 2, 1]  # as listed
+    sets = backup_sets_by_name(rows, pairs)
+    assert sets["rail4"] == ("rail5",)  # a pair is a set of one
+    assert sets["rail1"] == ("rail0",)  # not configured: the nearest one, as before
+    assert sets["rail3"][:2] == ("rail2", "rail0")
+    assert choose_backups(rows, pairs)[:5] == [1, 0, 3, 2, 5]  # the first of each set
+
+
+def test_star_gives_unlisted_nics_all() -> None:
+    rows = [NicTopology(f"rail{i}") for i in range(4)]
+    assert backup_sets(rows, {"*": "all", "rail2": "rail0"}) == [[1, 2, 3], [2, 3, 0], [0],
+                                                                 [0, 1, 2]]
+
+
+def test_all_is_bounded_by_the_shm_entry() -> None:
+    rows = [NicTopology(f"n{i}") for i in range(20)]
+    sets = backup_sets(rows, {"n0": "all"})
+    assert sets[0] == list(range(1, 17)) and len(sets[0]) == MAX_SET == 16
+
+
+def test_bad_sets_name_what_is_wrong() -> None:
+    rows = [NicTopology(f"rail{i}") for i in range(3)]
+    bad = {
+        "rail0:rail1+rail7": "pairs: backup rail7 of rail0 is not monitored",
+        "rail0:rail1+rail1": "pairs: rail0: rail1 listed more than once in 'rail1+rail1'",
+        "rail0:rail1+rail0": "pairs: rail0 is in its own backup set",
+        "rail0:": "pairs: rail0: empty member in backup set ''",
+        "rail0:+rail1": "pairs: rail0: empty member in backup set '+rail1'",
+        "rail0:all+rail1": "pairs: rail0: all cannot be combined with names",
+        "*:rail1": "pairs: * takes only all (every other NIC), got 'rail1'",
+        "rail0:rail/1": "pairs: rail0: 'rail/1' is not a valid netdev name",
+    }
+    for spec, message in bad.items():
+        key, _, value = spec.partition(":")
+        with pytest.raises(PairingError) as err:
+            backup_sets(rows, {key: value})
+        assert str(err.value).startswith(message), spec
+    with pytest.raises(PairingError, match="locality: must be one of same-switch, numa, any"):
+        backup_sets(rows, {}, "rack")
+
+
+def test_single_nic_with_all_has_an_empty_set() -> None:
+    assert backup_sets([NicTopology("rail0")], {"*": "all"}) == [[]]

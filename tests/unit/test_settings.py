@@ -47,8 +47,21 @@ BAD_CONFIGS = [
     ('interfaces = ["rail0", "rail0"]', "interfaces: rail0 listed more than once"),
     ('interfaces = ["a/b"]', "interfaces: 'a/b' is not a valid netdev name"),
     ('interfaces = ["sixteen_chars_xx"]', "interfaces: 'sixteen_chars_xx' is not a valid"),
-    (TWO + '[pairs]\nrail0 = "rail0"', "pairs: rail0 is paired with itself"),
-    ('[pairs]\nrail1 = "rail1"', "pairs: rail1 is paired with itself"),
+    (TWO + '[pairs]\nrail0 = "rail0"', "pairs: rail0 is in its own backup set"),
+    ('[pairs]\nrail1 = "rail1"', "pairs: rail1 is in its own backup set"),
+    (TWO + '[pairs]\nrail0 = "rail1+rail2"', "pairs: rail2 is not in interfaces (rail0, rail1)"),
+    ('[pairs]\nrail0 = "rail1+rail0"', "pairs: rail0 is in its own backup set"),
+    ('[pairs]\nrail0 = "rail1+rail1"', "pairs: rail0: rail1 listed more than once in 'rail1+rail1'"),
+    ('[pairs]\nrail0 = ""', "pairs: rail0: empty member in backup set ''"),
+    ('[pairs]\nrail0 = "rail1++rail2"', "pairs: rail0: empty member in backup set 'rail1++rail2'"),
+    ('[pairs]\nrail0 = "rail1+"', "pairs: rail0: empty member"),
+    ('[pairs]\nrail0 = "all+rail1"', "pairs: rail0: all cannot be combined with names"),
+    ('[pairs]\nrail0 = "rail 1"', "pairs: rail0: 'rail 1' is not a valid netdev name"),
+    ('[pairs]\n"a/b" = "rail1"', "pairs: 'a/b' is not a valid netdev name"),
+    ('[pairs]\n"*" = "rail1"', "pairs: * takes only all (every other NIC), got 'rail1'"),
+    ('[pairs]\nr0 = "' + "+".join(f"r{i}" for i in range(1, 18)) + '"',
+     "pairs: r0: 17 backups, at most 16"),
+    ('locality = "rack"', "locality: must be one of same-switch, numa, any; got 'rack'"),
     (TWO + '[pairs]\nrail0 = "rail2"', "pairs: rail2 is not in interfaces (rail0, rail1)"),
     (TWO + '[pairs]\nrail9 = "rail0"', "pairs: rail9 is not in interfaces"),
     ("[pairs]\nrail0 = 1", "pairs: expected a table of strings"),
@@ -149,10 +162,20 @@ def test_flag_beats_environment_beats_file(tmp_path: Path) -> None:
     assert dict(s.pairs) == {"a": "c"} and math.isinf(s.error_rate_per_s["symbol_error"])
 
 
+def test_backup_sets_from_flag_and_environment() -> None:
+    s = invoke(["--config", "/dev/null", "--interfaces", "a,b,c,d", "--pairs", "a:b+c+d,*:all",
+                "--locality", "numa"])
+    assert dict(s.pairs) == {"a": "b+c+d", "*": "all"} and s.locality == "numa"
+    env = {ENV_PREFIX + "PAIRS": "a:all,b:c", ENV_PREFIX + "CONFIG": "/dev/null"}
+    assert dict(invoke([], env).pairs) == {"a": "all", "b": "c"}
+    with pytest.raises(ConfigError, match="pairs: a: b listed more than once"):
+        invoke(["--config", "/dev/null", "--pairs", "a:b+b"])
+
+
 def test_bad_flag_value_names_the_flag(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--hold-down-ms: must be >= 0"):
         invoke(["--config", "/dev/null", "--hold-down-ms", "-5"])
-    with pytest.raises(ConfigError, match="pairs: a is paired with itself"):
+    with pytest.raises(ConfigError, match="pairs: a is in its own backup set"):
         invoke(["--config", "/dev/null", "--pairs", "a:a"])
     result = CliRunner().invoke(_cmd, ["--config", "/dev/null", "--pairs", "a-b"])
     assert result.exit_code == 2 and "expected NAME:NAME" in result.output

@@ -173,6 +173,52 @@ def test_garbage_entries_are_sanitized(shm_dir: Path) -> None:
         assert (entry.state, entry.reason, entry.backup_index) == (0, 0, LG_NO_BACKUP)
 
 
+def test_backup_sets_roundtrip_and_are_sanitized(shm_dir: Path, dump: Path) -> None:
+    path = shm_dir / "sets"
+    entries = [nic("rail0", backup_set=(2, 1, 3)), nic("rail1", backup_index=0),
+               nic("rail2", backup_set=(3,)), nic("rail3")]
+    assert entries[0].backup_index == 2 and entries[1].backup_set == (0,)  # each implies the other
+    with pytest.raises(ValueError, match="backup_index 1 is not the first of backup_set"):
+        nic("rail0", backup_index=1, backup_set=(2, 1)).pack()
+    with pytest.raises(ValueError, match="at most 16 backups"):
+        nic("rail0", backup_set=tuple(range(1, 18))).pack()
+    with ShmWriter(path, nic_capacity=4, ring_slots=8) as w, ShmReader(path) as r:
+        w.publish_table(entries)
+        assert r.snapshot()[1] == entries
+        c = dump_json(dump, path)
+        assert [n["backup_set"] for n in c["nics"]] == [[2, 1, 3], [0], [3], []]
+        assert [n["backup_index"] for n in c["nics"]] == [2, 0, 3, LG_NO_BACKUP]
+        # a writer's garbage: past the table, the NIC itself, a repeat
+        w.publish_table([nic("rail0", backup_set=(1, 0, 9, 1, 2)), nic("rail1"), nic("rail2")])
+        assert r.snapshot()[1][0].backup_set == (1, 2)
+        assert dump_json(dump, path)["nics"][0]["backup_set"] == [1, 2]
+
+
+def test_version_1_reader_sees_the_pair(shm_dir: Path) -> None:
+    """The bytes a version 1 reader decodes (tests/fixtures/shm/layout_v1.json) are those of a
+    pair-only file: the nearest member as backup_index, compat_version 1."""
+    v1 = json.loads((PLUGIN.parent / "tests" / "fixtures" / "shm" / "layout_v1.json").read_text())
+    path = shm_dir / "v1"
+    with ShmWriter(path, nic_capacity=2, ring_slots=8) as w:
+        w.publish_table([nic("rail0", 1, epoch=5, backup_set=(1,)), nic("rail1", 3, epoch=7)])
+        raw = path.read_bytes()
+
+    def field(buf: bytes, struct_name: str, name: str, fmt: str) -> Any:
+        off = v1[struct_name][name][0]
+        return struct.unpack_from("<" + fmt, buf, off)[0]
+
+    assert field(raw, "lg_shm_header", "compat_version", "I") <= v1["constants"]["LG_SHM_VERSION"]
+    assert field(raw, "lg_shm_header", "nic_size", "I") == v1["constants"]["LG_SHM_NIC_SIZE"]
+    table = field(raw, "lg_shm_header", "nic_table_offset", "Q")
+    size = v1["constants"]["LG_SHM_NIC_SIZE"]
+    rows = [raw[table + i * size: table + (i + 1) * size] for i in range(2)]
+    assert [field(e, "lg_shm_nic", "name", "16s").rstrip(b"\0") for e in rows] == [b"rail0",
+                                                                                 b"rail1"]
+    assert [field(e, "lg_shm_nic", "backup_index", "i") for e in rows] == [1, LG_NO_BACKUP]
+    assert [field(e, "lg_shm_nic", "epoch", "Q") for e in rows] == [5, 7]
+    assert [field(e, "lg_shm_nic", "state", "I") for e in rows] == [1, 3]
+
+
 def test_ring_wraps_past_its_size(shm_dir: Path) -> None:
     path = shm_dir / "ring"
     with ShmWriter(path, nic_capacity=1, ring_slots=16) as w, ShmReader(path) as r:
@@ -251,7 +297,7 @@ def make_wrong_magic(p: Path) -> None:
 
 
 def make_unknown_major(p: Path) -> None:
-    patch(valid_file(p), "compat_version", 2)
+    patch(valid_file(p), "compat_version", LG_SHM_VERSION + 1)
 
 
 def make_bad_layout(p: Path) -> None:

@@ -117,3 +117,48 @@ def test_states_and_reasons_match_header() -> None:
     del states["STATE_COUNT"], reasons["COUNT"]
     assert {s.name: s.value for s in NicState} == states
     assert {r.name: r.value for r in Reason} == reasons
+
+
+# ---- minor versions: a version 1 reader keeps reading everything it knew ---------------------
+# The layout of version 1 as its lg_shm_layout printed it (plugin/include/linkguard_shm.h at
+# version 1), frozen: never regenerate it. A new minor version may only carve fields out of
+# version 1's reserved bytes.
+V1 = json.loads((ROOT / "tests" / "fixtures" / "shm" / "layout_v1.json").read_text())
+FILE_STRUCTS = ("lg_shm_header", "lg_shm_nic", "lg_shm_event")
+
+
+@pytest.mark.parametrize("struct", FILE_STRUCTS)
+def test_version_1_fields_keep_their_place(c_layout: dict[str, Any], struct: str) -> None:
+    now = {name: tuple(v) for name, v in c_layout[struct].items()}
+    for name, (offset, size) in V1[struct].items():
+        if name.startswith("reserved"):
+            # what a newer version put there lies wholly inside version 1's reserved range
+            carved = [n for n, (o, s) in now.items() if o < offset + size and o + s > offset]
+            assert all(offset <= now[n][0] and now[n][0] + now[n][1] <= offset + size
+                       for n in carved), f"{struct}.{name}: a new field straddles it"
+        else:
+            assert now.get(name) == (offset, size), f"{struct}.{name} moved or changed size"
+    v1_size = {"lg_shm_header": "LG_SHM_HEADER_SIZE", "lg_shm_nic": "LG_SHM_NIC_SIZE",
+               "lg_shm_event": "LG_SHM_EVENT_SIZE"}[struct]
+    assert c_layout["sizes"][struct] == V1["constants"][v1_size]
+
+
+def test_minor_version_keeps_version_1_readers(c_layout: dict[str, Any]) -> None:
+    """A version 1 reader accepts a file whose compat_version is at most 1 and whose entry sizes
+    are its own; every value a version 1 reader compares against is unchanged."""
+    now, v1 = c_layout["constants"], V1["constants"]
+    assert now["LG_SHM_VERSION"] > v1["LG_SHM_VERSION"]
+    assert now["LG_SHM_COMPAT_VERSION"] <= v1["LG_SHM_VERSION"]
+    changed = {k for k in v1 if k not in ("LG_SHM_VERSION", "LG_SHM_COMPAT_VERSION")
+               and now.get(k) != v1[k]}
+    assert not changed, f"constants a version 1 reader relies on changed: {sorted(changed)}"
+    assert c_layout["lg_shm_status"] == V1["lg_shm_status"]
+
+
+def test_backup_set_fits_the_table() -> None:
+    """Each backup_set index is one byte and a set can never need more than the table minus
+    the NIC itself."""
+    size = layout.NIC_OFFSETS["backup_set"][1]
+    assert size == layout.LG_SHM_MAX_BACKUPS
+    assert layout.LG_SHM_MAX_NICS <= 256
+    assert layout.LG_SHM_MAX_BACKUPS <= layout.LG_SHM_MAX_NICS - 1

@@ -69,6 +69,7 @@ def nic_message(nic: NicView, now_monotonic_ns: int) -> pb.Nic:
         reason=reason_name(nic.reason),
         reason_text=reason_text(nic.reason),
         backup=nic.backup,
+        backup_set=list(nic.backup_set),
         carrier=nic.carrier,
         present=nic.present,
         operstate=nic.operstate,

@@ -74,6 +74,9 @@ class EngineState(DaemonView, Protocol):
     def backups(self) -> Mapping[str, str]: ...
 
     @property
+    def backup_sets(self) -> Mapping[str, tuple[str, ...]]: ...
+
+    @property
     def inventory(self) -> Mapping[str, NicInfo]: ...
 
 

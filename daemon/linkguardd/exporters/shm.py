@@ -98,7 +98,8 @@ def entries(state: EngineState) -> list[NicEntry]:
         info = state.inventory.get(name, NicInfo(name))
         out.append(NicEntry(
             name=name, state=int(rec.state), reason=int(rec.reason), epoch=rec.epoch,
-            last_change_ns=rec.since_ns, backup_index=index.get(state.backups.get(name, ""), -1),
+            last_change_ns=rec.since_ns,
+            backup_set=tuple(index[m] for m in state.backup_sets.get(name, ()) if m in index),
             flags=_flags(rec.link, info), ifindex=info.ifindex,
             speed_mbps=info.speed_mbps, ipv4=info.ipv4, ipv6=info.ipv6,
             rdma_dev=info.rdma_dev, rdma_port=info.rdma_port, pci_path=info.pci_path))

@@ -1,4 +1,4 @@
-"""Python mirror of the control channel's layout (plugin/include/linkguard_shm.h, version 1).
+"""Python mirror of the control channel's layout (plugin/include/linkguard_shm.h, version 2).
 
 The C header is canonical; tests/unit/test_shm_layout.py compiles plugin/tools/lg_shm_layout.c
 and compares every offset and size below with C's, so the two cannot drift. The structs, as in C
@@ -47,7 +47,9 @@ and compares every offset and size below with C's, so the two cannot drift. The 
         uint8_t ipv6[4][16];            /*  88 */
         char rdma_dev[64];              /* 152 */
         char pci_path[192];             /* 216 */
-        uint8_t reserved1[104];         /* 408 */
+        uint32_t n_backups;             /* 408: version 2 (reserved in 1) */
+        uint8_t backup_set[16];         /* 412: NIC table indices, nearest first */
+        uint8_t reserved1[84];          /* 428 */
     };
 
     struct lg_shm_event {               /* 64 B */
@@ -74,7 +76,7 @@ import struct
 from dataclasses import dataclass
 
 LG_SHM_MAGIC = 0x4853474C  # "LGSH" in file byte order
-LG_SHM_VERSION = 1
+LG_SHM_VERSION = 2  # 2: backup sets, in version 1's reserved bytes
 LG_SHM_COMPAT_VERSION = 1
 LG_SHM_DEFAULT_PATH = "/run/linkguard/linkguard.shm"
 LG_SHM_PATH_ENV = "LINKGUARD_SHM"
@@ -88,6 +90,7 @@ LG_RDMA_NAME_LEN = 64
 LG_PCI_PATH_LEN = 192
 LG_MAX_IPV4 = 4
 LG_MAX_IPV6 = 4
+LG_SHM_MAX_BACKUPS = 16
 LG_NIC_F_PRESENT = 1 << 0
 LG_NIC_F_CARRIER = 1 << 1
 LG_NIC_F_ADMIN_UP = 1 << 2
@@ -156,7 +159,9 @@ NIC_FIELDS: tuple[tuple[str, str], ...] = (
     ("ipv6", f"{16 * LG_MAX_IPV6}s"),
     ("rdma_dev", f"{LG_RDMA_NAME_LEN}s"),
     ("pci_path", f"{LG_PCI_PATH_LEN}s"),
-    ("reserved1", "104s"),
+    ("n_backups", "I"),
+    ("backup_set", f"{LG_SHM_MAX_BACKUPS}s"),  # one byte per index
+    ("reserved1", "84s"),
 )
 
 EVENT_FIELDS: tuple[tuple[str, str], ...] = (
@@ -220,7 +225,11 @@ def _from_cstr(raw: bytes) -> str:
 
 @dataclass(frozen=True)
 class NicEntry:
-    """One struct lg_shm_nic. Addresses are strings; the packed form is network byte order."""
+    """One struct lg_shm_nic. Addresses are strings; the packed form is network byte order.
+
+    backup_set: indices into the table, nearest first; backup_index is its first member (the
+    pair a version 1 reader sees). Either given alone implies the other; pack() refuses the two
+    disagreeing."""
 
     name: str
     state: int = 0
@@ -236,10 +245,24 @@ class NicEntry:
     ipv6: tuple[str, ...] = ()
     rdma_dev: str = ""
     pci_path: str = ""
+    backup_set: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.backup_set and self.backup_index != LG_NO_BACKUP:
+            object.__setattr__(self, "backup_set", (self.backup_index,))  # a pair: a set of one
+        elif self.backup_set and self.backup_index == LG_NO_BACKUP:
+            object.__setattr__(self, "backup_index", self.backup_set[0])
 
     def pack(self) -> bytes:
         if len(self.ipv4) > LG_MAX_IPV4 or len(self.ipv6) > LG_MAX_IPV6:
             raise ValueError(f"{self.name}: at most {LG_MAX_IPV4} IPv4 and {LG_MAX_IPV6} IPv6")
+        if len(self.backup_set) > LG_SHM_MAX_BACKUPS:
+            raise ValueError(f"{self.name}: at most {LG_SHM_MAX_BACKUPS} backups")
+        if not all(0 <= i < LG_SHM_MAX_NICS for i in self.backup_set):
+            raise ValueError(f"{self.name}: backup index out of range in {self.backup_set}")
+        if self.backup_set and self.backup_index != self.backup_set[0]:
+            raise ValueError(f"{self.name}: backup_index {self.backup_index} is not the first "
+                             f"of backup_set {self.backup_set}")
         v4 = b"".join(_addr_pack(socket.AF_INET, a) for a in self.ipv4)
         v6 = b"".join(_addr_pack(socket.AF_INET6, a) for a in self.ipv6)
         return NIC_STRUCT.pack(
@@ -260,12 +283,26 @@ class NicEntry:
             v6,
             _cstr(self.rdma_dev, LG_RDMA_NAME_LEN, "rdma_dev"),
             _cstr(self.pci_path, LG_PCI_PATH_LEN, "pci_path"),
+            len(self.backup_set),
+            bytes(self.backup_set),
             b"",
         )
 
     @classmethod
-    def unpack(cls, buf: bytes) -> NicEntry:
+    def unpack(cls, buf: bytes, own_index: int | None = None,
+               nic_count: int | None = None) -> NicEntry:
+        """With the entry's own index and the table's nic_count, the backup set is sanitized as
+        the header's reader rules say: members out of range, the NIC itself and repeats are
+        dropped (a version 1 file's empty set then becomes backup_index alone)."""
         f = dict(zip((n for n, _ in NIC_FIELDS), NIC_STRUCT.unpack(buf[:LG_SHM_NIC_SIZE])))
+        members = tuple(f["backup_set"][: min(f["n_backups"], LG_SHM_MAX_BACKUPS)])
+        if nic_count is not None:
+            members = tuple(dict.fromkeys(
+                m for m in members if m < nic_count and m != own_index))
+            if f["backup_index"] >= nic_count or f["backup_index"] == own_index:
+                f["backup_index"] = LG_NO_BACKUP
+            if members and f["backup_index"] != members[0]:
+                f["backup_index"] = LG_NO_BACKUP  # the set is the newer word: it wins
         n4, v4 = min(f["n_ipv4"], LG_MAX_IPV4), f["ipv4"]
         n6, v6 = min(f["n_ipv6"], LG_MAX_IPV6), f["ipv6"]
         return cls(
@@ -285,6 +322,7 @@ class NicEntry:
             ),
             rdma_dev=_from_cstr(f["rdma_dev"]),
             pci_path=_from_cstr(f["pci_path"]),
+            backup_set=members,
         )
 
 

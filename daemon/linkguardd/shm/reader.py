@@ -93,7 +93,9 @@ class ShmReader:
             raw = bytes(self._snap.nics)[: self._snap.nic_count * LG_SHM_NIC_SIZE]
             self._seen_generation = generation
         step = LG_SHM_NIC_SIZE
-        entries = [NicEntry.unpack(raw[i : i + step]) for i in range(0, len(raw), step)]
+        count = len(raw) // step
+        entries = [NicEntry.unpack(raw[i * step : (i + 1) * step], i, count)
+                   for i in range(count)]
         return generation, entries
 
     def events_since(self, cursor: int) -> tuple[list[Event], int, bool]:
