@@ -1,4 +1,4 @@
-"""Builds the shared-memory writer/reader (plugin/src/shm_*.c) as a ctypes library.
+"""Builds the shared-memory writer/reader (plugin/src/daemon/shm_*.c) as a ctypes library.
 
 The control channel's publish step must have C11 release ordering (correct on aarch64 as well as
 x86-64), so the daemon calls the same C source the plugin reads with instead of writing the

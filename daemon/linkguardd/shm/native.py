@@ -1,4 +1,4 @@
-"""ctypes binding to linkguardd._lgshm, the C writer and reader (plugin/src/shm_*.c).
+"""ctypes binding to linkguardd._lgshm, the C writer and reader (plugin/src/daemon/shm_*.c).
 
 The library is a plain shared object built by setup.py, not a Python module: it is found with
 importlib and loaded with ctypes.CDLL, and every function used gets its argtypes and restype here,
