@@ -4,7 +4,8 @@
  * does); its last 8 bytes, when there are at least 8, also give an event cursor to start from.
  * Checks: a file that opens has a header inside the file; a snapshot holds at most
  * nic_capacity sanitized entries (NUL-terminated names, states and reasons in range, backup
- * index in the table or none, address counts bounded); reading events returns at most what
+ * index in the table or none, a backup set of distinct members of the table other than the NIC
+ * itself whose first member is the backup index, address counts bounded); reading events returns at most what
  * was asked, sanitized, and moves the cursor forward unless it reports a lap; devices built
  * from the snapshot name NICs of the table. */
 #include <string.h>
@@ -33,8 +34,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static void check_nic(const struct lg_shm_nic *n, uint32_t count)
+static void check_nic(const struct lg_shm_nic *n, uint32_t count, uint32_t self)
 {
+    FUZZ_ASSERT(n->n_backups <= LG_SHM_MAX_BACKUPS);
+    FUZZ_ASSERT(n->backup_index == (n->n_backups ? (int32_t)n->backup_set[0] : LG_NO_BACKUP));
+    for (uint32_t i = 0; i < n->n_backups; i++) {
+        FUZZ_ASSERT(n->backup_set[i] < count && n->backup_set[i] != self);
+        for (uint32_t j = 0; j < i; j++)
+            FUZZ_ASSERT(n->backup_set[j] != n->backup_set[i]);
+    }
     FUZZ_ASSERT(memchr(n->name, 0, sizeof(n->name)) && memchr(n->rdma_dev, 0, sizeof(n->rdma_dev)));
     FUZZ_ASSERT(memchr(n->pci_path, 0, sizeof(n->pci_path)));
     FUZZ_ASSERT(n->state < LG_NIC_STATE_COUNT && n->reason < LG_REASON_COUNT);
@@ -98,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st == LG_SHM_OK) {
         FUZZ_ASSERT(snap.nic_count <= r.nic_capacity);
         for (uint32_t i = 0; i < snap.nic_count; i++)
-            check_nic(&snap.nics[i], snap.nic_count);
+            check_nic(&snap.nics[i], snap.nic_count, i);
         check_devices(&snap);
     }
     check_events(&r, 0);

@@ -315,8 +315,8 @@ static inline int lg_shm_changed(const struct lg_shm_reader *r, uint64_t *seen)
 uint64_t lg_shm_generation(const struct lg_shm_reader *r);
 
 /* A consistent copy of the table; entries are validated (state range, NUL-terminated names,
- * backup index in range; not yet n_backups and backup_set: a caller that uses them applies the
- * rules of "Backup sets" itself). LG_SHM_OK, LG_SHM_EBUSY or LG_SHM_ELAYOUT (nic_count too
+ * backup index in range, the backup set by the rules of "Backup sets", a version 1 file's
+ * backup_index as a set of one, and backup_index the set's first member). LG_SHM_OK, LG_SHM_EBUSY or LG_SHM_ELAYOUT (nic_count too
  * big). */
 int lg_shm_snapshot_read(const struct lg_shm_reader *r, struct lg_shm_snapshot *out);
 

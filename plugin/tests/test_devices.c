@@ -191,6 +191,21 @@ static void test_from_shm(void)
     CHECK(!strcmp(t.dev[1].nic[0].name, "rail3"));
     CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 0, NULL, &t), 3); /* LINKGUARD_BACKUP=0 */
     CHECK(!t.dev[0].has_backup);
+    /* A backup set: its members in the daemon's order, those without an address or left out
+     * by LINKGUARD_IFNAME skipped; the first that stays is the backup. */
+    static const uint8_t set0[] = {2, 3, 1};
+    snap.nics[0].n_backups = sizeof(set0);
+    memcpy(snap.nics[0].backup_set, set0, sizeof(set0));
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, NULL, &t), 3);
+    CHECK_EQ(t.dev[0].nset, 2); /* mgmt (2) has no address */
+    CHECK(!strcmp(t.dev[0].set[0].name, "rail3") && !strcmp(t.dev[0].set[1].name, "rail1"));
+    CHECK(t.dev[0].has_backup && !strcmp(t.dev[0].nic[1].name, "rail3"));
+    CHECK_EQ(t.dev[1].nset, 1); /* no set: its backup_index alone */
+    CHECK(!strcmp(t.dev[1].set[0].name, "rail0"));
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, "^rail3", &t), 2);
+    CHECK(t.dev[0].nset == 1 && !strcmp(t.dev[0].nic[1].name, "rail1"));
+    CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 0, NULL, &t), 3); /* LINKGUARD_BACKUP=0 */
+    CHECK(t.dev[0].nset == 0 && !t.dev[0].has_backup);
     snap.nic_count = 0;
     CHECK_EQ(lg_devices_from_shm(&snap, ifs, nifs, 1, NULL, &t), 0); /* empty: the next source */
 }

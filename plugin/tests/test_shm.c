@@ -102,7 +102,9 @@ static struct lg_shm_nic lg_nic(const char *name, uint32_t state, int32_t backup
     n.state = state;
     n.reason = LG_REASON_STARTUP;
     n.epoch = 1;
-    n.backup_index = backup;
+    n.backup_index = backup; /* and, as the daemon writes it, the set of that one */
+    n.n_backups = backup >= 0;
+    n.backup_set[0] = backup >= 0 ? (uint8_t)backup : 0;
     n.n_ipv4 = 1;
     n.ipv4[0] = 0x010012c6; /* 198.18.0.1 in network byte order */
     snprintf(n.pci_path, sizeof(n.pci_path), "/sys/devices/pci0000:00/0000:00:02.0");
@@ -471,6 +473,8 @@ static void test_backup_set_is_a_minor_step(void)
     struct lg_shm_writer *w = lg_writer(p, 4, 8, 1);
     struct lg_shm_nic n[4] = {lg_nic("rail0", LG_NIC_UP, 2), lg_nic("rail1", LG_NIC_UP, 0),
                               lg_nic("rail2", LG_NIC_UP, 3), lg_nic("rail3", LG_NIC_UP, 2)};
+    n[1].n_backups = 0; /* a writer that gives only backup_index */
+    n[1].backup_set[0] = 0;
     struct lg_shm_nic pair_only = n[0];
     static const uint8_t set0[] = {2, 1, 3};
     n[0].n_backups = sizeof(set0);
@@ -487,8 +491,49 @@ static void test_backup_set_is_a_minor_step(void)
     CHECK(memcmp(s.nics[0].backup_set, set0, sizeof(set0)) == 0);
     CHECK_EQ(s.nics[0].backup_index, s.nics[0].backup_set[0]);
     CHECK(memcmp(&s.nics[0], &pair_only, offsetof(struct lg_shm_nic, n_backups)) == 0);
-    CHECK_EQ(s.nics[1].n_backups, 0); /* no set written: the v1 backup_index alone */
+    /* No set written: the reader takes the v1 backup_index as a set of one. */
+    CHECK_EQ(s.nics[1].n_backups, 1);
+    CHECK_EQ(s.nics[1].backup_set[0], 0);
     CHECK_EQ(s.nics[1].backup_index, 0);
+    lg_shm_reader_close(&r);
+    lg_shm_writer_close(w, 1);
+}
+
+/* A set as a faulty or hostile writer may leave it: too many members, members past the table,
+ * the NIC itself, repeats. The reader keeps the valid members in their order, and
+ * backup_index follows the set. */
+static void test_backup_set_sanitized(void)
+{
+    const char *p = lg_path("backup-set-bad");
+    struct lg_shm_writer *w = lg_writer(p, 4, 8, 1);
+    struct lg_shm_nic n[3] = {lg_nic("rail0", LG_NIC_UP, 1), lg_nic("rail1", LG_NIC_UP, 0),
+                              lg_nic("rail2", LG_NIC_UP, LG_NO_BACKUP)};
+    static const uint8_t bad[] = {0, 7, 2, 2, 1, 200, 1};
+    n[0].n_backups = sizeof(bad);
+    memcpy(n[0].backup_set, bad, sizeof(bad));
+    n[1].n_backups = 1000; /* clamped: then 16 zeros, index 0 once */
+    lg_shm_writer_update(w, n, 3);
+
+    struct lg_shm_reader r;
+    static struct lg_shm_snapshot s;
+    CHECK_EQ(lg_shm_reader_open(&r, p), LG_SHM_OK);
+    CHECK_EQ(lg_shm_snapshot_read(&r, &s), LG_SHM_OK);
+    CHECK_EQ(s.nics[0].n_backups, 2);
+    CHECK_EQ(s.nics[0].backup_set[0], 2);
+    CHECK_EQ(s.nics[0].backup_set[1], 1);
+    CHECK_EQ(s.nics[0].backup_set[2], 0);
+    CHECK_EQ(s.nics[0].backup_index, 2);
+    CHECK_EQ(s.nics[1].n_backups, 1);
+    CHECK_EQ(s.nics[1].backup_set[0], 0);
+    CHECK_EQ(s.nics[1].backup_index, 0);
+    CHECK_EQ(s.nics[2].n_backups, 0);
+    CHECK_EQ(s.nics[2].backup_index, LG_NO_BACKUP);
+    /* A version 1 file of the same entries: backup_index alone, as a set of one. */
+    lg_patch_u32(p, LG_OFF(version), 1);
+    CHECK_EQ(lg_shm_snapshot_read(&r, &s), LG_SHM_OK);
+    CHECK_EQ(s.nics[0].n_backups, 1);
+    CHECK_EQ(s.nics[0].backup_set[0], 1);
+    CHECK_EQ(s.nics[0].backup_index, 1);
     lg_shm_reader_close(&r);
     lg_shm_writer_close(w, 1);
 }
@@ -597,6 +642,8 @@ static void lg_race_entry(struct lg_shm_nic *n, uint64_t c, uint32_t i)
     n->reason = (uint32_t)(c % LG_REASON_COUNT);
     n->epoch = c;
     n->backup_index = LG_NO_BACKUP;
+    n->n_backups = 0;
+    memset(n->backup_set, 0, sizeof(n->backup_set));
     n->n_ipv4 = n->n_ipv6 = 0;
     n->rdma_dev[LG_RDMA_NAME_LEN - 1] = n->pci_path[LG_PCI_PATH_LEN - 1] = 0;
 }
@@ -686,6 +733,7 @@ static const struct {
     {"create_errors", test_create_errors},
     {"race_writer_thread", test_race_writer_thread},
     {"backup_set_is_a_minor_step", test_backup_set_is_a_minor_step},
+    {"backup_set_sanitized", test_backup_set_sanitized},
 };
 
 int main(void)

@@ -64,9 +64,15 @@ static void log_devices(enum lg_flavor flavor)
 {
     for (int i = 0; i < lg_devs.count; i++) {
         const struct lg_device *d = &lg_devs.dev[i];
-        LG_INFO(NCCL_INIT | NCCL_NET, "dev %d: %s%s%s speed %d Mb/s pci %s (from %s)", i,
+        char set[LG_MAX_BACKUP_SET * IFNAMSIZ + 16] = ""; /* " (set a+b+c)" beyond the pair */
+        for (int k = 0, o = 0; d->nset > 1 && k < d->nset; k++)
+            o += snprintf(set + o, sizeof(set) - (size_t)o, "%s%s", k ? "+" : " (set ",
+                          d->set[k].name);
+        if (d->nset > 1)
+            snprintf(set + strlen(set), sizeof(set) - strlen(set), ")");
+        LG_INFO(NCCL_INIT | NCCL_NET, "dev %d: %s%s%s%s speed %d Mb/s pci %s (from %s)", i,
                 d->nic[0].name, d->has_backup ? " backup " : "",
-                d->has_backup ? d->nic[1].name : "", d->speed_mbps,
+                d->has_backup ? d->nic[1].name : "", set, d->speed_mbps,
                 d->pci_path[0] ? d->pci_path : "none (virtual)", lg_devs.source);
     }
     LG_INFO(NCCL_INIT | NCCL_NET, "%s: %d device(s), %lld stream(s) per path, chunk %lld B, "

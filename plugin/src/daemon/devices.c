@@ -12,6 +12,7 @@
 #include "daemon/health.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
+#include "runtime/util.h"
 
 int lg_ifaces_scan(struct lg_ifinfo *out, int max)
 {
@@ -129,6 +130,8 @@ int lg_devices_from_pairs(const char *spec, const struct lg_ifinfo *ifs, int nif
             if (resolve(back, ifs, nifs, &d->nic[1], err, errlen) != 0)
                 return -1;
             d->has_backup = backup;
+            d->nset = backup; /* a pair's set is its backup alone */
+            d->set[0] = d->nic[1];
         }
         t->count++;
         p = *end ? end + 1 : end;
@@ -173,6 +176,8 @@ int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup, co
             if (resolve(ifs[idx[(k + 1) % n]].name, ifs, nifs, &d->nic[1], err, errlen) != 0)
                 return -1;
             d->has_backup = 1;
+            d->nset = 1;
+            d->set[0] = d->nic[1];
         }
     }
     t->count = n;
@@ -180,6 +185,8 @@ int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup, co
 }
 
 /* A NIC of the daemon's table: its netdev and first IPv4 address (else the interface's). */
+_Static_assert(LG_MAX_BACKUP_SET == LG_SHM_MAX_BACKUPS, "a device holds a whole set");
+
 static int shm_nic(const struct lg_shm_nic *e, const struct lg_ifinfo *ifs, int nifs,
                    struct lg_nic *out)
 {
@@ -233,11 +240,21 @@ int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifin
         struct lg_device *d = &t->dev[t->count];
         memset(d, 0, sizeof(*d));
         d->nic[0] = nic;
-        int b = e->backup_index;
-        if (backup && b >= 0 && (uint32_t)b < snap->nic_count && (uint32_t)b != i &&
-            shm_nic(&snap->nics[b], ifs, nifs, &d->nic[1]) == 0 &&
-            lg_ifname_match(ifname, d->nic[1].name))
-            d->has_backup = 1;
+        /* The set; without one (a table before sets) the backup index alone. */
+        uint32_t one = (uint32_t)e->backup_index;
+        const uint8_t *members = e->n_backups ? e->backup_set : NULL;
+        uint32_t nb = !backup ? 0 : e->n_backups ? LG_MIN(e->n_backups, LG_MAX_BACKUP_SET)
+                                                 : e->backup_index >= 0;
+        for (uint32_t k = 0; k < nb; k++) {
+            uint32_t b = members ? members[k] : one;
+            if (b < snap->nic_count && b != i &&
+                shm_nic(&snap->nics[b], ifs, nifs, &d->set[d->nset]) == 0 &&
+                lg_ifname_match(ifname, d->set[d->nset].name))
+                d->nset++;
+        }
+        d->has_backup = d->nset > 0;
+        if (d->has_backup)
+            d->nic[1] = d->set[0];
         t->count++;
     }
     return t->count;

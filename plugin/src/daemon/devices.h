@@ -9,6 +9,7 @@
 #define LG_MAX_DEVS 64
 #define LG_MAX_IFS 128
 #define LG_NIC_NONE (-1)
+#define LG_MAX_BACKUP_SET 16 /* LG_SHM_MAX_BACKUPS: the daemon's sets (linkguard_shm.h) */
 
 /* One interface as the system reports it. */
 struct lg_ifinfo {
@@ -28,6 +29,10 @@ struct lg_nic {
 struct lg_device {
     struct lg_nic nic[2]; /* [0] primary, [1] backup */
     int has_backup;
+    /* The NICs that may carry its backup paths, nearest first (the daemon's backup set; a
+     * pair's is its backup alone): set[0] is nic[1]. Only nic[1] carries them yet. */
+    int nset;
+    struct lg_nic set[LG_MAX_BACKUP_SET];
     /* properties (filled by lg_devices_fill_props) */
     char pci_path[4096]; /* empty: virtual NIC, reported as NULL */
     int speed_mbps;
@@ -58,8 +63,8 @@ int lg_devices_from_ifaces(const struct lg_ifinfo *ifs, int nifs, int backup, co
                            struct lg_device_table *t, char *err, size_t errlen);
 
 /* Devices from the daemon's table (pure): one per NIC entry with an IPv4 address (the entry's,
- * else the interface's) that passes `ifname`, in table order, paired with the entry's
- * backup_index when that one passes too. */
+ * else the interface's) that passes `ifname`, in table order, with the members of the entry's
+ * backup set (or its backup_index, without a set) that pass too; the first is the backup. */
 struct lg_shm_snapshot;
 int lg_devices_from_shm(const struct lg_shm_snapshot *snap, const struct lg_ifinfo *ifs,
                         int nifs, int backup, const char *ifname, struct lg_device_table *t);

@@ -189,8 +189,37 @@ const char *lg_shm_strerror(int status)
     }
 }
 
+/* Entry `self`'s backup set by the rules of "Backup sets" (linkguard_shm.h): at most
+ * LG_SHM_MAX_BACKUPS members, each in the table, not the NIC itself, no repeat, the daemon's
+ * order kept; with no set (a version 1 file, or a writer that gave only backup_index) the
+ * backup_index is a set of one. backup_index ends as the first member: both views agree. */
+static void backup_set_sanitize(struct lg_shm_nic *n, uint32_t count, uint32_t self,
+                                uint32_t file_version)
+{
+    uint8_t in[LG_SHM_MAX_BACKUPS];
+    uint32_t nin = 0;
+    if (file_version >= 2 && n->n_backups > 0) {
+        nin = n->n_backups < LG_SHM_MAX_BACKUPS ? n->n_backups : LG_SHM_MAX_BACKUPS;
+        memcpy(in, n->backup_set, nin);
+    } else if (n->backup_index >= 0) { /* in range: checked above */
+        in[nin++] = (uint8_t)n->backup_index;
+    }
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < nin; i++) {
+        int repeat = in[i] >= count || in[i] == self;
+        for (uint32_t j = 0; j < kept && !repeat; j++)
+            repeat = n->backup_set[j] == in[i];
+        if (!repeat)
+            n->backup_set[kept++] = in[i];
+    }
+    memset(n->backup_set + kept, 0, sizeof(n->backup_set) - kept);
+    n->n_backups = kept;
+    n->backup_index = kept ? n->backup_set[0] : LG_NO_BACKUP;
+}
+
 /* Forces the copied entry into a shape every consumer can trust. */
-static void lg_nic_sanitize(struct lg_shm_nic *n, uint32_t count)
+static void lg_nic_sanitize(struct lg_shm_nic *n, uint32_t count, uint32_t self,
+                            uint32_t file_version)
 {
     n->name[LG_NAME_LEN - 1] = '\0';
     n->rdma_dev[LG_RDMA_NAME_LEN - 1] = '\0';
@@ -201,6 +230,7 @@ static void lg_nic_sanitize(struct lg_shm_nic *n, uint32_t count)
         n->reason = LG_REASON_NONE;
     if (n->backup_index < 0 || (uint32_t)n->backup_index >= count)
         n->backup_index = LG_NO_BACKUP;
+    backup_set_sanitize(n, count, self, file_version);
     if (n->n_ipv4 > LG_MAX_IPV4)
         n->n_ipv4 = LG_MAX_IPV4;
     if (n->n_ipv6 > LG_MAX_IPV6)
@@ -248,8 +278,9 @@ int lg_shm_snapshot_read(const struct lg_shm_reader *r, struct lg_shm_snapshot *
             return LG_SHM_ELAYOUT;
         out->generation = g1;
         out->nic_count = count;
+        uint32_t version = __atomic_load_n(&h->version, __ATOMIC_RELAXED);
         for (uint32_t i = 0; i < count; i++)
-            lg_nic_sanitize(&out->nics[i], count);
+            lg_nic_sanitize(&out->nics[i], count, i, version);
         return LG_SHM_OK;
     }
     return LG_SHM_EBUSY;
