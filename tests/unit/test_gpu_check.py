@@ -158,7 +158,7 @@ def test_the_plugin_still_logs_the_switch_lines_the_parser_reads() -> None:
     assert '"send conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s (%s); ' in flat
     assert '"recv conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s at epoch ' in flat
     assert '"NET/linkguard: %s"' in (REPO / "plugin" / "src" / "runtime" / "log.c").read_text()
-    assert '"dev %d: %s%s%s speed %d Mb/s' in (REPO / "plugin" / "src" / "abi" / "core.c").read_text()
+    assert '"dev %d: %s%s%s%s speed %d Mb/s' in (REPO / "plugin" / "src" / "abi" / "core.c").read_text()
     assert '"linkguard: no daemon (%s); ' in (REPO / "plugin" / "src" / "daemon" / "health.c").read_text()
 
 
