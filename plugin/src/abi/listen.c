@@ -248,13 +248,8 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
             lg_conn_free(c);
             return NULL;
         }
-        struct lg_session *s = lg_session_find(g->sess[p], d->nic[p].ip);
-        if (s && lg_path_attach(path, s, g->chan[p]) != 0) {
-            lg_session_put(s);
-            s = NULL;
-        }
-        if (!s) /* ended with the connector's close: the path is over before it starts */
-            path_closed_early(path);
+        if (lg_path_join(path, g->sess[p], g->chan[p]) != 0)
+            path_closed_early(path); /* ended with the connector's close: over before it starts */
         for (int k = 1; k <= g->nstreams; k++) {
             int fd = g->fds[p][k];
             g->fds[p][k] = -1;

@@ -589,6 +589,15 @@ int lg_path_dial(struct lg_path *p, struct lg_dial *d, uint8_t paths_mask, uint8
     return lg_dial_start(d, p->nic, c->local_ip[i], c->peer_ip[i], c->peer_port[i]);
 }
 
+int lg_path_join(struct lg_path *p, uint64_t id, uint32_t chan)
+{
+    struct lg_session *s = lg_session_find(id, p->conn->local_ip[p->index]);
+    if (s && lg_path_attach(p, s, chan) == 0)
+        return 0;
+    lg_session_put(s);
+    return -1;
+}
+
 /* A progress watchdog's verdict: logged, reported to the daemon, and the path fails like a
  * dead one (the sender fails over, an unprotected connection reports the error). */
 void lg_path_stalled(struct lg_path *p, const char *why, uint32_t for_ms)

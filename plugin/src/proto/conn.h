@@ -466,6 +466,10 @@ int lg_path_attach(struct lg_path *p, struct lg_session *s, uint32_t id);
  * errno set and d->part saying what failed (what was opened is p's: freeing p closes it). */
 int lg_path_dial(struct lg_path *p, struct lg_dial *d, uint8_t paths_mask, uint8_t flags,
                  int held);
+/* The receiver's side: attaches p to the accepted session `id` on its slot's address, as
+ * channel `chan` (what its data sockets' hellos named). 0, or -1 (not here (yet), failed, or
+ * the channel is taken). */
+int lg_path_join(struct lg_path *p, uint64_t id, uint32_t chan);
 static inline struct lg_session *lg_path_sess(const struct lg_path *p) { return p->ch.sess; }
 /* Writes what the path's session still queues, waiting at most timeout_ms (close: the BYE
  * must not be lost to a full socket buffer). */

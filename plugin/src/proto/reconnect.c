@@ -157,11 +157,9 @@ static void rx_build(struct lg_conn *c, int slot, uint64_t now)
         lg_rejoin_abort(c, slot);
         return;
     }
-    struct lg_session *s = lg_session_find(rj->sess, c->local_ip[slot]);
-    if (!s || lg_path_attach(p, s, rj->chan) != 0) {
+    if (lg_path_join(p, rj->sess, rj->chan) != 0) {
         /* Its session's socket may come in after the data sockets: the monitor tries again
          * (lg_rejoin_rx_step) until the rebuild times out. */
-        lg_session_put(s);
         return;
     }
     rj->path = NULL;
