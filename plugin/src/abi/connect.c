@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "abi/core.h"
 #include "daemon/devices.h"
@@ -19,7 +18,6 @@
 #include "runtime/ctx.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
-#include "runtime/sock.h"
 #include "runtime/util.h"
 #include "session/handle.h"
 #include "transport/transport_select.h"
@@ -36,8 +34,7 @@ struct lg_connecting {
     uint64_t primary_up_ns; /* when every primary socket was connected; 0 before */
     int started; /* sockets up, the monitor has it; wrap mode: waiting for the inner comms */
     int path_live[LG_NPATHS];
-    int connected[LG_NPATHS][LG_MAX_STREAMS + 1]; /* [p][0]: the path's session is up */
-    size_t hello_sent[LG_NPATHS][LG_MAX_STREAMS + 1];
+    struct lg_dial dial[LG_NPATHS]; /* each live path's sockets (dial.h) */
     char peer_nic[LG_NPATHS][LG_HANDLE_NIC_LEN]; /* from the handle, for the WARNs */
 };
 
@@ -65,11 +62,6 @@ static void registry_remove(struct lg_connecting *cg)
             break;
         }
     pthread_mutex_unlock(&lg_connecting_mu);
-}
-
-static int *sock_fd(struct lg_conn *c, int p, int k) /* k = 1..nstreams */
-{
-    return &c->paths[p]->data[k - 1].task.fd;
 }
 
 /* Why a path's peer address is unreachable: on another subnet, NCCL paired NICs of different
@@ -114,6 +106,7 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
             (unsigned long long)cg->conn->nonce, p->nic, p->peer, why, err ? ": " : "",
             err ? strerror(err) : "", reach_hint(cg->conn, 1, err));
     cg->path_live[1] = 0;
+    cg->dial[0].hello.paths_mask = 1; /* the primary's hellos announce it alone */
     cg->conn->paths[1] = NULL; /* the connection starts with its primary path only */
     cg->conn->npaths = 1;
     cg->conn->upgradable = 1; /* ... and the monitor adds the backup when it can */
@@ -159,54 +152,23 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
             return NULL;
         }
         cg->path_live[p] = 1;
-        int attached = lg_path_open_session(path, d->nic[p].name, d->nic[p].ip, h->ip[p],
-                                            h->port[p]) == 0;
-        for (int k = 0; k <= c->nstreams; k++) {
-            int fd = !k ? (attached ? 0 : -1)
-                        : lg_sock_connect_start(d->nic[p].name, d->nic[p].ip, h->ip[p],
-                                                h->port[p], LG_SOCK_DATA);
-            if (fd < 0) {
-                if (p == 0) {
-                    int e = errno;
-                    LG_WARN("connect from %s: %s%s", path_ends(cg, 0).s, strerror(e),
-                            reach_hint(c, 0, e));
-                    lg_conn_free(c);
-                    free(cg);
-                    return NULL;
-                }
-                give_up_backup(cg, errno, "socket");
-                break;
-            }
-            if (k)
-                *sock_fd(c, p, k) = fd;
+        /* The primary's first hello goes last: it announces which paths exist. */
+        if (lg_path_dial(path, &cg->dial[p], (uint8_t)(npaths > 1 ? 3 : 1), 0, p ? 0 : 1) == 0)
+            continue;
+        if (p == 0) {
+            int e = errno;
+            LG_WARN("connect from %s: %s%s", path_ends(cg, 0).s, strerror(e), reach_hint(c, 0, e));
+            lg_conn_free(c);
+            free(cg);
+            return NULL;
         }
+        give_up_backup(cg, errno, "socket");
     }
     pthread_mutex_lock(&lg_connecting_mu);
     cg->next = lg_connecting_list;
     lg_connecting_list = cg;
     pthread_mutex_unlock(&lg_connecting_mu);
     return cg;
-}
-
-static int send_hello(struct lg_connecting *cg, int p, int k)
-{
-    struct lg_conn *c = cg->conn;
-    uint8_t buf[LG_HELLO_SIZE];
-    struct lg_hello h = {.path = (uint8_t)p, .stream = (uint8_t)k, .nstreams = (uint8_t)c->nstreams,
-                         .paths_mask = (uint8_t)(1 | (cg->path_live[1] ? 2 : 0)),
-                         .chunk_size = c->chunk_size, .listen_id = c->listen_id,
-                         .conn_nonce = c->nonce, .flags = c->tr->hello_flags,
-                         .session = lg_path_sess(c->paths[p])->id, .chan = c->paths[p]->ch.id};
-    lg_hello_encode(buf, &h);
-    size_t *sent = &cg->hello_sent[p][k];
-    while (*sent < LG_HELLO_SIZE) {
-        struct iovec iov = {buf + *sent, LG_HELLO_SIZE - *sent};
-        ssize_t n = lg_sock_writev(*sock_fd(c, p, k), &iov, 1);
-        if (n < 0)
-            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-        *sent += (size_t)n;
-    }
-    return 1;
 }
 
 /* 1: connected, 0: in progress, -1: failed (logged). */
@@ -216,50 +178,27 @@ static int connect_progress(struct lg_connecting *cg)
     int timed_out = lg_now_ns() > cg->deadline;
     int all = 1;
     for (int p = 0; p < LG_NPATHS; p++) {
-        for (int k = 0; cg->path_live[p] && k <= c->nstreams; k++) {
-            int rc = 0, err = 0;
-            if (!cg->connected[p][k]) {
-                /* k 0: the path's session; the others: its data sockets */
-                rc = k ? lg_sock_connect_check(*sock_fd(c, p, k))
-                       : lg_session_connect_check(lg_path_sess(c->paths[p]));
-                err = errno;
-                if (rc == 0)
-                    cg->connected[p][k] = 1;
-                else if (rc > 0 && timed_out)
-                    rc = -1, err = ETIMEDOUT;
-            }
-            /* Data hellos once the path's session is up (the receiver looks it up by them);
-             * the primary's first goes last: it announces which paths exist. */
-            if (rc == 0 && k && (p || k > 1) && cg->connected[p][0] && send_hello(cg, p, k) < 0)
-                rc = -1, err = errno;
-            if (rc < 0 && p == 0) {
-                LG_WARN("connect from %s failed: %s%s", path_ends(cg, 0).s, strerror(err),
-                        reach_hint(c, 0, err));
-                return -1;
-            }
-            if (rc < 0) {
-                give_up_backup(cg, err, "connect");
-                break;
-            }
-            if (rc > 0 || (k && (p || k > 1) && cg->hello_sent[p][k] < LG_HELLO_SIZE))
-                all = 0;
+        int rc = cg->path_live[p] ? lg_dial_step(&cg->dial[p], timed_out) : 1;
+        int err = errno;
+        if (rc < 0 && p == 0) {
+            LG_WARN("connect from %s failed: %s%s", path_ends(cg, 0).s, strerror(err),
+                    reach_hint(c, 0, err));
+            return -1;
         }
+        if (rc < 0)
+            give_up_backup(cg, err, "connect");
+        all &= rc != 0;
     }
-    if (!cg->primary_up_ns) {
-        int up = 1;
-        for (int k = 0; k <= c->nstreams; k++)
-            up &= cg->connected[0][k];
-        if (up)
-            cg->primary_up_ns = lg_now_ns();
-    }
+    if (!cg->primary_up_ns && lg_dial_connected(&cg->dial[0]))
+        cg->primary_up_ns = lg_now_ns();
     if (!all && cg->path_live[1] && cg->primary_up_ns &&
         lg_now_ns() - cg->primary_up_ns > (uint64_t)lg_params.backup_grace_ms * 1000000ull) {
         give_up_backup(cg, ETIMEDOUT, "not connected within LINKGUARD_BACKUP_GRACE_MS");
         return connect_progress(cg);
     }
-    if (!all || !cg->connected[0][1])
+    if (!all) /* (the primary's sockets are all connected once it is) */
         return 0;
-    int rc = send_hello(cg, 0, 1);
+    int rc = lg_dial_hello(&cg->dial[0], 1);
     if (rc < 0) {
         LG_WARN("connect from %s failed: %s", path_ends(cg, 0).s, strerror(errno));
         return -1;

@@ -7,14 +7,12 @@
  * (monitor.c, reconnect.c). */
 #include "abi/listen.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "abi/core.h"
@@ -245,23 +243,13 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
     for (int p = 0; p < LG_NPATHS; p++) {
         if (!(g->mask & (1 << p)))
             continue;
-        struct sockaddr_in peer = {0};
-        socklen_t len = sizeof(peer);
-        getpeername(g->fds[p][1], (struct sockaddr *)&peer, &len);
-        struct lg_path *path = lg_path_new(c, p, d->nic[p].name,
-                                           lg_addr_format(peer.sin_addr.s_addr,
-                                                          ntohs(peer.sin_port)).s);
+        struct lg_path *path = lg_path_new(c, p, d->nic[p].name, lg_sock_peer(g->fds[p][1]).s);
         if (!path) {
             lg_conn_free(c);
             return NULL;
         }
-        struct lg_session *s = lg_session_find(g->sess[p], d->nic[p].ip);
-        if (s && lg_path_attach(path, s, g->chan[p]) != 0) {
-            lg_session_put(s);
-            s = NULL;
-        }
-        if (!s) /* ended with the connector's close: the path is over before it starts */
-            path_closed_early(path);
+        if (lg_path_join(path, g->sess[p], g->chan[p]) != 0)
+            path_closed_early(path); /* ended with the connector's close: over before it starts */
         for (int k = 1; k <= g->nstreams; k++) {
             int fd = g->fds[p][k];
             g->fds[p][k] = -1;

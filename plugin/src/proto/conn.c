@@ -548,13 +548,17 @@ int lg_path_attach(struct lg_path *p, struct lg_session *s, uint32_t id)
     return lg_session_attach(s, &p->ch, id, &path_chan_ops);
 }
 
-int lg_path_open_session(struct lg_path *p, const char *nic, uint32_t local_ip,
-                         uint32_t peer_ip, uint16_t peer_port)
+/* Puts p on a control session to the peer's listener of its slot: a shared one that is up,
+ * else a new one. 0, or -1 with errno set. */
+static int path_open_session(struct lg_path *p)
 {
+    struct lg_conn *c = p->conn;
+    int i = p->index;
     /* A shared session can fail between its lookup and the attach (its peer went silent, on a
      * starved machine too): the second lookup no longer finds it and opens another. */
     for (int tries = 0; tries < 2; tries++) {
-        struct lg_session *s = lg_session_open(nic, local_ip, peer_ip, peer_port);
+        struct lg_session *s = lg_session_open(p->nic, c->local_ip[i], c->peer_ip[i],
+                                                c->peer_port[i]);
         if (!s)
             return -1;
         if (lg_path_attach(p, s, 0) == 0)
@@ -562,6 +566,36 @@ int lg_path_open_session(struct lg_path *p, const char *nic, uint32_t local_ip,
         lg_session_put(s);
     }
     errno = ECONNRESET;
+    return -1;
+}
+
+int lg_path_dial(struct lg_path *p, struct lg_dial *d, uint8_t paths_mask, uint8_t flags,
+                 int held)
+{
+    struct lg_conn *c = p->conn;
+    int i = p->index;
+    if (path_open_session(p) != 0) {
+        d->part = LG_DIAL_SESSION;
+        return -1;
+    }
+    d->ch = &p->ch;
+    d->nstreams = c->nstreams;
+    d->held = held;
+    for (int k = 1; k <= c->nstreams; k++)
+        d->fd[k] = &p->data[k - 1].task.fd;
+    d->hello = (struct lg_hello){.path = (uint8_t)i, .nstreams = (uint8_t)c->nstreams,
+                                 .paths_mask = paths_mask, .chunk_size = c->chunk_size,
+                                 .listen_id = c->listen_id, .conn_nonce = c->nonce,
+                                 .flags = (uint8_t)(flags | c->tr->hello_flags), .gen = p->gen};
+    return lg_dial_start(d, p->nic, c->local_ip[i], c->peer_ip[i], c->peer_port[i]);
+}
+
+int lg_path_join(struct lg_path *p, uint64_t id, uint32_t chan)
+{
+    struct lg_session *s = lg_session_find(id, p->conn->local_ip[p->index]);
+    if (s && lg_path_attach(p, s, chan) == 0)
+        return 0;
+    lg_session_put(s);
     return -1;
 }
 

@@ -165,6 +165,7 @@
 #include "runtime/params.h"
 #include "runtime/progress.h"
 #include "runtime/wake.h"
+#include "session/dial.h"
 #include "session/session.h"
 #include "session/wire.h"
 #include "transport/inner/inner_path.h"
@@ -462,10 +463,17 @@ static inline void lg_path_ctrl_queue(struct lg_path *p, const struct lg_ctrl *f
 /* Puts p on session s as channel `id` (0: the next one), taking over the caller's hold of s.
  * 0, or -1 (the hold stays the caller's). */
 int lg_path_attach(struct lg_path *p, struct lg_session *s, uint32_t id);
-/* Puts p on a control session to the peer's listener (peer_ip, peer_port) from NIC `nic`: a
- * shared one that is up, else a new one. 0, or -1 with errno set. */
-int lg_path_open_session(struct lg_path *p, const char *nic, uint32_t local_ip,
-                         uint32_t peer_ip, uint16_t peer_port);
+/* Starts dialing p (dial.h) from its NIC to the peer's listener of its slot (c->local_ip,
+ * c->peer_ip, c->peer_port): its channel on a control session (a shared one that is up, else a
+ * new one) and its data sockets, whose hellos will say paths_mask and flags (with the
+ * transport's). `held`: a stream whose hello waits for lg_dial_hello (0: none). 0, or -1 with
+ * errno set and d->part saying what failed (what was opened is p's: freeing p closes it). */
+int lg_path_dial(struct lg_path *p, struct lg_dial *d, uint8_t paths_mask, uint8_t flags,
+                 int held);
+/* The receiver's side: attaches p to the accepted session `id` on its slot's address, as
+ * channel `chan` (what its data sockets' hellos named). 0, or -1 (not here (yet), failed, or
+ * the channel is taken). */
+int lg_path_join(struct lg_path *p, uint64_t id, uint32_t chan);
 static inline struct lg_session *lg_path_sess(const struct lg_path *p) { return p->ch.sess; }
 /* Writes what the path's session still queues, waiting at most timeout_ms (close: the BYE
  * must not be lost to a full socket buffer). */

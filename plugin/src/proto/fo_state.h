@@ -8,6 +8,7 @@
 
 #include "proto/goodput.h"
 #include "proto/rate.h"
+#include "session/dial.h"
 #include "session/wire.h"
 
 struct lg_path;
@@ -32,8 +33,7 @@ struct lg_rejoin {
     int nfds;             /* receiver: sockets filed so far */
     uint64_t sess;        /* receiver: the control session and channel its hellos name */
     uint32_t chan;
-    int connected[LG_MAX_STREAMS + 1]; /* sender: [0] its session is up, [k] data stream k */
-    size_t hello_sent[LG_MAX_STREAMS + 1];
+    struct lg_dial dial;  /* sender: the path's sockets being connected */
 };
 
 struct lg_fo_slot {

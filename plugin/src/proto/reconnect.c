@@ -5,14 +5,9 @@
  * channel. */
 #include "proto/reconnect.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "daemon/devices.h"
 #include "daemon/health.h"
@@ -90,47 +85,15 @@ int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
     __atomic_add_fetch(&tx_inflight, 1, __ATOMIC_RELAXED);
     rj->gen = p->gen = ++c->fo.slot[slot].next_gen;
     rj->t0 = now;
-    if (lg_path_open_session(p, d->nic[slot].name, c->local_ip[slot], c->peer_ip[slot],
-                             c->peer_port[slot]) != 0) {
-        LG_TRACE("send conn %016llx: rebuild of path %d: no control session (%s)",
-                 (unsigned long long)c->nonce, slot, strerror(errno));
+    if (lg_path_dial(p, &rj->dial, (uint8_t)(1 | (1 << slot)), LG_HELLO_F_REJOIN, 0) != 0) {
+        int no_session = rj->dial.part == LG_DIAL_SESSION;
+        LG_TRACE("send conn %016llx: rebuild of path %d: %s%s%s", (unsigned long long)c->nonce,
+                 slot, no_session ? "no control session (" : "", strerror(errno),
+                 no_session ? ")" : "");
         lg_rejoin_abort(c, slot);
         return -1;
     }
-    for (int k = 1; k <= c->nstreams; k++) {
-        int fd = lg_sock_connect_start(d->nic[slot].name, c->local_ip[slot], c->peer_ip[slot],
-                                       c->peer_port[slot], LG_SOCK_DATA);
-        if (fd < 0) {
-            LG_TRACE("send conn %016llx: rebuild of path %d: %s", (unsigned long long)c->nonce,
-                     slot, strerror(errno));
-            lg_rejoin_abort(c, slot);
-            return -1;
-        }
-        *sock_fd(p, k) = fd;
-    }
     return 0;
-}
-
-static int send_hello(struct lg_conn *c, struct lg_rejoin *rj, int k)
-{
-    uint8_t buf[LG_HELLO_SIZE];
-    int slot = rj->path->index;
-    struct lg_hello h = {.path = (uint8_t)slot, .stream = (uint8_t)k,
-                         .nstreams = (uint8_t)c->nstreams,
-                         .paths_mask = (uint8_t)(1 | (1 << slot)), .chunk_size = c->chunk_size,
-                         .listen_id = c->listen_id, .conn_nonce = c->nonce,
-                         .flags = LG_HELLO_F_REJOIN | c->tr->hello_flags,
-                         .gen = rj->gen, .session = lg_path_sess(rj->path)->id,
-                         .chan = rj->path->ch.id};
-    lg_hello_encode(buf, &h);
-    while (rj->hello_sent[k] < LG_HELLO_SIZE) {
-        struct iovec iov = {buf + rj->hello_sent[k], LG_HELLO_SIZE - rj->hello_sent[k]};
-        ssize_t n = lg_sock_writev(*sock_fd(rj->path, k), &iov, 1);
-        if (n < 0)
-            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-        rj->hello_sent[k] += (size_t)n;
-    }
-    return 1;
 }
 
 int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, size_t len)
@@ -146,30 +109,16 @@ int lg_rejoin_tx_progress(struct lg_conn *c, int slot, uint64_t now, char *why, 
         return -1;
     }
     if (!p->started) {
-        int all = 1;
-        for (int k = 0; k <= c->nstreams; k++) {
-            if (!rj->connected[k]) {
-                /* k 0: the path's session; the others: its data sockets */
-                int rc = k ? lg_sock_connect_check(*sock_fd(p, k))
-                           : lg_session_connect_check(lg_path_sess(p));
-                if (rc < 0) {
-                    snprintf(why, len, "%s: %s", k ? "connect" : "control session",
-                             strerror(errno));
-                    lg_rejoin_abort(c, slot);
-                    return -1;
-                }
-                rj->connected[k] = rc == 0;
-            }
-            /* Data hellos once the session is up: the receiver looks it up by them. */
-            int h = !rj->connected[k] ? 0 : !k ? 1 : rj->connected[0] ? send_hello(c, rj, k) : 0;
-            if (h < 0) {
-                snprintf(why, len, "hello: %s", strerror(errno));
-                lg_rejoin_abort(c, slot);
-                return -1;
-            }
-            all &= h == 1;
+        int rc = lg_dial_step(&rj->dial, 0);
+        if (rc < 0) {
+            static const char *const part[] = {[LG_DIAL_SESSION] = "control session",
+                                               [LG_DIAL_CONNECT] = "connect",
+                                               [LG_DIAL_HELLO] = "hello"};
+            snprintf(why, len, "%s: %s", part[rj->dial.part], strerror(errno));
+            lg_rejoin_abort(c, slot);
+            return -1;
         }
-        if (!all)
+        if (rc == 0)
             return 0;
         if (lg_path_start(p) != 0) {
             snprintf(why, len, "cannot register its sockets");
@@ -208,11 +157,9 @@ static void rx_build(struct lg_conn *c, int slot, uint64_t now)
         lg_rejoin_abort(c, slot);
         return;
     }
-    struct lg_session *s = lg_session_find(rj->sess, c->local_ip[slot]);
-    if (!s || lg_path_attach(p, s, rj->chan) != 0) {
+    if (lg_path_join(p, rj->sess, rj->chan) != 0) {
         /* Its session's socket may come in after the data sockets: the monitor tries again
          * (lg_rejoin_rx_step) until the rebuild times out. */
-        lg_session_put(s);
         return;
     }
     rj->path = NULL;
@@ -253,13 +200,9 @@ int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t
         lg_rejoin_abort(c, slot);
     }
     if (!rj->path) {
-        struct sockaddr_in peer = {0};
-        socklen_t len = sizeof(peer);
-        getpeername(fd, (struct sockaddr *)&peer, &len);
         const struct lg_device *d = lg_device_get(c->dev);
         const char *nic = c->paths[slot] ? c->paths[slot]->nic : d ? d->nic[slot].name : "?";
-        rj->path = lg_path_alloc(c, slot, nic,
-                                 lg_addr_format(peer.sin_addr.s_addr, ntohs(peer.sin_port)).s);
+        rj->path = lg_path_alloc(c, slot, nic, lg_sock_peer(fd).s);
         if (!rj->path)
             return -1;
         rj->path->gen = rj->gen = h->gen;

@@ -64,6 +64,14 @@ int lg_sock_connect_start(const char *ifname, uint32_t ip, uint32_t peer_ip, uin
     return fd;
 }
 
+struct lg_addr_str lg_sock_peer(int fd)
+{
+    struct sockaddr_in peer = {0};
+    socklen_t len = sizeof(peer);
+    getpeername(fd, (struct sockaddr *)&peer, &len);
+    return lg_addr_format(peer.sin_addr.s_addr, ntohs(peer.sin_port));
+}
+
 unsigned lg_sock_local_port(int fd)
 {
     struct sockaddr_in a;

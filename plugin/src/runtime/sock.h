@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "runtime/util.h"
+
 enum lg_sock_role { LG_SOCK_CTRL, LG_SOCK_DATA };
 
 /* Non-blocking socket bound to ip (its port chosen at connect: IP_BIND_ADDRESS_NO_PORT) and, if
@@ -13,6 +15,8 @@ enum lg_sock_role { LG_SOCK_CTRL, LG_SOCK_DATA };
  * the fd or -1 (errno set). */
 int lg_sock_connect_start(const char *ifname, uint32_t ip, uint32_t peer_ip, uint16_t peer_port,
                           enum lg_sock_role role);
+/* The socket's peer, "a.b.c.d:port" ("0.0.0.0:0" if it has none): an accepted path's name. */
+struct lg_addr_str lg_sock_peer(int fd);
 /* The socket's local TCP port (host order); 0 if it has none. */
 unsigned lg_sock_local_port(int fd);
 /* Listening socket on (ip, ephemeral port); *port gets the port (host order). */

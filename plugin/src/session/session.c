@@ -18,6 +18,7 @@
 #include "runtime/sock.h"
 #include "runtime/util.h"
 #include "runtime/wake.h"
+#include "session/dial.h"
 
 static pthread_mutex_t lg_sess_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct lg_session *lg_sessions; /* under lg_sess_mu */
@@ -208,15 +209,10 @@ static int connect_step_locked(struct lg_session *s)
         if (rc != 0)
             return rc > 0 ? 0 : -1;
     }
-    uint8_t buf[LG_HELLO_SIZE];
-    lg_hello_encode(buf, &(struct lg_hello){.flags = LG_HELLO_F_SESSION, .conn_nonce = s->id});
-    while (s->hello_sent < LG_HELLO_SIZE) {
-        struct iovec iov = {buf + s->hello_sent, LG_HELLO_SIZE - s->hello_sent};
-        ssize_t n = lg_sock_writev(s->task.fd, &iov, 1);
-        if (n < 0)
-            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-        s->hello_sent += (size_t)n;
-    }
+    const struct lg_hello h = {.flags = LG_HELLO_F_SESSION, .conn_nonce = s->id};
+    int sent = lg_hello_send(s->task.fd, &h, &s->hello_sent);
+    if (sent <= 0)
+        return sent;
     if (lg_task_attach(&s->task, EPOLLIN | EPOLLOUT) != 0)
         return -1;
     s->started = 1;
