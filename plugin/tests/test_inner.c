@@ -424,8 +424,8 @@ static void check_wrap_grouped(void)
     lg_fo_init(c);
     struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
     CHECK(c->tr->caps & LG_TR_MSGS && p != NULL);
-    p->w.comm = r;
-    p->w.ready = 1;
+    lg_inner_tp(p->tp)->comm = r;
+    lg_inner_tp(p->tp)->ready = 1;
     c->active_path = p;
     int irecvs = fst->irecvs;
     CHECK_EQ(lg_conn_irecv(c, 3, data, caps, tags, NULL, &req), ncclSuccess);
@@ -476,8 +476,8 @@ static void check_wrap_flush(void)
     lg_fo_init(c);
     struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
     CHECK(c->tr->caps & LG_TR_MSGS && p != NULL);
-    p->w.comm = r;
-    p->w.ready = 1;
+    lg_inner_tp(p->tp)->comm = r;
+    lg_inner_tp(p->tp)->ready = 1;
     c->active_path = p;
     int flushes = fst->flushes, tests = fst->tests;
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
@@ -488,14 +488,16 @@ static void check_wrap_flush(void)
     /* Re-armed (a fresh inner comm on the same path, wrap.h): the old comm's flush is done. */
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     lg_wrap_rearm(p);
-    CHECK(p->w.igen == 1 && p->w.comm == NULL && !lg_wrap_carries(&p->w));
-    p->w.comm = r; /* as if the next handshake had ended (the fake's comms are tokens) */
-    p->w.ready = 1;
+    CHECK(lg_inner_tp(p->tp)->igen == 1 && lg_inner_tp(p->tp)->comm == NULL &&
+          !lg_wrap_carries(p));
+    /* as if the next handshake had ended (the fake's comms are tokens) */
+    lg_inner_tp(p->tp)->comm = r;
+    lg_inner_tp(p->tp)->ready = 1;
     CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1);
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     lg_wrap_fence(p);
-    CHECK(lg_wrap_carries(&p->w) == 0);
+    CHECK(lg_wrap_carries(p) == 0);
     done = 0;
     CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1); /* no inner call */
