@@ -7,7 +7,8 @@
  *  - build/tests/libfake-inner.so (tests/fake_inner.c): a lazy table filled in by init,
  *    per-comm init (v11) against one shared init (v8, v10), property defaults, traffic class,
  *    the optional-receive marker forwarded (v9+) and stripped (v8); wrap mode's grouped
- *    receive (one inner irecv of the whole group, posted again whole after a switch);
+ *    receive (one inner irecv of the whole group, posted again whole after a switch), and
+ *    its state per path object (a slot's rebuild starts with no comm of its own);
  *  - error paths, each a WARN naming the library and a clean failure: a missing library, no
  *    ncclNet symbol (libc), a version it lacks, init failing, no devices, a NULL member after
  *    init, a call returning an error, a bogus request, wrapping linkguard itself.
@@ -513,6 +514,48 @@ static void check_wrap_flush(void)
     lg_inner_close(in);
 }
 
+/* The inner state is the transport's own (inner_conn.h): an endpoint per connection and state
+ * per path object. A rebuild of a slot is a new object while the old one still stands there
+ * (the receiver's may still carry the data): it starts with no comm, and fencing it leaves
+ * the old one's comm alone. */
+static void check_wrap_path_objects(void)
+{
+    struct lg_inner *in = fake_open(11, "ok");
+    struct lg_inner_ctx *ctx = NULL;
+    if (!in || lg_inner_start(in, 4, -1, &ctx) != ncclSuccess)
+        return;
+    static struct lg_wrap w;
+    w.in = in;
+    w.ctx = ctx;
+    lg_wrap = &w;
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *l = NULL, *s = NULL, *r = NULL;
+    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
+    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
+    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
+    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
+    lg_fo_init(c);
+    struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
+    CHECK(c->ep != NULL && p != NULL && p->tp != NULL);
+    lg_inner_tp(p->tp)->comm = r;
+    lg_inner_tp(p->tp)->ready = 1;
+    c->active_path = p;
+    struct lg_path *q = lg_path_alloc(c, 0, "rail0", "peer"); /* slot 0's rebuild, gen 1 */
+    CHECK(q != NULL && q->tp != NULL && q->tp != p->tp);
+    q->gen = 1;
+    CHECK(!lg_wrap_carries(q) && lg_inner_tp(q->tp)->comm == NULL && lg_wrap_carries(p));
+    lg_wrap_fence(q);
+    CHECK(lg_wrap_carries(p) && lg_inner_tp(p->tp)->comm == r && !lg_inner_tp(p->tp)->dead);
+    lg_path_free(q);
+    CHECK(lg_wrap_carries(p));
+    lg_conn_free(c); /* fences p: closes r */
+    in->ops->closeSend(in, s);
+    in->ops->closeListen(in, l);
+    lg_wrap = NULL;
+    in->ops->finalize(in, ctx);
+    lg_inner_close(in);
+}
+
 int main(void)
 {
     find_build_dir();
@@ -539,6 +582,7 @@ int main(void)
     check_start_error(0, "nullfn", "test is NULL after init", NULL);
     check_call_errors();
     check_wrap_flush();
+    check_wrap_path_objects();
     check_wrap_grouped();
     LG_TEST_DONE();
 }
