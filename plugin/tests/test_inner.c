@@ -399,35 +399,66 @@ static void check_call_errors(void)
     lg_inner_close(in);
 }
 
+/* A receiver's connection in wrap mode over the fake inner (a comm id of its own), its primary
+ * path committed on an inner comm accepted here (the monitor's handshake does not run). */
+struct wrap_rig {
+    struct lg_inner *in;
+    struct lg_inner_ctx *ctx;
+    struct lg_wrap w;
+    void *l, *s, *r; /* the inner listen, send and receive comms */
+    struct lg_conn *c;
+    struct lg_path *p;
+};
+
+static int wrap_rig_open(struct wrap_rig *g, const char *mode, uint64_t comm_id)
+{
+    memset(g, 0, sizeof(*g));
+    g->in = fake_open(11, mode);
+    if (!g->in || lg_inner_start(g->in, comm_id, -1, &g->ctx) != ncclSuccess)
+        return -1;
+    g->w.in = g->in;
+    g->w.ctx = g->ctx;
+    lg_wrap = &g->w;
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    CHECK_EQ(g->in->ops->listen(g->in, g->ctx, 0, handle, &g->l), ncclSuccess);
+    CHECK_EQ(g->in->ops->connect(g->in, g->ctx, 0, handle, &g->s), ncclSuccess);
+    CHECK_EQ(g->in->ops->accept(g->in, g->l, &g->r), ncclSuccess);
+    g->c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
+    lg_fo_init(g->c);
+    g->p = lg_path_new(g->c, 0, "rail0", "peer");
+    CHECK(g->c->tr->caps & LG_TR_MSGS && g->c->ep != NULL && g->p != NULL && g->p->tp != NULL);
+    lg_inner_tp(g->p->tp)->comm = g->r;
+    lg_inner_tp(g->p->tp)->ready = 1;
+    g->c->active_path = g->p;
+    return 0;
+}
+
+static void wrap_rig_close(struct wrap_rig *g)
+{
+    lg_conn_free(g->c); /* fences the path: closes the receive comm */
+    g->in->ops->closeSend(g->in, g->s);
+    g->in->ops->closeListen(g->in, g->l);
+    lg_wrap = NULL;
+    g->in->ops->finalize(g->in, g->ctx);
+    lg_inner_close(g->in);
+}
+
 /* Wrap mode's grouped receive: one inner irecv of all its buffers, tags and sizes; test()
  * reports the inner's sizes and counts every message of the group placed; after a switch
  * (the receives on the old comm forgotten) the group is posted again, whole. */
 static void check_wrap_grouped(void)
 {
-    struct lg_inner *in = fake_open(11, "ok");
-    struct lg_inner_ctx *ctx = NULL;
-    if (!in || lg_inner_start(in, 5, -1, &ctx) != ncclSuccess)
+    static struct wrap_rig g;
+    if (wrap_rig_open(&g, "ok", 5) != 0)
         return;
-    static struct lg_wrap w;
-    w.in = in;
-    w.ctx = ctx;
-    lg_wrap = &w;
-    char handle[NCCL_NET_HANDLE_MAXSIZE], b[3][64];
-    void *l = NULL, *s = NULL, *r = NULL, *req = NULL, *sreq = NULL;
+    struct lg_conn *c = g.c;
+    char b[3][64];
+    void *req = NULL, *sreq = NULL;
     void *data[3] = {b[0], b[1], b[2]};
     size_t caps[3] = {64, 40, 30};
     int tags[3] = {4, 9, 4}, sizes[4] = {-1, -1, -1, -1}, done = 0;
-    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
-    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
-    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
-    CHECK_EQ(in->ops->isend(in, s, b[0], 50, 0, NULL, NULL, &sreq), ncclSuccess); /* sizes[0] */
-    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
-    lg_fo_init(c);
-    struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
-    CHECK(c->tr->caps & LG_TR_MSGS && p != NULL);
-    lg_inner_tp(p->tp)->comm = r;
-    lg_inner_tp(p->tp)->ready = 1;
-    c->active_path = p;
+    /* the message sizes[0] reports */
+    CHECK_EQ(g.in->ops->isend(g.in, g.s, b[0], 50, 0, NULL, NULL, &sreq), ncclSuccess);
     int irecvs = fst->irecvs;
     CHECK_EQ(lg_conn_irecv(c, 3, data, caps, tags, NULL, &req), ncclSuccess);
     CHECK(req != NULL && fst->irecvs == irecvs + 1 && fst->recv_n == 3);
@@ -445,12 +476,7 @@ static void check_wrap_grouped(void)
         CHECK_EQ(lg_req_test(req, &done, sizes), ncclSuccess);
     CHECK(done == 1 && fst->irecvs == irecvs + 3 && fst->recv_n == 2);
     CHECK_EQ(__atomic_load_n(&c->placed, __ATOMIC_ACQUIRE), 5);
-    lg_conn_free(c);
-    in->ops->closeSend(in, s);
-    in->ops->closeListen(in, l);
-    lg_wrap = NULL;
-    in->ops->finalize(in, ctx);
-    lg_inner_close(in);
+    wrap_rig_close(&g);
 }
 
 /* Wrap mode's iflush: forwarded to the committed path's inner comm as a linkguard request
@@ -458,28 +484,15 @@ static void check_wrap_grouped(void)
  * flush has nothing left to wait for and completes without calling the inner. */
 static void check_wrap_flush(void)
 {
-    struct lg_inner *in = fake_open(11, "flush");
-    struct lg_inner_ctx *ctx = NULL;
-    if (!in || lg_inner_start(in, 4, -1, &ctx) != ncclSuccess)
+    static struct wrap_rig g;
+    if (wrap_rig_open(&g, "flush", 4) != 0)
         return;
-    static struct lg_wrap w;
-    w.in = in;
-    w.ctx = ctx;
-    lg_wrap = &w;
-    char handle[NCCL_NET_HANDLE_MAXSIZE], buf[64];
-    void *l = NULL, *s = NULL, *r = NULL, *req = NULL, *data[1] = {buf};
+    struct lg_conn *c = g.c;
+    struct lg_path *p = g.p;
+    char buf[64];
+    void *req = NULL, *data[1] = {buf};
     int sizes[1] = {64}, done = 0;
     struct lg_inner_mr *mrs[1] = {NULL};
-    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
-    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
-    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
-    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
-    lg_fo_init(c);
-    struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
-    CHECK(c->tr->caps & LG_TR_MSGS && p != NULL);
-    lg_inner_tp(p->tp)->comm = r;
-    lg_inner_tp(p->tp)->ready = 1;
-    c->active_path = p;
     int flushes = fst->flushes, tests = fst->tests;
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     CHECK(req != NULL && fst->flushes == flushes + 1);
@@ -492,7 +505,7 @@ static void check_wrap_flush(void)
     CHECK(lg_inner_tp(p->tp)->igen == 1 && lg_inner_tp(p->tp)->comm == NULL &&
           !lg_wrap_carries(p));
     /* as if the next handshake had ended (the fake's comms are tokens) */
-    lg_inner_tp(p->tp)->comm = r;
+    lg_inner_tp(p->tp)->comm = g.r;
     lg_inner_tp(p->tp)->ready = 1;
     CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1);
@@ -506,12 +519,7 @@ static void check_wrap_flush(void)
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     CHECK(req == NULL && fst->flushes == flushes + 3);
     CHECK_EQ(lg_wrap_flush_test(buf, &done, &rc), 0); /* not one of ours */
-    lg_conn_free(c);
-    in->ops->closeSend(in, s);
-    in->ops->closeListen(in, l);
-    lg_wrap = NULL;
-    in->ops->finalize(in, ctx);
-    lg_inner_close(in);
+    wrap_rig_close(&g);
 }
 
 /* The inner state is the transport's own (inner_conn.h): an endpoint per connection and state
@@ -520,40 +528,19 @@ static void check_wrap_flush(void)
  * the old one's comm alone. */
 static void check_wrap_path_objects(void)
 {
-    struct lg_inner *in = fake_open(11, "ok");
-    struct lg_inner_ctx *ctx = NULL;
-    if (!in || lg_inner_start(in, 4, -1, &ctx) != ncclSuccess)
+    static struct wrap_rig g;
+    if (wrap_rig_open(&g, "ok", 6) != 0)
         return;
-    static struct lg_wrap w;
-    w.in = in;
-    w.ctx = ctx;
-    lg_wrap = &w;
-    char handle[NCCL_NET_HANDLE_MAXSIZE];
-    void *l = NULL, *s = NULL, *r = NULL;
-    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
-    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
-    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
-    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
-    lg_fo_init(c);
-    struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
-    CHECK(c->ep != NULL && p != NULL && p->tp != NULL);
-    lg_inner_tp(p->tp)->comm = r;
-    lg_inner_tp(p->tp)->ready = 1;
-    c->active_path = p;
-    struct lg_path *q = lg_path_alloc(c, 0, "rail0", "peer"); /* slot 0's rebuild, gen 1 */
+    struct lg_path *p = g.p;
+    struct lg_path *q = lg_path_alloc(g.c, 0, "rail0", "peer"); /* slot 0's rebuild, gen 1 */
     CHECK(q != NULL && q->tp != NULL && q->tp != p->tp);
     q->gen = 1;
     CHECK(!lg_wrap_carries(q) && lg_inner_tp(q->tp)->comm == NULL && lg_wrap_carries(p));
     lg_wrap_fence(q);
-    CHECK(lg_wrap_carries(p) && lg_inner_tp(p->tp)->comm == r && !lg_inner_tp(p->tp)->dead);
+    CHECK(lg_wrap_carries(p) && lg_inner_tp(p->tp)->comm == g.r && !lg_inner_tp(p->tp)->dead);
     lg_path_free(q);
     CHECK(lg_wrap_carries(p));
-    lg_conn_free(c); /* fences p: closes r */
-    in->ops->closeSend(in, s);
-    in->ops->closeListen(in, l);
-    lg_wrap = NULL;
-    in->ops->finalize(in, ctx);
-    lg_inner_close(in);
+    wrap_rig_close(&g);
 }
 
 int main(void)
