@@ -7,7 +7,8 @@
  *  - build/tests/libfake-inner.so (tests/fake_inner.c): a lazy table filled in by init,
  *    per-comm init (v11) against one shared init (v8, v10), property defaults, traffic class,
  *    the optional-receive marker forwarded (v9+) and stripped (v8); wrap mode's grouped
- *    receive (one inner irecv of the whole group, posted again whole after a switch);
+ *    receive (one inner irecv of the whole group, posted again whole after a switch), and
+ *    its state per path object (a slot's rebuild starts with no comm of its own);
  *  - error paths, each a WARN naming the library and a clean failure: a missing library, no
  *    ncclNet symbol (libc), a version it lacks, init failing, no devices, a NULL member after
  *    init, a call returning an error, a bogus request, wrapping linkguard itself.
@@ -398,35 +399,66 @@ static void check_call_errors(void)
     lg_inner_close(in);
 }
 
+/* A receiver's connection in wrap mode over the fake inner (a comm id of its own), its primary
+ * path committed on an inner comm accepted here (the monitor's handshake does not run). */
+struct wrap_rig {
+    struct lg_inner *in;
+    struct lg_inner_ctx *ctx;
+    struct lg_wrap w;
+    void *l, *s, *r; /* the inner listen, send and receive comms */
+    struct lg_conn *c;
+    struct lg_path *p;
+};
+
+static int wrap_rig_open(struct wrap_rig *g, const char *mode, uint64_t comm_id)
+{
+    memset(g, 0, sizeof(*g));
+    g->in = fake_open(11, mode);
+    if (!g->in || lg_inner_start(g->in, comm_id, -1, &g->ctx) != ncclSuccess)
+        return -1;
+    g->w.in = g->in;
+    g->w.ctx = g->ctx;
+    lg_wrap = &g->w;
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    CHECK_EQ(g->in->ops->listen(g->in, g->ctx, 0, handle, &g->l), ncclSuccess);
+    CHECK_EQ(g->in->ops->connect(g->in, g->ctx, 0, handle, &g->s), ncclSuccess);
+    CHECK_EQ(g->in->ops->accept(g->in, g->l, &g->r), ncclSuccess);
+    g->c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
+    lg_fo_init(g->c);
+    g->p = lg_path_new(g->c, 0, "rail0", "peer");
+    CHECK(!g->c->tr->chunks && g->c->ep != NULL && g->p != NULL && g->p->tp != NULL);
+    lg_inner_tp(g->p->tp)->comm = g->r;
+    lg_inner_tp(g->p->tp)->ready = 1;
+    g->c->active_path = g->p;
+    return 0;
+}
+
+static void wrap_rig_close(struct wrap_rig *g)
+{
+    lg_conn_free(g->c); /* fences the path: closes the receive comm */
+    g->in->ops->closeSend(g->in, g->s);
+    g->in->ops->closeListen(g->in, g->l);
+    lg_wrap = NULL;
+    g->in->ops->finalize(g->in, g->ctx);
+    lg_inner_close(g->in);
+}
+
 /* Wrap mode's grouped receive: one inner irecv of all its buffers, tags and sizes; test()
  * reports the inner's sizes and counts every message of the group placed; after a switch
  * (the receives on the old comm forgotten) the group is posted again, whole. */
 static void check_wrap_grouped(void)
 {
-    struct lg_inner *in = fake_open(11, "ok");
-    struct lg_inner_ctx *ctx = NULL;
-    if (!in || lg_inner_start(in, 5, -1, &ctx) != ncclSuccess)
+    static struct wrap_rig g;
+    if (wrap_rig_open(&g, "ok", 5) != 0)
         return;
-    static struct lg_wrap w;
-    w.in = in;
-    w.ctx = ctx;
-    lg_wrap = &w;
-    char handle[NCCL_NET_HANDLE_MAXSIZE], b[3][64];
-    void *l = NULL, *s = NULL, *r = NULL, *req = NULL, *sreq = NULL;
+    struct lg_conn *c = g.c;
+    char b[3][64];
+    void *req = NULL, *sreq = NULL;
     void *data[3] = {b[0], b[1], b[2]};
     size_t caps[3] = {64, 40, 30};
     int tags[3] = {4, 9, 4}, sizes[4] = {-1, -1, -1, -1}, done = 0;
-    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
-    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
-    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
-    CHECK_EQ(in->ops->isend(in, s, b[0], 50, 0, NULL, NULL, &sreq), ncclSuccess); /* sizes[0] */
-    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
-    lg_fo_init(c);
-    struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
-    CHECK(!c->tr->chunks && p != NULL);
-    p->w.comm = r;
-    p->w.ready = 1;
-    c->active_path = p;
+    /* the message sizes[0] reports */
+    CHECK_EQ(g.in->ops->isend(g.in, g.s, b[0], 50, 0, NULL, NULL, &sreq), ncclSuccess);
     int irecvs = fst->irecvs;
     CHECK_EQ(lg_conn_irecv(c, 3, data, caps, tags, NULL, &req), ncclSuccess);
     CHECK(req != NULL && fst->irecvs == irecvs + 1 && fst->recv_n == 3);
@@ -444,12 +476,7 @@ static void check_wrap_grouped(void)
         CHECK_EQ(lg_req_test(req, &done, sizes), ncclSuccess);
     CHECK(done == 1 && fst->irecvs == irecvs + 3 && fst->recv_n == 2);
     CHECK_EQ(__atomic_load_n(&c->placed, __ATOMIC_ACQUIRE), 5);
-    lg_conn_free(c);
-    in->ops->closeSend(in, s);
-    in->ops->closeListen(in, l);
-    lg_wrap = NULL;
-    in->ops->finalize(in, ctx);
-    lg_inner_close(in);
+    wrap_rig_close(&g);
 }
 
 /* Wrap mode's iflush: forwarded to the committed path's inner comm as a linkguard request
@@ -457,28 +484,15 @@ static void check_wrap_grouped(void)
  * flush has nothing left to wait for and completes without calling the inner. */
 static void check_wrap_flush(void)
 {
-    struct lg_inner *in = fake_open(11, "flush");
-    struct lg_inner_ctx *ctx = NULL;
-    if (!in || lg_inner_start(in, 4, -1, &ctx) != ncclSuccess)
+    static struct wrap_rig g;
+    if (wrap_rig_open(&g, "flush", 4) != 0)
         return;
-    static struct lg_wrap w;
-    w.in = in;
-    w.ctx = ctx;
-    lg_wrap = &w;
-    char handle[NCCL_NET_HANDLE_MAXSIZE], buf[64];
-    void *l = NULL, *s = NULL, *r = NULL, *req = NULL, *data[1] = {buf};
+    struct lg_conn *c = g.c;
+    struct lg_path *p = g.p;
+    char buf[64];
+    void *req = NULL, *data[1] = {buf};
     int sizes[1] = {64}, done = 0;
     struct lg_inner_mr *mrs[1] = {NULL};
-    CHECK_EQ(in->ops->listen(in, ctx, 0, handle, &l), ncclSuccess);
-    CHECK_EQ(in->ops->connect(in, ctx, 0, handle, &s), ncclSuccess);
-    CHECK_EQ(in->ops->accept(in, l, &r), ncclSuccess);
-    struct lg_conn *c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
-    lg_fo_init(c);
-    struct lg_path *p = lg_path_new(c, 0, "rail0", "peer");
-    CHECK(!c->tr->chunks && p != NULL);
-    p->w.comm = r;
-    p->w.ready = 1;
-    c->active_path = p;
     int flushes = fst->flushes, tests = fst->tests;
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     CHECK(req != NULL && fst->flushes == flushes + 1);
@@ -488,14 +502,16 @@ static void check_wrap_flush(void)
     /* Re-armed (a fresh inner comm on the same path, wrap.h): the old comm's flush is done. */
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     lg_wrap_rearm(p);
-    CHECK(p->w.igen == 1 && p->w.comm == NULL && !lg_wrap_carries(&p->w));
-    p->w.comm = r; /* as if the next handshake had ended (the fake's comms are tokens) */
-    p->w.ready = 1;
+    CHECK(lg_inner_tp(p->tp)->igen == 1 && lg_inner_tp(p->tp)->comm == NULL &&
+          !lg_wrap_carries(p));
+    /* as if the next handshake had ended (the fake's comms are tokens) */
+    lg_inner_tp(p->tp)->comm = g.r;
+    lg_inner_tp(p->tp)->ready = 1;
     CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1);
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     lg_wrap_fence(p);
-    CHECK(lg_wrap_carries(&p->w) == 0);
+    CHECK(lg_wrap_carries(p) == 0);
     done = 0;
     CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1); /* no inner call */
@@ -503,12 +519,28 @@ static void check_wrap_flush(void)
     CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     CHECK(req == NULL && fst->flushes == flushes + 3);
     CHECK_EQ(lg_wrap_flush_test(buf, &done, &rc), 0); /* not one of ours */
-    lg_conn_free(c);
-    in->ops->closeSend(in, s);
-    in->ops->closeListen(in, l);
-    lg_wrap = NULL;
-    in->ops->finalize(in, ctx);
-    lg_inner_close(in);
+    wrap_rig_close(&g);
+}
+
+/* The inner state is the transport's own (inner_conn.h): an endpoint per connection and state
+ * per path object. A rebuild of a slot is a new object while the old one still stands there
+ * (the receiver's may still carry the data): it starts with no comm, and fencing it leaves
+ * the old one's comm alone. */
+static void check_wrap_path_objects(void)
+{
+    static struct wrap_rig g;
+    if (wrap_rig_open(&g, "ok", 6) != 0)
+        return;
+    struct lg_path *p = g.p;
+    struct lg_path *q = lg_path_alloc(g.c, 0, "rail0", "peer"); /* slot 0's rebuild, gen 1 */
+    CHECK(q != NULL && q->tp != NULL && q->tp != p->tp);
+    q->gen = 1;
+    CHECK(!lg_wrap_carries(q) && lg_inner_tp(q->tp)->comm == NULL && lg_wrap_carries(p));
+    lg_wrap_fence(q);
+    CHECK(lg_wrap_carries(p) && lg_inner_tp(p->tp)->comm == g.r && !lg_inner_tp(p->tp)->dead);
+    lg_path_free(q);
+    CHECK(lg_wrap_carries(p));
+    wrap_rig_close(&g);
 }
 
 int main(void)
@@ -537,6 +569,7 @@ int main(void)
     check_start_error(0, "nullfn", "test is NULL after init", NULL);
     check_call_errors();
     check_wrap_flush();
+    check_wrap_path_objects();
     check_wrap_grouped();
     LG_TEST_DONE();
 }

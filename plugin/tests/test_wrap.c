@@ -34,6 +34,7 @@
 #include "runtime/params.h"
 #include "runtime/util.h"
 #include "transport/inner/inner_dev.h"
+#include "transport/inner/wrap.h"
 
 #define NBUF 8
 #define BUFSZ 70000
@@ -172,7 +173,7 @@ static int committed_on(void *comm, int slot)
     pthread_mutex_lock(&c->mu);
     struct lg_path *a = c->active_path;
     int on = c->active == slot && a && a == c->paths[slot] && lg_path_up(a) &&
-             lg_wrap_carries(&a->w);
+             lg_wrap_carries(a);
     pthread_mutex_unlock(&c->mu);
     return on;
 }
@@ -186,7 +187,7 @@ static int wait_settled(struct pair *p, int slot, double max_s)
         int ok = committed_on(p->s, slot) && committed_on(p->r, slot);
         for (int i = 0; i < 2 && ok; i++) {
             struct lg_path *q = C(i ? p->r : p->s)->paths[1 - slot];
-            ok = q && lg_path_up(q) && lg_wrap_carries(&q->w);
+            ok = q && lg_path_up(q) && lg_wrap_carries(q);
         }
         if (ok)
             return 1;
@@ -355,10 +356,11 @@ static void test_placed_completion(int placed)
     CHECK_EQ(pair_open(&p, NULL), 0);
     /* A placed sender says so as its comms come up: its receiver then acks only when due. */
     uint64_t t0 = lg_now_ns();
-    while (placed && !__atomic_load_n(&C(p.r)->peer_placed, __ATOMIC_ACQUIRE) &&
+    int *peer_placed = &lg_inner_ep(C(p.r)->ep)->peer_placed;
+    while (placed && !__atomic_load_n(peer_placed, __ATOMIC_ACQUIRE) &&
            lg_now_ns() - t0 < 5000000000ull)
         usleep(1000);
-    CHECK_EQ(__atomic_load_n(&C(p.r)->peer_placed, __ATOMIC_ACQUIRE), placed);
+    CHECK_EQ(__atomic_load_n(peer_placed, __ATOMIC_ACQUIRE), placed);
     void *r = post_recv(&p, 0), *s = post_send(&p, 0, 20);
     int done = 0, size = -1;
     CHECK(r && s && lg_core_test(s, &done, &size) == ncclSuccess);

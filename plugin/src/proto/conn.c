@@ -34,14 +34,16 @@ struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_tra
     c->chunk_size = chunk_size;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->mb_mu, NULL);
-    pthread_mutex_init(&c->wmu, NULL);
-    pthread_mutex_init(&c->mr_mu, NULL);
     pthread_mutex_init(&c->run_mu, NULL);
     c->refs = 1; /* the owner's: connect/accept, then NCCL until close */
     c->failed_req = (struct lg_failed_req){.magic = LG_REQ_FAILED_MAGIC, .conn = c};
     for (int i = 0; i < LG_WINDOW; i++) {
         c->reqs[i].magic = LG_REQ_MAGIC;
         c->reqs[i].conn = c;
+    }
+    if (tr->open && tr->open(c, &c->ep) != 0) {
+        lg_conn_put(c);
+        return NULL;
     }
     return c;
 }
@@ -64,6 +66,11 @@ struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, con
         p->data[i].task.fd = -1;
     }
     p->last_rx_ns = p->prev_rx_ns = lg_now_ns();
+    if (c->tr->path_open && c->tr->path_open(p, &p->tp) != 0) {
+        pthread_mutex_destroy(&p->ctrl_mu);
+        free(p);
+        return NULL;
+    }
     return p;
 }
 
@@ -153,6 +160,8 @@ static void retire_forget(struct lg_path *p);
 static void path_destroy(struct lg_path *p)
 {
     retire_forget(p);
+    if (p->conn->tr->path_close)
+        p->conn->tr->path_close(p);
     pthread_mutex_destroy(&p->ctrl_mu);
     lg_session_put(p->ch.sess);
     free(p);
@@ -360,8 +369,6 @@ void lg_conn_put(struct lg_conn *c)
         return;
     pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
-    pthread_mutex_destroy(&c->wmu);
-    pthread_mutex_destroy(&c->mr_mu);
     pthread_mutex_destroy(&c->run_mu);
     free(c);
 }

@@ -123,7 +123,13 @@
  * switch is fenced and rebuilt: the properties of transport.h). Who owns
  * what: conn.c the objects, their failure and the control channel's bytes; window.c
  * placement, acks and test(); proto_post.c isend/irecv; proto_ctrl.c the control frames;
- * failover.c the state machine; the transports their data sockets or inner comms.
+ * failover.c the state machine; the transports their data sockets or inner comms. A
+ * transport's state is its own object, never a field here: the protocol keeps one opaque
+ * pointer per connection (c->ep, the transport's endpoint) and one per path object (p->tp),
+ * made and ended by the transport's ops (transport.h). The inner transport's endpoint holds
+ * its locks, registrations, the inner request and registration of each window slot and its
+ * goodput counters; its path state, the path's inner comm (transport/inner/inner_conn.h).
+ * TCP still keeps its data streams (lg_path.data[]) and chunk cursor here (issue 27).
  *
  * What each transport guarantees, and so when a send completes (NCCL reuses the buffer then,
  * and a replay reads it):
@@ -150,8 +156,10 @@
  * failover state machine of every connection: handlers only record what they saw (a path
  * failed, frames into the mailbox) and wake it. conn->mu guards the chunk cursor, the
  * placement window and the committed (epoch, active, paths[]); request state words are
- * atomics. NCCL's thread is counted in `inline_users` while it holds a path pointer, so the
- * monitor frees a replaced path only once no one can still hold it. */
+ * atomics. A transport's locks live in its own objects (the inner's ep->wmu comes before
+ * conn->mu, its ep->mr_mu is taken alone: inner_conn.h). NCCL's thread is counted in
+ * `inline_users` while it holds a path pointer, so the monitor frees a replaced path only
+ * once no one can still hold it. */
 #ifndef LG_CONN_H
 #define LG_CONN_H
 
@@ -168,7 +176,6 @@
 #include "session/dial.h"
 #include "session/session.h"
 #include "session/wire.h"
-#include "transport/inner/inner_path.h"
 #include "transport/transport.h"
 
 #define LG_CONN_MAGIC 0x4c47434fu /* "LGCO" */
@@ -253,7 +260,7 @@ struct lg_path {
     int retired;          /* sockets closed, tasks detached (monitor) */
     int bye_sent;         /* BYE(FENCE) queued (monitor) */
     int retire_queued;    /* in the list of paths to retire later (atomic; lg_path_retire_later) */
-    struct lg_wpath w;    /* wrap mode: the inner comm carrying this path's data */
+    struct lg_ep_path *tp; /* the transport's own state of this object (tr->path_open), or NULL */
 };
 
 struct lg_req {
@@ -300,14 +307,7 @@ struct lg_req {
         int tag;
         int bound;     /* a message was bound to it (under mu) */
         uint64_t size; /* bytes received, for test()'s sizes[] (written before DONE) */
-        struct lg_inner_mr *imr;
     } sub[LG_MAX_RECVS]; /* head only */
-    /* wrap mode (under conn->wmu) */
-    struct lg_inner_mr *imr; /* NCCL's registration of the buffer */
-    void *ireq;              /* the inner request of its current post, NULL: none */
-    int w_slot;              /* receiver: slot of the path whose inner comm placed it */
-    uint64_t w_before[2];    /* sender: {seq + 1, bytes posted before it}, a seqlock pair that
-                              * the goodput judge reads (inner_transport.c; atomics) */
 };
 
 /* The request isend/irecv hand out once the connection has failed: it never completes, and
@@ -394,22 +394,7 @@ struct lg_conn {
     /* the protocol's handler of a control frame for one of its paths (lg_fo_init): 0 go on,
      * -1 the path or the connection failed */
     int (*ctrl_frame)(struct lg_path *p, const struct lg_ctrl *f);
-    /* the inner transport (wrap.h): data through the inner plugin's comms */
-    pthread_mutex_t wmu;     /* inner data calls vs commits and fences */
-    pthread_mutex_t mr_mu;   /* mrs, and each path's w.comm/w.ready */
-    struct lg_inner_mr *mrs; /* registrations (list through ->next) */
-    uint64_t w_test;         /* oldest message whose inner request is not seen complete */
-    uint64_t w_post;         /* receiver: next message to post an inner receive for (the
-                              * sender uses cursor_seq) */
-    uint64_t w_since;        /* connect/accept first asked for the inner comms (0: not yet) */
-    int peer_placed;         /* receiver: the sender said its sends complete on placement
-                              * (a DELIVERED came), so acks may wait (atomic) */
-    uint64_t w_bytes[2];     /* sender: {messages posted, their bytes}, likewise */
-    uint64_t w_busy_ns;      /* sender: NCCL's thread last saw a send unfinished (atomic) */
-    uint64_t w_idle_ns;      /* sender: time it had nothing unacknowledged, summed (atomic) */
-    int w_frozen;            /* sender, LINKGUARD_INNER_PLACED: a SWITCH told the receiver
-                              * what to hold; no inner send completes until the switch ends
-                              * (under wmu) */
+    struct lg_endpoint *ep; /* the transport's own object for it (tr->open), or NULL */
 };
 
 #define LG_HOLD_NONE 0

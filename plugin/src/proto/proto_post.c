@@ -34,7 +34,6 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
     r->data = data;
     r->size = size;
     r->tag = tag;
-    r->imr = imr;
     lg_send_keep(c, r, data, size);
     r->nchunks = lg_chunk_count(size, c->chunk_size);
     __atomic_store_n(&r->writers, 0, __ATOMIC_RELAXED);
@@ -56,7 +55,7 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
     c->parked &= ~wake;
     pthread_mutex_unlock(&c->mu);
     *request = r;
-    c->tr->posted(c, r, wake);
+    c->tr->posted(c, r, &imr, wake);
     return ncclSuccess;
 }
 
@@ -96,8 +95,7 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
             return ncclSystemError;
         }
         head->sub[i] = (struct lg_subrecv){.buf = data[i], .cap = sizes[i],
-                                           .tag = tags ? tags[i] : 0,
-                                           .imr = imrs ? imrs[i] : NULL};
+                                           .tag = tags ? tags[i] : 0};
         r->seq = seq + (uint64_t)i;
         r->g_head = seq;
         r->g_n = i ? 0 : n;
@@ -111,7 +109,6 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
         head->sub[i].bound = bound;
         r->tag = head->sub[i].tag;
         r->optional = optional;
-        r->imr = head->sub[i].imr;
         __atomic_store_n(&r->placed, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&r->chunks, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&r->total, LG_TOTAL_UNKNOWN, __ATOMIC_RELAXED);
@@ -123,7 +120,7 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
     __atomic_store_n(&c->posted, seq + (uint64_t)n, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->mu);
     *request = head;
-    c->tr->posted(c, head, 0);
+    c->tr->posted(c, head, imrs, 0);
     return ncclSuccess;
 }
 

@@ -7,6 +7,10 @@
  *
  * Threads: "NCCL's" ops run on NCCL's progress thread (isend/irecv/test), "service" ops on
  * its service thread (connect/accept/regMr/close), "monitor" ops on the monitor thread.
+ * State: a transport keeps its own, never in the protocol's objects: its endpoint of a
+ * connection (c->ep) and its state of a path object (p->tp), both opaque to the protocol, made
+ * by `open`/`path_open` and ended by `release`/`path_close`, NULL for a transport that needs
+ * none (TCP, the fake: their ops are NULL).
  * Types only: this header has no code, so both the connection object and the transports can
  * include it without depending on each other. */
 #ifndef LG_TRANSPORT_H
@@ -29,6 +33,9 @@ struct lg_ctrl;
 struct lg_task;
 struct lg_inner_mr;
 struct lg_inner_ctx;
+/* Opaque to the protocol: each transport that keeps state defines what they point to. */
+struct lg_endpoint; /* a transport's own object for one connection (c->ep) */
+struct lg_ep_path;  /* a transport's own state of one path object (p->tp) */
 
 struct lg_transport {
     const char *name; /* in logs */
@@ -61,6 +68,9 @@ struct lg_transport {
     int (*nstreams)(void); /* data sockets per path */
 
     /* service thread */
+    /* A connection was made (lg_conn_new; its kind and dev are set): *out its endpoint, or
+     * NULL. 0, or -1 (no memory). NULL op: no endpoint. */
+    int (*open)(struct lg_conn *c, struct lg_endpoint **out);
     /* connect/accept hand the connection to NCCL only once this says 1 (0: not yet, -1: the
      * connection failed meanwhile). */
     int (*usable)(struct lg_conn *c, uint64_t now);
@@ -72,13 +82,23 @@ struct lg_transport {
                            struct lg_inner_mr **mrs, void **request);
     /* test() of a request that is not linkguard's: 1 if it is one of the transport's. */
     int (*flush_test)(void *request, int *done, ncclResult_t *rc);
-    void (*release)(struct lg_conn *c); /* close: what it holds for the connection */
+    /* close (after every path's fence): what it holds for the connection, its endpoint too */
+    void (*release)(struct lg_conn *c);
+    /* A path object was made for slot p->index (connect/accept; the monitor for a rebuild, each
+     * a new object with fresh state): *out its state, or NULL. 0, or -1. path_close ends it as
+     * the object goes (after its fence). NULL ops: no per-path state. */
+    int (*path_open)(struct lg_path *p, struct lg_ep_path **out);
+    void (*path_close)(struct lg_path *p);
 
     /* NCCL's thread */
     /* irecv, under c->mu: room to track receive r of up to maxcap bytes. 0, or -1. */
     int (*recv_prepare)(struct lg_conn *c, struct lg_req *r, size_t maxcap);
-    /* isend/irecv posted r (not under mu); `wake`: the send streams the post unparked. */
-    void (*posted)(struct lg_conn *c, const struct lg_req *r, uint32_t wake);
+    /* isend/irecv posted r (not under mu): `mrs` the registrations (reg_mr's) of its buffers,
+     * one for a send, r->g_n for a receive, or NULL (none); `wake`: the send streams the post
+     * unparked. NCCL's thread runs this group's ops one at a time: a transport that moves
+     * data only from them has r's registrations before it moves r. */
+    void (*posted)(struct lg_conn *c, const struct lg_req *r, struct lg_inner_mr *const *mrs,
+                   uint32_t wake);
     /* test() of request r, not complete yet: move data now. */
     void (*progress)(struct lg_conn *c, struct lg_req *r);
 

@@ -242,9 +242,10 @@ static int fake_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
 {
     return (void)c, (void)r, (void)maxcap, 0;
 }
-static void fake_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
+static void fake_posted(struct lg_conn *c, const struct lg_req *r, struct lg_inner_mr *const *mrs,
+                        uint32_t wake)
 {
-    (void)r, (void)wake;
+    (void)r, (void)mrs, (void)wake;
     fake_pump(c);
 }
 static void fake_progress(struct lg_conn *c, struct lg_req *r)

@@ -4,6 +4,7 @@
  * sender's goodput health (completion rates), its POSTED and DELIVERED frames, and the
  * commit hooks. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "daemon/devices.h"
@@ -36,13 +37,49 @@ static ncclResult_t inner_reg_mr(struct lg_conn *c, void *data, size_t size, int
     return lg_wrap_reg_mr(c, data, size, type, offset, fd, out);
 }
 
+/* ---- its own objects (inner_conn.h) ------------------------------------------------------- */
+
+static int inner_open(struct lg_conn *c, struct lg_endpoint **out)
+{
+    (void)c;
+    struct lg_inner_conn *e = calloc(1, sizeof(*e));
+    if (!e)
+        return -1;
+    pthread_mutex_init(&e->wmu, NULL);
+    pthread_mutex_init(&e->mr_mu, NULL);
+    *out = (struct lg_endpoint *)e;
+    return 0;
+}
+
 static void inner_release(struct lg_conn *c)
 {
-    while (c->mrs) { /* NCCL deregisters before it closes; this is a leak guard */
-        struct lg_inner_mr *mr = c->mrs;
-        c->mrs = mr->next;
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    if (!e)
+        return;
+    while (e->mrs) { /* NCCL deregisters before it closes; this is a leak guard */
+        struct lg_inner_mr *mr = e->mrs;
+        e->mrs = mr->next;
         lg_inner_mr_dereg(lg_wrap->in, mr);
     }
+    pthread_mutex_destroy(&e->wmu);
+    pthread_mutex_destroy(&e->mr_mu);
+    free(e);
+    c->ep = NULL;
+}
+
+/* Every path object starts with no inner comm: a rebuilt path is a new object (inner_conn.h). */
+static int inner_path_open(struct lg_path *p, struct lg_ep_path **out)
+{
+    (void)p;
+    struct lg_inner_path *w = calloc(1, sizeof(*w));
+    *out = (struct lg_ep_path *)w;
+    return w ? 0 : -1;
+}
+
+static void inner_path_close(struct lg_path *p)
+{
+    free(p->tp); /* its comm and handshake went with its fence */
+    p->tp = NULL;
 }
 
 static int inner_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
@@ -84,10 +121,10 @@ static uint64_t coarse_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void note_busy(struct lg_conn *c, uint64_t now)
+static void note_busy(struct lg_conn *c, struct lg_inner_conn *e, uint64_t now)
 {
-    if (__atomic_load_n(&c->w_busy_ns, __ATOMIC_RELAXED) != now)
-        __atomic_store_n(&c->w_busy_ns, now, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&e->busy_ns, __ATOMIC_RELAXED) != now)
+        __atomic_store_n(&e->busy_ns, now, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&c->polled, __ATOMIC_RELAXED))
         __atomic_store_n(&c->polled, 1, __ATOMIC_RELAXED); /* NCCL polls: completions are seen */
 }
@@ -96,35 +133,35 @@ static void note_busy(struct lg_conn *c, uint64_t now)
  * a count of completed messages into bytes (the slot of a message not yet acknowledged is
  * not reused); and a post that finds everything acknowledged ends a drained moment, whose
  * length (since a send was last seen unfinished) the monitor leaves out of the rate. */
-static void account_send(struct lg_conn *c, uint64_t seq)
+static void account_send(struct lg_conn *c, struct lg_inner_conn *e, uint64_t seq)
 {
     struct lg_req *r = &c->reqs[seq % LG_WINDOW];
-    uint64_t now = coarse_ns(), busy = __atomic_load_n(&c->w_busy_ns, __ATOMIC_RELAXED);
+    uint64_t now = coarse_ns(), busy = __atomic_load_n(&e->busy_ns, __ATOMIC_RELAXED);
     if (seq == __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) && busy && now > busy)
-        __atomic_store_n(&c->w_idle_ns, __atomic_load_n(&c->w_idle_ns, __ATOMIC_RELAXED) +
-                                            (now - busy), __ATOMIC_RELEASE);
-    note_busy(c, now);
-    uint64_t bytes = __atomic_load_n(&c->w_bytes[1], __ATOMIC_RELAXED); /* only we write it */
-    pair_put(r->w_before, seq + 1, bytes);
-    pair_put(c->w_bytes, seq + 2, bytes + r->size); /* last: this post is accounted (idle too) */
+        __atomic_store_n(&e->idle_ns, __atomic_load_n(&e->idle_ns, __ATOMIC_RELAXED) +
+                                          (now - busy), __ATOMIC_RELEASE);
+    note_busy(c, e, now);
+    uint64_t bytes = __atomic_load_n(&e->bytes[1], __ATOMIC_RELAXED); /* only we write it */
+    pair_put(e->req[seq % LG_WINDOW].before, seq + 1, bytes);
+    pair_put(e->bytes, seq + 2, bytes + r->size); /* last: this post is accounted (idle too) */
 }
 
 /* Monitor: whether the newest of `posted` messages is accounted, its drained moment included
  * (NCCL's thread publishes a post before it accounts it). */
-static int accounted(struct lg_conn *c, uint64_t posted)
+static int accounted(const struct lg_inner_conn *e, uint64_t posted)
 {
     uint64_t bytes;
-    return posted == 0 || pair_get(c->w_bytes, posted + 1, &bytes);
+    return posted == 0 || pair_get(e->bytes, posted + 1, &bytes);
 }
 
 /* Monitor: the bytes of messages 0 .. n - 1, or -1 when message n - 1 is still being
  * accounted (look again at the next run). */
-static int bytes_before(struct lg_conn *c, uint64_t n, uint64_t *out)
+static int bytes_before(const struct lg_inner_conn *e, uint64_t n, uint64_t *out)
 {
     *out = 0;
-    if (n == 0 || pair_get(c->w_bytes, n + 1, out))
+    if (n == 0 || pair_get(e->bytes, n + 1, out))
         return 0;
-    return pair_get(c->reqs[n % LG_WINDOW].w_before, n + 1, out) ? 0 : -1;
+    return pair_get(e->req[n % LG_WINDOW].before, n + 1, out) ? 0 : -1;
 }
 
 /* A window is judged only if the monitor looked at least this often: it runs a connection
@@ -143,11 +180,12 @@ static int bytes_before(struct lg_conn *c, uint64_t n, uint64_t *out)
 static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
 {
     struct lg_fo_slot *sl = &c->fo.slot[i];
+    const struct lg_inner_conn *e = lg_inner_ep(c->ep);
     uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
     uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE), done;
-    if (bytes_before(c, acked, &done) != 0 || !accounted(c, posted))
+    if (bytes_before(e, acked, &done) != 0 || !accounted(e, posted))
         return; /* NCCL's thread is accounting a post: look again at the next run */
-    uint64_t idle = __atomic_load_n(&c->w_idle_ns, __ATOMIC_ACQUIRE);
+    uint64_t idle = __atomic_load_n(&e->idle_ns, __ATOMIC_ACQUIRE);
     int polled = __atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED);
     int fresh = sl->rw_path != p || sl->rw_gen != p->gen;
     uint64_t gap = LG_RATE_LOOK_GAP_HEARTBEATS * LG_MS(lg_params.heartbeat_ms);
@@ -159,7 +197,7 @@ static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
     }
     int busy = posted > acked && polled &&
                __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
-               c->fo.sw_phase == LG_SW_NONE && lg_wrap_carries(&p->w) &&
+               c->fo.sw_phase == LG_SW_NONE && lg_wrap_carries(p) &&
                lg_path_heard_recently(p, now);
     if (fresh || !sl->rw_t0 || !busy || now - sl->rw_seen_ns > gap) {
         /* (re)start: from this look on, if it is backlogged */
@@ -216,18 +254,25 @@ static void inner_goodput(struct lg_conn *c, uint64_t now)
     }
 }
 
-static void inner_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
+/* The slot of each message keeps its buffer's registration (a receive group's message i is
+ * seq + i), which every post of it, replays too, hands the inner. */
+static void inner_posted(struct lg_conn *c, const struct lg_req *r, struct lg_inner_mr *const *mrs,
+                         uint32_t wake)
 {
     (void)wake;
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    int n = c->kind == LG_CONN_SEND ? 1 : r->g_n;
+    for (int i = 0; i < n; i++)
+        e->req[(r->seq + (uint64_t)i) % LG_WINDOW].imr = mrs ? mrs[i] : NULL;
     if (c->kind == LG_CONN_SEND)
-        account_send(c, r->seq);
+        account_send(c, e, r->seq);
     lg_wrap_pump(c);
 }
 
 static void inner_progress(struct lg_conn *c, struct lg_req *r)
 {
-    if (c->kind == LG_CONN_SEND)
-        note_busy(c, coarse_ns()); /* goodput health: the connection is not drained */
+    if (c->kind == LG_CONN_SEND) /* goodput health: the connection is not drained */
+        note_busy(c, lg_inner_ep(c->ep), coarse_ns());
     lg_wrap_pump(c);
     /* A send waits for the inner completion, then for our ack: read the control channel
      * only once the inner is done with it (one syscall less per poll before that). */
@@ -235,7 +280,7 @@ static void inner_progress(struct lg_conn *c, struct lg_req *r)
         lg_conn_poll_ctrl(c);
 }
 
-static int inner_carries(const struct lg_path *p) { return lg_wrap_carries(&p->w); }
+static int inner_carries(const struct lg_path *p) { return lg_wrap_carries(p); }
 
 /* Receiver: the inner plugin's data flows are not ours to read, so progress is judged from
  * its requests. The oldest incomplete message has its inner receive posted, the sender said
@@ -247,8 +292,7 @@ static void inner_watch(struct lg_conn *c, uint64_t now)
 {
     struct lg_fo *fo = &c->fo;
     struct lg_path *p = c->active_path;
-    if (c->kind != LG_CONN_RECV || !lg_params.stall_ms || !lg_path_up(p) ||
-        !lg_wrap_carries(&p->w))
+    if (c->kind != LG_CONN_RECV || !lg_params.stall_ms || !lg_path_up(p) || !lg_wrap_carries(p))
         return;
     uint64_t base = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&c->mb_mu);
@@ -303,7 +347,7 @@ static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
                               (unsigned long long)f->value);
             return -1;
         }
-        __atomic_store_n(&c->peer_placed, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&lg_inner_ep(c->ep)->peer_placed, 1, __ATOMIC_RELEASE);
         pthread_mutex_lock(&c->mb_mu);
         if (f->value > mb->delivered)
             mb->delivered = f->value;
@@ -329,7 +373,7 @@ static void inner_resume(struct lg_path *p)
 
 static void inner_rebuilt(struct lg_path *p)
 {
-    p->w.ready_owed = 1; /* READY once the inner comm is accepted (wrap.c) */
+    lg_inner_tp(p->tp)->ready_owed = 1; /* READY once the inner comm is accepted (wrap.c) */
 }
 
 /* NCCL's thread posts inner requests on the committed path: it is held off (wmu) across the
@@ -337,7 +381,7 @@ static void inner_rebuilt(struct lg_path *p)
  * so that its RESYNC covers it. */
 static void inner_commit_begin(struct lg_conn *c, struct lg_path *from, struct lg_path *to)
 {
-    pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&lg_inner_ep(c->ep)->wmu);
     if (c->kind == LG_CONN_RECV && from != to) {
         pthread_mutex_lock(&c->mb_mu);
         uint64_t delivered = c->mb.delivered;
@@ -356,7 +400,7 @@ static void inner_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_
         else
             lg_wrap_rx_forget(c);
     }
-    pthread_mutex_unlock(&c->wmu);
+    pthread_mutex_unlock(&lg_inner_ep(c->ep)->wmu);
     if (c->kind == LG_CONN_RECV && from && from != to)
         lg_wrap_fence(from);
 }
@@ -373,12 +417,15 @@ const struct lg_transport lg_inner_transport = {
     .ctx_open = lg_wrap_ctx_open,
     .ctx_close = lg_wrap_ctx_close,
     .nstreams = inner_nstreams,
+    .open = inner_open,
     .usable = lg_wrap_conn_usable,
     .reg_mr = inner_reg_mr,
     .dereg_mr = lg_wrap_dereg_mr,
     .iflush = lg_wrap_iflush,
     .flush_test = lg_wrap_flush_test,
     .release = inner_release,
+    .path_open = inner_path_open,
+    .path_close = inner_path_close,
     .recv_prepare = inner_recv_prepare,
     .posted = inner_posted,
     .progress = inner_progress,

@@ -29,10 +29,16 @@ static struct lg_inner_ctx *conn_ctx(const struct lg_conn *c)
     return x ? x : lg_wrap->ctx;
 }
 
+int lg_wrap_carries(const struct lg_path *p)
+{
+    return lg_inner_path_carries(lg_inner_tp(p->tp));
+}
+
 int lg_wrap_conn_usable(struct lg_conn *c, uint64_t now)
 {
-    if (!c->w_since)
-        c->w_since = now;
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    if (!e->since)
+        e->since = now;
     if (__atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
         return -1;
     uint32_t ph = lg_conn_enter(c); /* path pointers: the monitor may replace paths */
@@ -40,11 +46,11 @@ int lg_wrap_conn_usable(struct lg_conn *c, uint64_t now)
     struct lg_path *a = c->active_path;
     pthread_mutex_unlock(&c->mu);
     /* Not yet: a handshake or a failover is under way (the monitor fails what stays stuck). */
-    int usable = a && lg_path_up(a) && lg_wrap_carries(&a->w);
-    int grace_over = now - c->w_since > (uint64_t)lg_params.backup_grace_ms * 1000000ull;
+    int usable = a && lg_path_up(a) && lg_wrap_carries(a);
+    int grace_over = now - e->since > (uint64_t)lg_params.backup_grace_ms * 1000000ull;
     for (int i = 0; i < LG_NPATHS && usable && !grace_over; i++) {
         struct lg_path *p = __atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE);
-        if (p && p != a && lg_path_up(p) && !lg_wrap_carries(&p->w))
+        if (p && p != a && lg_path_up(p) && !lg_wrap_carries(p))
             usable = 0;
     }
     lg_conn_exit(c, ph);
@@ -58,9 +64,9 @@ static ncclResult_t reg_on_paths(struct lg_conn *c, struct lg_inner_mr *mr)
 {
     for (int i = 0; i < LG_NPATHS; i++) {
         struct lg_path *p = c->paths[i];
-        if (!p || !lg_wrap_carries(&p->w))
+        if (!p || !lg_wrap_carries(p))
             continue;
-        ncclResult_t rc = lg_inner_mr_add(lg_wrap->in, mr, i, p->w.comm);
+        ncclResult_t rc = lg_inner_mr_add(lg_wrap->in, mr, i, lg_inner_tp(p->tp)->comm);
         if (rc != ncclSuccess)
             return rc;
     }
@@ -78,13 +84,14 @@ ncclResult_t lg_wrap_reg_mr(struct lg_conn *c, void *data, size_t size, int type
                               : lg_inner_mr_reg(lg_wrap->in, none, data, size, type, &mr);
     if (rc != ncclSuccess)
         return rc;
-    pthread_mutex_lock(&c->mr_mu);
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    pthread_mutex_lock(&e->mr_mu);
     rc = reg_on_paths(c, mr);
     if (rc == ncclSuccess) {
-        mr->next = c->mrs;
-        c->mrs = mr;
+        mr->next = e->mrs;
+        e->mrs = mr;
     }
-    pthread_mutex_unlock(&c->mr_mu);
+    pthread_mutex_unlock(&e->mr_mu);
     if (rc != ncclSuccess) {
         lg_inner_mr_dereg(lg_wrap->in, mr);
         return rc;
@@ -95,14 +102,15 @@ ncclResult_t lg_wrap_reg_mr(struct lg_conn *c, void *data, size_t size, int type
 
 ncclResult_t lg_wrap_dereg_mr(struct lg_conn *c, struct lg_inner_mr *mr)
 {
-    pthread_mutex_lock(&c->mr_mu);
-    for (struct lg_inner_mr **pp = &c->mrs; *pp; pp = &(*pp)->next)
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    pthread_mutex_lock(&e->mr_mu);
+    for (struct lg_inner_mr **pp = &e->mrs; *pp; pp = &(*pp)->next)
         if (*pp == mr) {
             *pp = mr->next;
             break;
         }
     ncclResult_t rc = lg_inner_mr_dereg(lg_wrap->in, mr);
-    pthread_mutex_unlock(&c->mr_mu);
+    pthread_mutex_unlock(&e->mr_mu);
     return rc;
 }
 
@@ -132,30 +140,30 @@ static int inner_test(struct lg_path *p, void *ireq, int *size)
  * completion means the data is in the receiver's buffer, so it counts as an acknowledgement
  * (the NCCL send completes without waiting for ours); during a switch, once the receiver
  * has been told how many it must hold (lg_wrap_tx_switching), none completes any more. */
-static int tx_complete(struct lg_conn *c, struct lg_path *p)
+static int tx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
     pthread_mutex_lock(&c->mu);
     uint64_t end = c->cursor_seq;
-    int frozen = c->w_frozen && c->hold != LG_HOLD_NONE;
+    int frozen = e->frozen && c->hold != LG_HOLD_NONE;
     if (c->hold == LG_HOLD_NONE)
-        c->w_frozen = 0;
+        e->frozen = 0;
     pthread_mutex_unlock(&c->mu);
-    for (; !frozen && c->w_test < end; c->w_test++) {
-        struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
-        if (r->ireq) {
-            int done = inner_test(p, r->ireq, NULL);
+    for (; !frozen && e->test_seq < end; e->test_seq++) {
+        struct lg_inner_req *ir = &e->req[e->test_seq % LG_WINDOW];
+        if (ir->ireq) {
+            int done = inner_test(p, ir->ireq, NULL);
             if (done < 0)
                 return -1;
             if (!done)
                 break;
-            r->ireq = NULL;
-            __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
+            ir->ireq = NULL;
+            __atomic_store_n(&c->reqs[e->test_seq % LG_WINDOW].writers, 0, __ATOMIC_RELEASE);
         }
     }
     if (lg_wrap->placed) {
         pthread_mutex_lock(&c->mu);
-        if (c->w_test > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
-            __atomic_store_n(&c->acked, c->w_test, __ATOMIC_RELEASE);
+        if (e->test_seq > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
+            __atomic_store_n(&c->acked, e->test_seq, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&c->mu);
     }
     return 0;
@@ -165,20 +173,22 @@ void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target)
 {
     if (!lg_wrap->placed)
         return;
-    pthread_mutex_lock(&c->wmu);
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    pthread_mutex_lock(&e->wmu);
     pthread_mutex_lock(&c->mu);
-    c->w_frozen = 1;
+    e->frozen = 1;
     uint64_t delivered = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&c->mu);
-    pthread_mutex_unlock(&c->wmu);
+    pthread_mutex_unlock(&e->wmu);
     struct lg_ctrl f = {.type = LG_CTRL_DELIVERED, .value = delivered};
     lg_path_ctrl_send(target, &f);
 }
 
-static void tx_pump(struct lg_conn *c, struct lg_path *p)
+static void tx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
     struct lg_inner *in = lg_wrap->in;
-    if (tx_complete(c, p) != 0)
+    void *comm = lg_inner_tp(p->tp)->comm;
+    if (tx_complete(c, e, p) != 0)
         return;
     for (;;) {
         pthread_mutex_lock(&c->mu);
@@ -188,6 +198,7 @@ static void tx_pump(struct lg_conn *c, struct lg_path *p)
         if (!go)
             return;
         struct lg_req *r = &c->reqs[seq % LG_WINDOW];
+        struct lg_inner_req *ir = &e->req[seq % LG_WINDOW];
         void *ireq = NULL;
         /* The inner reads the buffer until its send completes: completion waits for it. The
          * message counts as sent (acks are checked against the cursor) before the inner can
@@ -196,8 +207,8 @@ static void tx_pump(struct lg_conn *c, struct lg_path *p)
         pthread_mutex_lock(&c->mu);
         c->cursor_seq = seq + 1;
         pthread_mutex_unlock(&c->mu);
-        ncclResult_t rc = in->ops->isend(in, p->w.comm, (void *)r->data, r->size, r->tag,
-                                         lg_inner_mr_handle(r->imr, p->index), NULL, &ireq);
+        ncclResult_t rc = in->ops->isend(in, comm, (void *)r->data, r->size, r->tag,
+                                         lg_inner_mr_handle(ir->imr, p->index), NULL, &ireq);
         if (rc != ncclSuccess || !ireq) {
             pthread_mutex_lock(&c->mu);
             c->cursor_seq = seq;
@@ -215,25 +226,26 @@ static void tx_pump(struct lg_conn *c, struct lg_path *p)
                 inner_failed(p, "isend", rc);
             return; /* NULL: the inner's back-pressure, try again at the next call */
         }
-        r->ireq = ireq;
+        ir->ireq = ireq;
     }
 }
 
 /* Under wmu: completes, in posted order, the inner receives on p that are done. A grouped
  * receive is one inner irecv of all its buffers, held by its head slot: the inner plugin
- * matches the sends to them by tag; it completes whole, so w_test and w_post stay on group
- * boundaries and a switch re-posts whole groups. 0, or -1 (the path failed). */
-static int rx_complete(struct lg_conn *c, struct lg_path *p)
+ * matches the sends to them by tag; it completes whole, so test_seq and post_seq stay on
+ * group boundaries and a switch re-posts whole groups. 0, or -1 (the path failed). */
+static int rx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
-    while (c->w_test < c->w_post) {
-        struct lg_req *r = &c->reqs[c->w_test % LG_WINDOW];
+    while (e->test_seq < e->post_seq) {
+        struct lg_req *r = &c->reqs[e->test_seq % LG_WINDOW];
+        struct lg_inner_req *ir = &e->req[e->test_seq % LG_WINDOW];
         int n = r->g_n, sizes[LG_MAX_RECVS] = {0};
-        int done = inner_test(p, r->ireq, sizes);
+        int done = inner_test(p, ir->ireq, sizes);
         if (done < 0)
             return -1;
         if (!done)
             break;
-        r->ireq = NULL;
+        ir->ireq = NULL;
         for (int i = 0; i < n; i++)
             if (sizes[i] < 0 || (size_t)sizes[i] > r->sub[i].cap) {
                 lg_conn_path_failed(p, 0, "inner receive completed with a bad size");
@@ -241,14 +253,14 @@ static int rx_complete(struct lg_conn *c, struct lg_path *p)
             }
         for (int i = 0; i < n; i++) {
             struct lg_req *m = &c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW];
-            m->w_slot = p->index; /* a flush of this buffer goes to that NIC */
+            e->req[(r->seq + (uint64_t)i) % LG_WINDOW].slot = p->index; /* its flush: that NIC */
             __atomic_store_n(&m->total, (uint64_t)sizes[i], __ATOMIC_RELAXED);
             __atomic_store_n(&m->placed, (uint64_t)sizes[i], __ATOMIC_RELAXED);
             if (lg_recv_complete(p, m, (uint64_t)sizes[i],
-                                 __atomic_load_n(&c->peer_placed, __ATOMIC_ACQUIRE)) != 0)
+                                 __atomic_load_n(&e->peer_placed, __ATOMIC_ACQUIRE)) != 0)
                 return -1;
         }
-        c->w_test += (uint64_t)n;
+        e->test_seq += (uint64_t)n;
     }
     return 0;
 }
@@ -259,11 +271,12 @@ void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered)
      * reused those send buffers: they cannot be sent again, so their receives must be
      * complete before the old comm is closed. Their completions are due (placed before the
      * sender saw them complete); wait for them a bounded time. */
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
     uint64_t t0 = lg_now_ns(), limit = (uint64_t)lg_params.switch_timeout_ms * 1000000ull;
     while (old && __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) < delivered &&
-           old == c->active_path && lg_wrap_carries(&old->w) && lg_now_ns() - t0 < limit) {
+           old == c->active_path && lg_wrap_carries(old) && lg_now_ns() - t0 < limit) {
         lg_inner_path_calls(1);
-        int rc = rx_complete(c, old);
+        int rc = rx_complete(c, e, old);
         lg_inner_path_calls(0);
         if (rc != 0)
             break;
@@ -272,16 +285,16 @@ void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered)
     }
 }
 
-static void rx_pump(struct lg_conn *c, struct lg_path *p)
+static void rx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
     struct lg_inner *in = lg_wrap->in;
-    if (rx_complete(c, p) != 0)
+    if (rx_complete(c, e, p) != 0)
         return;
     uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
-    while (c->w_post < posted) {
-        struct lg_req *r = &c->reqs[c->w_post % LG_WINDOW];
+    while (e->post_seq < posted) {
+        struct lg_req *r = &c->reqs[e->post_seq % LG_WINDOW];
         uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-        if (r->seq != c->w_post || !(st & LG_REQ_POSTED) || (st & LG_REQ_DONE) || r->g_n < 1)
+        if (r->seq != e->post_seq || !(st & LG_REQ_POSTED) || (st & LG_REQ_DONE) || r->g_n < 1)
             break;
         void *bufs[LG_MAX_RECVS], *mhs[LG_MAX_RECVS], *ireq = NULL;
         size_t caps[LG_MAX_RECVS];
@@ -290,44 +303,47 @@ static void rx_pump(struct lg_conn *c, struct lg_path *p)
             bufs[i] = r->sub[i].buf;
             caps[i] = r->sub[i].cap;
             tags[i] = r->sub[i].tag;
-            mhs[i] = lg_inner_mr_handle(r->sub[i].imr, p->index);
+            /* sub-receive i is message r->seq + i: its slot holds that buffer's registration */
+            mhs[i] = lg_inner_mr_handle(e->req[(r->seq + (uint64_t)i) % LG_WINDOW].imr,
+                                        p->index);
         }
         /* Never the optional-completion marker: a receive completes only once placed. */
-        ncclResult_t rc = in->ops->irecv(in, p->w.comm, r->g_n, bufs, caps, tags, mhs, NULL,
-                                         &ireq);
+        ncclResult_t rc = in->ops->irecv(in, lg_inner_tp(p->tp)->comm, r->g_n, bufs, caps, tags,
+                                         mhs, NULL, &ireq);
         if (rc != ncclSuccess) {
             inner_failed(p, "irecv", rc);
             return;
         }
         if (!ireq)
             break;
-        r->ireq = ireq;
-        c->w_post += (uint64_t)r->g_n;
+        e->req[e->post_seq % LG_WINDOW].ireq = ireq;
+        e->post_seq += (uint64_t)r->g_n;
     }
     /* A sender that completes on placement needs no ack: those when due (window.c) do. */
-    if (!__atomic_load_n(&c->peer_placed, __ATOMIC_ACQUIRE))
+    if (!__atomic_load_n(&e->peer_placed, __ATOMIC_ACQUIRE))
         lg_recv_flush_ack(p);
 }
 
 void lg_wrap_pump(struct lg_conn *c)
 {
     /* The monitor holds wmu only across a commit or a fence: skip a beat rather than wait. */
-    if (pthread_mutex_trylock(&c->wmu) != 0)
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    if (pthread_mutex_trylock(&e->wmu) != 0)
         return;
     uint32_t ph = lg_conn_enter(c);
     pthread_mutex_lock(&c->mu);
     struct lg_path *p = c->active_path;
     pthread_mutex_unlock(&c->mu);
-    if (p && lg_path_up(p) && lg_wrap_carries(&p->w)) {
+    if (p && lg_path_up(p) && lg_wrap_carries(p)) {
         lg_inner_path_calls(1);
         if (c->kind == LG_CONN_SEND)
-            tx_pump(c, p);
+            tx_pump(c, e, p);
         else
-            rx_pump(c, p);
+            rx_pump(c, e, p);
         lg_inner_path_calls(0);
     }
     lg_conn_exit(c, ph);
-    pthread_mutex_unlock(&c->wmu);
+    pthread_mutex_unlock(&e->wmu);
 }
 
 /* ---- switches (monitor) ------------------------------------------------------------------ */
@@ -336,23 +352,25 @@ void lg_wrap_tx_forget(struct lg_conn *c)
 {
     /* Every inner send went to the path being left (or to one fenced before): drop them.
      * The rewound cursor posts the unacknowledged ones again on the new path. */
-    for (uint64_t s = c->w_test; s < c->w_test + LG_WINDOW; s++) {
-        struct lg_req *r = &c->reqs[s % LG_WINDOW];
-        if (r->ireq) {
-            r->ireq = NULL;
-            __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    for (uint64_t s = e->test_seq; s < e->test_seq + LG_WINDOW; s++) {
+        struct lg_inner_req *ir = &e->req[s % LG_WINDOW];
+        if (ir->ireq) {
+            ir->ireq = NULL;
+            __atomic_store_n(&c->reqs[s % LG_WINDOW].writers, 0, __ATOMIC_RELEASE);
         }
     }
-    c->w_test = c->cursor_seq;
-    c->w_frozen = 0; /* the switch is over */
+    e->test_seq = c->cursor_seq;
+    e->frozen = 0; /* the switch is over */
 }
 
 void lg_wrap_rx_forget(struct lg_conn *c)
 {
     /* The receives were posted on the comm being left: the new one gets them all again. */
-    for (uint64_t s = c->w_test; s < c->w_post; s++)
-        c->reqs[s % LG_WINDOW].ireq = NULL;
-    c->w_post = c->w_test;
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    for (uint64_t s = e->test_seq; s < e->post_seq; s++)
+        e->req[s % LG_WINDOW].ireq = NULL;
+    e->post_seq = e->test_seq;
 }
 
 void lg_wrap_fence(struct lg_path *p)
@@ -361,50 +379,53 @@ void lg_wrap_fence(struct lg_path *p)
     struct lg_inner *in = lg_wrap ? lg_wrap->in : NULL;
     if (!in)
         return;
-    pthread_mutex_lock(&c->wmu);
-    if (c->kind == LG_CONN_RECV && lg_wrap_carries(&p->w) && p == c->active_path) {
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    struct lg_inner_path *w = lg_inner_tp(p->tp);
+    pthread_mutex_lock(&e->wmu);
+    if (c->kind == LG_CONN_RECV && lg_inner_path_carries(w) && p == c->active_path) {
         /* What the comm placed is counted before it closes: the sender may have seen those
          * sends complete (LINKGUARD_INNER_PLACED) and cannot send them again. */
         lg_inner_path_calls(1);
-        rx_complete(c, p);
+        rx_complete(c, e, p);
         lg_inner_path_calls(0);
     }
-    int was = __atomic_exchange_n(&p->w.dead, 1, __ATOMIC_ACQ_REL);
-    pthread_mutex_unlock(&c->wmu);
+    int was = __atomic_exchange_n(&w->dead, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&e->wmu);
     if (was)
         return;
-    pthread_mutex_lock(&c->mr_mu);
-    void *comm = p->w.comm;
-    for (struct lg_inner_mr *mr = c->mrs; comm && mr; mr = mr->next)
+    pthread_mutex_lock(&e->mr_mu);
+    void *comm = w->comm;
+    for (struct lg_inner_mr *mr = e->mrs; comm && mr; mr = mr->next)
         if (mr->comm[p->index] == comm)
             lg_inner_mr_drop(in, mr, p->index);
-    pthread_mutex_unlock(&c->mr_mu);
+    pthread_mutex_unlock(&e->mr_mu);
     if (comm)
         c->kind == LG_CONN_SEND ? in->ops->closeSend(in, comm) : in->ops->closeRecv(in, comm);
-    if (p->w.lcomm)
-        in->ops->closeListen(in, p->w.lcomm);
-    if (p->w.cg) {
-        if (p->w.cg->comm)
-            in->ops->closeSend(in, p->w.cg->comm);
-        free(p->w.cg);
+    if (w->lcomm)
+        in->ops->closeListen(in, w->lcomm);
+    if (w->cg) {
+        if (w->cg->comm)
+            in->ops->closeSend(in, w->cg->comm);
+        free(w->cg);
     }
-    p->w.lcomm = NULL;
-    p->w.cg = NULL;
+    w->lcomm = NULL;
+    w->cg = NULL;
 }
 
 void lg_wrap_rearm(struct lg_path *p)
 {
-    struct lg_conn *c = p->conn;
+    struct lg_inner_conn *e = lg_inner_ep(p->conn->ep);
+    struct lg_inner_path *w = lg_inner_tp(p->tp);
     lg_wrap_fence(p);
-    pthread_mutex_lock(&c->wmu);
-    pthread_mutex_lock(&c->mr_mu);
-    p->w.comm = NULL;
-    __atomic_store_n(&p->w.ready, 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&p->w.dead, 0, __ATOMIC_RELEASE);
-    p->w.igen++; /* under wmu: a flush request of the old comm sees it (lg_wrap_flush_test) */
-    pthread_mutex_unlock(&c->mr_mu);
-    pthread_mutex_unlock(&c->wmu);
-    p->w.t0 = 0;
+    pthread_mutex_lock(&e->wmu);
+    pthread_mutex_lock(&e->mr_mu);
+    w->comm = NULL;
+    __atomic_store_n(&w->ready, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&w->dead, 0, __ATOMIC_RELEASE);
+    w->igen++; /* under wmu: a flush request of the old comm sees it (lg_wrap_flush_test) */
+    pthread_mutex_unlock(&e->mr_mu);
+    pthread_mutex_unlock(&e->wmu);
+    w->t0 = 0;
 }
 
 /* ---- handshake (monitor) ------------------------------------------------------------------ */
@@ -412,21 +433,22 @@ void lg_wrap_rearm(struct lg_path *p)
 int lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 {
     struct lg_conn *c = p->conn;
+    struct lg_inner_path *w = lg_inner_tp(p->tp);
     if (c->kind != LG_CONN_SEND || f->flags >= LG_INNER_PARTS) {
         lg_conn_path_failed(p, 0, "INNER frame out of place");
         return -1;
     }
     /* Frames of one path come in order, handled one at a time: a newer inner generation
      * (the receiver re-armed the path) starts a new handle. */
-    uint32_t igen = __atomic_load_n(&p->w.parts_igen, __ATOMIC_ACQUIRE);
+    uint32_t igen = __atomic_load_n(&w->parts_igen, __ATOMIC_ACQUIRE);
     if (f->epoch < igen)
         return 1;
     if (f->epoch > igen) {
-        __atomic_store_n(&p->w.parts, 0, __ATOMIC_RELEASE);
-        __atomic_store_n(&p->w.parts_igen, f->epoch, __ATOMIC_RELEASE);
+        __atomic_store_n(&w->parts, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&w->parts_igen, f->epoch, __ATOMIC_RELEASE);
     }
-    lg_put64(p->w.handle + LG_INNER_PART_BYTES * f->flags, f->value);
-    uint32_t got = __atomic_or_fetch(&p->w.parts, 1u << f->flags, __ATOMIC_ACQ_REL);
+    lg_put64(w->handle + LG_INNER_PART_BYTES * f->flags, f->value);
+    uint32_t got = __atomic_or_fetch(&w->parts, 1u << f->flags, __ATOMIC_ACQ_REL);
     if (got == LG_INNER_PARTS_ALL)
         lg_monitor_wake(c);
     return 1;
@@ -436,15 +458,17 @@ int lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_t now)
 {
     struct lg_inner *in = lg_wrap->in;
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    struct lg_inner_path *w = lg_inner_tp(p->tp);
     ncclResult_t rc = ncclSuccess;
-    pthread_mutex_lock(&c->mr_mu);
-    for (struct lg_inner_mr *mr = c->mrs; mr && rc == ncclSuccess; mr = mr->next) {
+    pthread_mutex_lock(&e->mr_mu);
+    for (struct lg_inner_mr *mr = e->mrs; mr && rc == ncclSuccess; mr = mr->next) {
         lg_inner_mr_drop(in, mr, p->index); /* a fenced comm's, if any was left */
         rc = lg_inner_mr_add(in, mr, p->index, comm);
     }
-    p->w.comm = comm;
-    __atomic_store_n(&p->w.ready, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&c->mr_mu);
+    w->comm = comm;
+    __atomic_store_n(&w->ready, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&e->mr_mu);
     if (rc != ncclSuccess) {
         inner_failed(p, "regMr", rc);
         return;
@@ -452,9 +476,9 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_
     LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s (gen %u): inner '%s' %s comm #%u "
             "ready in %.1f ms", lg_conn_kind_str(c), (unsigned long long)c->nonce, lg_slot_name(p->index),
             p->nic, p->gen, lg_wrap->in->name, c->kind == LG_CONN_SEND ? "send" : "recv",
-            p->w.igen, (now - p->w.t0) / 1e6);
-    if (p->w.ready_owed) {
-        p->w.ready_owed = 0;
+            w->igen, (now - w->t0) / 1e6);
+    if (w->ready_owed) {
+        w->ready_owed = 0;
         struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
         lg_path_ctrl_send(p, &ready);
     }
@@ -471,70 +495,74 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_
 static int rx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t now)
 {
     struct lg_inner *in = lg_wrap->in;
-    if (!p->w.lcomm) {
+    struct lg_inner_path *w = lg_inner_tp(p->tp);
+    if (!w->lcomm) {
         _Alignas(16) uint8_t handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
-        ncclResult_t rc = in->ops->listen(in, conn_ctx(c), dev, handle, &p->w.lcomm);
+        ncclResult_t rc = in->ops->listen(in, conn_ctx(c), dev, handle, &w->lcomm);
         if (rc != ncclSuccess) {
             inner_failed(p, "listen", rc);
             return 0;
         }
         for (int k = 0; k < LG_INNER_PARTS; k++) {
-            struct lg_ctrl f = {.type = LG_CTRL_INNER, .flags = (uint8_t)k, .epoch = p->w.igen,
+            struct lg_ctrl f = {.type = LG_CTRL_INNER, .flags = (uint8_t)k, .epoch = w->igen,
                                 .value = lg_get64(handle + LG_INNER_PART_BYTES * k)};
             lg_path_ctrl_send(p, &f);
         }
     }
     void *comm = NULL;
-    ncclResult_t rc = in->ops->accept(in, p->w.lcomm, &comm);
+    ncclResult_t rc = in->ops->accept(in, w->lcomm, &comm);
     if (rc != ncclSuccess) {
         inner_failed(p, "accept", rc);
         return 0;
     }
     if (!comm)
         return 1;
-    in->ops->closeListen(in, p->w.lcomm);
-    p->w.lcomm = NULL;
+    in->ops->closeListen(in, w->lcomm);
+    w->lcomm = NULL;
     comm_ready(c, p, comm, now);
     return 0;
 }
 
 static int tx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t now)
 {
-    if (__atomic_load_n(&p->w.parts_igen, __ATOMIC_ACQUIRE) != p->w.igen ||
-        __atomic_load_n(&p->w.parts, __ATOMIC_ACQUIRE) != LG_INNER_PARTS_ALL)
+    struct lg_inner_path *w = lg_inner_tp(p->tp);
+    if (__atomic_load_n(&w->parts_igen, __ATOMIC_ACQUIRE) != w->igen ||
+        __atomic_load_n(&w->parts, __ATOMIC_ACQUIRE) != LG_INNER_PARTS_ALL)
         return 1;
-    if (!p->w.cg) {
-        p->w.cg = malloc(sizeof(*p->w.cg));
-        if (!p->w.cg) {
+    if (!w->cg) {
+        w->cg = malloc(sizeof(*w->cg));
+        if (!w->cg) {
             lg_conn_path_failed(p, 0, "out of memory for the inner connect");
             return 0;
         }
-        lg_inner_connecting_init(p->w.cg, dev, p->w.handle, sizeof(p->w.handle));
+        lg_inner_connecting_init(w->cg, dev, w->handle, sizeof(w->handle));
     }
-    int st = lg_inner_connecting_step(lg_wrap->in, conn_ctx(c), p->w.cg);
+    int st = lg_inner_connecting_step(lg_wrap->in, conn_ctx(c), w->cg);
     if (st < 0) {
         lg_conn_path_failed(p, 0, "inner connect failed");
         return 0;
     }
     if (st == 0)
         return 1;
-    void *comm = p->w.cg->comm;
-    free(p->w.cg);
-    p->w.cg = NULL;
+    void *comm = w->cg->comm;
+    free(w->cg);
+    w->cg = NULL;
     comm_ready(c, p, comm, now);
     return 0;
 }
 
 static int handshake(struct lg_conn *c, struct lg_path *p, uint64_t now)
 {
-    if (!p || p->retired || !lg_path_up(p) || __atomic_load_n(&p->w.ready, __ATOMIC_ACQUIRE) ||
-        __atomic_load_n(&p->w.dead, __ATOMIC_ACQUIRE))
+    if (!p || p->retired || !lg_path_up(p))
         return 0;
-    if (!p->w.t0)
-        p->w.t0 = now;
-    int64_t limit = p->gen || p->w.igen ? lg_params.rejoin_timeout_ms
-                                        : lg_params.connect_timeout_ms;
-    if (now - p->w.t0 > (uint64_t)limit * 1000000ull) {
+    struct lg_inner_path *w = lg_inner_tp(p->tp);
+    if (__atomic_load_n(&w->ready, __ATOMIC_ACQUIRE) || __atomic_load_n(&w->dead, __ATOMIC_ACQUIRE))
+        return 0;
+    if (!w->t0)
+        w->t0 = now;
+    int64_t limit = p->gen || w->igen ? lg_params.rejoin_timeout_ms
+                                      : lg_params.connect_timeout_ms;
+    if (now - w->t0 > (uint64_t)limit * 1000000ull) {
         char why[96];
         snprintf(why, sizeof(why), "inner %s not done after %lld ms",
                  c->kind == LG_CONN_SEND ? "connect" : "accept", (long long)limit);
@@ -579,14 +607,15 @@ struct lg_flush {
  * order its own writes. The committed path when no receive is known for `buf`. */
 static struct lg_path *placing_path(struct lg_conn *c, const void *buf)
 {
-    const struct lg_req *best = NULL;
+    const struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    int best = -1;
     for (int i = 0; i < LG_WINDOW; i++) {
         const struct lg_req *r = &c->reqs[i];
-        if (r->buf == buf && r->seq < c->w_test && (!best || r->seq > best->seq))
-            best = r;
+        if (r->buf == buf && r->seq < e->test_seq && (best < 0 || r->seq > c->reqs[best].seq))
+            best = i;
     }
     pthread_mutex_lock(&c->mu);
-    struct lg_path *p = best ? c->paths[best->w_slot] : c->active_path;
+    struct lg_path *p = best >= 0 ? c->paths[e->req[best].slot] : c->active_path;
     pthread_mutex_unlock(&c->mu);
     return p;
 }
@@ -599,22 +628,24 @@ ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
     *request = NULL;
     if (n < 1 || n > NCCL_PROXY_MAX_SUBS)
         return ncclInternalError;
-    pthread_mutex_lock(&c->wmu);
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    pthread_mutex_lock(&e->wmu);
     uint32_t ph = lg_conn_enter(c); /* p may be a standby, which a rebuild replaces */
     struct lg_path *p = placing_path(c, data[0]);
     ncclResult_t rc = ncclSuccess;
     void *ireq = NULL;
-    if (p && lg_wrap_carries(&p->w)) {
+    if (p && lg_wrap_carries(p)) {
         for (int i = 0; i < n; i++)
             mh[i] = lg_inner_mr_handle(mrs[i], p->index);
-        rc = in->ops->iflush(in, p->w.comm, n, data, sizes, mh, &ireq);
+        rc = in->ops->iflush(in, lg_inner_tp(p->tp)->comm, n, data, sizes, mh, &ireq);
     }
     /* No comm: the data came through one that is closed now, and closing waited for it. */
     if (rc == ncclSuccess && ireq) {
         struct lg_flush *f = malloc(sizeof(*f));
         if (f) {
             *f = (struct lg_flush){.magic = LG_FLUSH_MAGIC, .conn = c, .path = p,
-                                   .slot = p->index, .gen = p->gen, .igen = p->w.igen,
+                                   .slot = p->index, .gen = p->gen,
+                                   .igen = lg_inner_tp(p->tp)->igen,
                                    .ireq = ireq};
             *request = f;
         } else {
@@ -622,7 +653,7 @@ ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
         }
     }
     lg_conn_exit(c, ph);
-    pthread_mutex_unlock(&c->wmu);
+    pthread_mutex_unlock(&e->wmu);
     return rc;
 }
 
@@ -632,20 +663,21 @@ int lg_wrap_flush_test(void *request, int *done, ncclResult_t *rc)
     if (!f || f->magic != LG_FLUSH_MAGIC)
         return 0;
     struct lg_conn *c = f->conn;
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
     *rc = ncclSuccess;
     *done = 0;
-    pthread_mutex_lock(&c->wmu);
+    pthread_mutex_lock(&e->wmu);
     pthread_mutex_lock(&c->mu);
     struct lg_path *p = c->paths[f->slot];
-    int gone = p != f->path || p->gen != f->gen || p->w.igen != f->igen ||
-               __atomic_load_n(&p->w.dead, __ATOMIC_ACQUIRE);
+    int gone = p != f->path || p->gen != f->gen || lg_inner_tp(p->tp)->igen != f->igen ||
+               __atomic_load_n(&lg_inner_tp(p->tp)->dead, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&c->mu);
     /* A fenced comm took its requests with it; its flush has nothing left to wait for. */
     if (gone)
         *done = 1;
     else
         *rc = lg_wrap->in->ops->test(lg_wrap->in, f->ireq, done, NULL);
-    pthread_mutex_unlock(&c->wmu);
+    pthread_mutex_unlock(&e->wmu);
     if (*done || *rc != ncclSuccess) {
         f->magic = 0;
         free(f);

@@ -28,9 +28,13 @@
  *    and posts everything from the receiver's count again on the new one. Any path left by a
  *    switch (the backup at reintegration too) is fenced and rebuilt: receives posted on a
  *    standby comm could otherwise match a later replay into stale buffers.
- * Locks: c->wmu serialises the inner data calls of NCCL's thread with the monitor's commits
- * and fences (NCCL's thread only try-locks it); c->mr_mu guards the connection's list of
- * registrations and each path's comm/ready pair. Order: wmu, then mu; mr_mu alone. */
+ * State: all of it is the transport's own (inner_conn.h): the connection's endpoint (c->ep:
+ * its locks, registrations, inner request of each window slot, goodput counters) and each
+ * path object's inner comm (p->tp), made by inner_transport.c's open/path_open ops.
+ * Locks (the endpoint's): ep->wmu serialises the inner data calls of NCCL's thread with the
+ * monitor's commits and fences (NCCL's thread only try-locks it); ep->mr_mu guards the
+ * connection's list of registrations and each path's comm/ready pair. Order: wmu, then the
+ * protocol's c->mu; mr_mu alone. */
 #ifndef LG_WRAP_H
 #define LG_WRAP_H
 
@@ -38,7 +42,7 @@
 
 #include "transport/inner/inner_dev.h"
 #include "transport/inner/inner_mr.h"
-#include "transport/inner/inner_path.h"
+#include "transport/inner/inner_conn.h"
 #include "transport/transport.h"
 
 struct lg_conn;
@@ -48,6 +52,8 @@ struct lg_ctrl;
 /* The inner transport's ops table (transport.h). */
 extern const struct lg_transport lg_inner_transport;
 
+/* A path carries data: its inner comm is there and not fenced (any thread). */
+int lg_wrap_carries(const struct lg_path *p);
 /* NCCL's thread: post and complete inner sends/receives on the committed path. */
 void lg_wrap_pump(struct lg_conn *c);
 /* Handlers: an INNER frame on the sender's side; 1 taken, -1 the path failed. */
@@ -60,7 +66,7 @@ void lg_wrap_fence(struct lg_path *p);
 /* Monitor: fences a path that stays up (the backup left at a reintegration) and starts the
  * handshake of its next inner comm on the same control channel. */
 void lg_wrap_rearm(struct lg_path *p);
-/* Monitor, at a commit to another path, under c->wmu held across the change of the committed
+/* Monitor, at a commit to another path, under ep->wmu held across the change of the committed
  * path (and the sender's rewind): forget the inner requests posted on the path left, which
  * the caller then fences (the receiver before its RESYNC goes out). */
 void lg_wrap_rx_forget(struct lg_conn *c);

@@ -98,8 +98,10 @@ static int tcp_flush_test(void *request, int *done, ncclResult_t *rc)
 
 static void tcp_nothing(struct lg_conn *c) { (void)c; }
 
-static void tcp_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
+static void tcp_posted(struct lg_conn *c, const struct lg_req *r, struct lg_inner_mr *const *mrs,
+                       uint32_t wake)
 {
+    (void)mrs; /* registers nothing (tcp_reg_mr) */
     if (c->kind == LG_CONN_SEND)
         lg_tcp_send_posted(c, r, wake);
     else
