@@ -479,6 +479,36 @@ static void check_wrap_grouped(void)
     wrap_rig_close(&g);
 }
 
+/* deregMr while a receive posted with that registration is in flight (aws-ofi-nccl's
+ * inflight_close deregisters before it closes): a later post of the message, here after a
+ * switch forgot the inner receive, hands the inner no registration instead of a freed one
+ * (ASan would see the read of mr->mh). */
+static void check_wrap_dereg_in_flight(void)
+{
+    static struct wrap_rig g;
+    if (wrap_rig_open(&g, "ok", 6) != 0)
+        return;
+    struct lg_conn *c = g.c;
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    char buf[64];
+    void *req = NULL, *data[1] = {buf};
+    size_t caps[1] = {sizeof(buf)};
+    int tags[1] = {0}, done = 0, sizes[1] = {-1};
+    struct lg_inner_mr *mr = NULL;
+    CHECK_EQ(lg_wrap_reg_mr(c, buf, sizeof(buf), NCCL_PTR_HOST, 0, -1, &mr), ncclSuccess);
+    CHECK(mr != NULL);
+    int irecvs = fst->irecvs;
+    CHECK_EQ(lg_conn_irecv(c, 1, data, caps, tags, &mr, &req), ncclSuccess);
+    CHECK(req != NULL && fst->irecvs == irecvs + 1);
+    CHECK(e->req[0].imr == mr);
+    CHECK_EQ(lg_wrap_dereg_mr(c, mr), ncclSuccess);
+    CHECK(e->req[0].imr == NULL);
+    lg_wrap_rx_forget(c);
+    CHECK_EQ(lg_req_test(req, &done, sizes), ncclSuccess); /* posted again, no registration */
+    CHECK(fst->irecvs == irecvs + 2);
+    wrap_rig_close(&g);
+}
+
 /* Wrap mode's iflush: forwarded to the committed path's inner comm as a linkguard request
  * that test() completes through the inner's test; once that comm is fenced (closed), the
  * flush has nothing left to wait for and completes without calling the inner. */
@@ -571,5 +601,6 @@ int main(void)
     check_wrap_flush();
     check_wrap_path_objects();
     check_wrap_grouped();
+    check_wrap_dereg_in_flight();
     LG_TEST_DONE();
 }

@@ -41,7 +41,8 @@ struct lg_inner_path {
 /* One message slot of the window (the request in c->reqs[] of the same index), under wmu
  * unless said. */
 struct lg_inner_req {
-    struct lg_inner_mr *imr; /* NCCL's registration of its buffer (set when posted) */
+    struct lg_inner_mr *imr; /* NCCL's registration of its buffer (set when posted, cleared by
+                              * its deregMr; atomic) */
     void *ireq;              /* the inner request of its current post, NULL: none */
     int slot;                /* receiver: slot of the path whose inner comm placed it */
     uint64_t before[2];      /* sender: {seq + 1, bytes posted before it}, a seqlock pair that

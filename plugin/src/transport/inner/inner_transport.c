@@ -263,7 +263,8 @@ static void inner_posted(struct lg_conn *c, const struct lg_req *r, struct lg_in
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
     int n = c->kind == LG_CONN_SEND ? 1 : r->g_n;
     for (int i = 0; i < n; i++)
-        e->req[(r->seq + (uint64_t)i) % LG_WINDOW].imr = mrs ? mrs[i] : NULL;
+        __atomic_store_n(&e->req[(r->seq + (uint64_t)i) % LG_WINDOW].imr, mrs ? mrs[i] : NULL,
+                         __ATOMIC_RELEASE); /* deregMr may clear it (wrap.c) */
     if (c->kind == LG_CONN_SEND)
         account_send(c, e, r->seq);
     lg_wrap_pump(c);

@@ -103,6 +103,16 @@ ncclResult_t lg_wrap_reg_mr(struct lg_conn *c, void *data, size_t size, int type
 ncclResult_t lg_wrap_dereg_mr(struct lg_conn *c, struct lg_inner_mr *mr)
 {
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    /* A request NCCL posted with it may still be posted again (a replay after a switch):
+     * that post gets no registration (the inner refuses it, and the path fails over) rather
+     * than a freed one. Under wmu, so no pump is reading the slot meanwhile. */
+    pthread_mutex_lock(&e->wmu);
+    for (int k = 0; k < LG_WINDOW; k++) {
+        struct lg_inner_mr *was = mr;
+        __atomic_compare_exchange_n(&e->req[k].imr, &was, NULL, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&e->wmu);
     pthread_mutex_lock(&e->mr_mu);
     for (struct lg_inner_mr **pp = &e->mrs; *pp; pp = &(*pp)->next)
         if (*pp == mr) {
@@ -208,7 +218,8 @@ static void tx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *
         c->cursor_seq = seq + 1;
         pthread_mutex_unlock(&c->mu);
         ncclResult_t rc = in->ops->isend(in, comm, (void *)r->data, r->size, r->tag,
-                                         lg_inner_mr_handle(ir->imr, p->index), NULL, &ireq);
+                                         lg_inner_mr_handle(__atomic_load_n(&ir->imr, __ATOMIC_ACQUIRE),
+                                                            p->index), NULL, &ireq);
         if (rc != ncclSuccess || !ireq) {
             pthread_mutex_lock(&c->mu);
             c->cursor_seq = seq;
@@ -304,8 +315,8 @@ static void rx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *
             caps[i] = r->sub[i].cap;
             tags[i] = r->sub[i].tag;
             /* sub-receive i is message r->seq + i: its slot holds that buffer's registration */
-            mhs[i] = lg_inner_mr_handle(e->req[(r->seq + (uint64_t)i) % LG_WINDOW].imr,
-                                        p->index);
+            struct lg_inner_mr **imr = &e->req[(r->seq + (uint64_t)i) % LG_WINDOW].imr;
+            mhs[i] = lg_inner_mr_handle(__atomic_load_n(imr, __ATOMIC_ACQUIRE), p->index);
         }
         /* Never the optional-completion marker: a receive completes only once placed. */
         ncclResult_t rc = in->ops->irecv(in, lg_inner_tp(p->tp)->comm, r->g_n, bufs, caps, tags,
