@@ -19,9 +19,7 @@ from pathlib import Path
 import pytest
 from test_exporters import settings_in
 
-from linkguardd.engine import Engine
-from linkguardd.exporters.history import HistoryExporter
-from linkguardd.exporters.metrics import MetricsExporter
+from linkguardd.core import Core, build_core
 from linkguardd.facts import LinkFact, PluginVerdictFact, PluginVerdictRejectedFact
 from linkguardd.monitors import plugin_verdicts
 from linkguardd.monitors.plugin_verdicts import PluginVerdictMonitor
@@ -342,14 +340,14 @@ def test_a_uid_evicted_from_a_full_table_comes_back_without_a_fresh_burst() -> N
 
 
 # ---- the engine ------------------------------------------------------------------------------
-async def linked_engine(tmp_path: Path, clock: Clock) -> Engine:
+async def linked_core(tmp_path: Path, clock: Clock) -> Core:
     """A started engine of rail0 and rail1, both with carrier (UP after the hold-down)."""
-    engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [], clock=clock)
-    await engine.start()
+    core = build_core(settings_in(tmp_path), ["rail0", "rail1"], {}, [], clock=clock)
+    await core.engine.start()
     for nic in ("rail0", "rail1"):
-        engine.on_fact(LinkFact(nic, clock.now, admin_up=True, carrier=True, operstate="UP"),
-                       "netlink")
-    return engine
+        core.engine.on_fact(LinkFact(nic, clock.now, admin_up=True, carrier=True,
+                                     operstate="UP"), "netlink")
+    return core
 
 
 def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
@@ -357,24 +355,21 @@ def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
     clock = Clock()
 
     async def main() -> dict[str, object]:
-        engine = await linked_engine(tmp_path, clock)
+        core = await linked_core(tmp_path, clock)
+        engine, view = core.engine, core.view
         try:
             clock.now += 10 * S  # past the hold-down: both UP
             engine._on_deadline()
-            before = engine.nic("rail0")
+            before = view.nic("rail0")
             engine.on_fact(fact(pid=7, at_s=10, for_ms=600), "plugin_verdicts")
             engine.on_fact(fact(pid=8, at_s=11), "plugin_verdicts")
             engine.on_fact(PluginVerdictRejectedFact("bad_magic", 9, 1000, clock.now))
-            gray = engine.nic("rail0")
-            metrics = engine.exporter(MetricsExporter)
-            assert metrics is not None
-            scrape = metrics.metrics.render()[0].decode()
+            gray = view.nic("rail0")
+            scrape = core.exporters.metrics.metrics.render()[0].decode()
             clock.now += 300 * S  # the default time to live
             engine._on_deadline()  # what the loop's timer does at the expiry
-            history = engine.exporter(HistoryExporter)
-            assert history is not None
-            return {"before": before, "gray": gray, "after": engine.nic("rail0"),
-                    "scrape": scrape, "events": history.since(0)}
+            return {"before": before, "gray": gray, "after": view.nic("rail0"),
+                    "scrape": scrape, "events": view.events_since(0)}
         finally:
             await engine.stop()
 
@@ -401,7 +396,8 @@ def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
 def test_a_reload_keeps_the_reports_of_nics_still_monitored(tmp_path: Path) -> None:
     async def main() -> tuple[int, int, float]:
         settings = settings_in(tmp_path)
-        engine = Engine(settings, ["rail0", "rail1"], {}, [])
+        core = build_core(settings, ["rail0", "rail1"], {}, [])
+        engine = core.engine
         await engine.start()
         try:
             now_s = time.monotonic()  # the engine's clock: nothing expires during the test
@@ -409,7 +405,8 @@ def test_a_reload_keeps_the_reports_of_nics_still_monitored(tmp_path: Path) -> N
             engine.on_fact(fact("rail1", pid=7, at_s=now_s))
             fewer = dataclasses.replace(settings, interfaces=("rail0",), plugin_verdict_ttl_s=60)
             await engine.reload(fewer, ["rail0"], {}, [])
-            return (len(engine.nic("rail0").plugin_verdicts), len(engine.verdicts.reports("rail1")),
+            return (len(core.view.nic("rail0").plugin_verdicts),
+                    len(engine.verdicts.reports("rail1")),
                     engine.verdicts.ttl_ns / S)
         finally:
             await engine.stop()

@@ -66,7 +66,7 @@ class ApiError(RuntimeError):
 
 
 def _json_default(value: Any) -> Any:
-    """Dump() helper: the engine's state holds dataclasses, enums and sets."""
+    """Dump() helper: the daemon's state holds dataclasses, enums and sets."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, enum.Enum):
@@ -322,7 +322,7 @@ def _missed(since_seq: int, events: list[Any]) -> int:
 
 
 class ApiServer:
-    """The API on the admin socket and, when set, the read-only one. The engine calls
+    """The API on the admin socket and, when set, the read-only one. main.py calls
     `await start()` once the view can answer and `await stop()` on shutdown; SIGHUP needs
     nothing from here (the view stays the same)."""
 
