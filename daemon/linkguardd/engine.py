@@ -143,7 +143,7 @@ class Engine:
             self.census.report(fact)
             return
         if isinstance(fact, PluginCensusRejectedFact):
-            self.census.reject(fact.reason)
+            self.census.reject(fact.reason, fact.count)
             return
         if isinstance(fact, CountersFact) and fact.ifname in self.counters:
             self.counters[fact.ifname].update(fact.counters)
@@ -161,7 +161,8 @@ class Engine:
                            now: int) -> None:
         """A job's word on a NIC: shown and recorded, never a state change (verdicts/store.py)."""
         if isinstance(fact, PluginVerdictRejectedFact):
-            self.verdict_rejects[fact.reason] = self.verdict_rejects.get(fact.reason, 0) + 1
+            rejects = self.verdict_rejects
+            rejects[fact.reason] = rejects.get(fact.reason, 0) + fact.count
             return
         notes = self.verdicts.report(fact)
         self._publish(self._noted(notes, now), monitor="plugin_verdicts")

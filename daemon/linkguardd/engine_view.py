@@ -39,6 +39,8 @@ class EngineView:
         if rec is None:
             raise UnknownNic(name)
         link, dom, info = rec.link, rec.dom, engine.inventory.get(name, NicInfo(name))
+        now = engine.clock()
+        unix_offset = time.time() - now / 1e9  # one for the NIC: a status shows 256 reports
         counters = dict(engine.counters.get(name, {}))
         if link is not None and link.carrier_changes is not None:
             counters["carrier_changes"] = link.carrier_changes
@@ -47,21 +49,22 @@ class EngineView:
             backup=engine.backups.get(name, ""), present=bool(link and link.present),
             carrier=bool(link and link.carrier), operstate=link.operstate if link else "UNKNOWN",
             speed_mbps=info.speed_mbps or None, epoch=rec.epoch,
-            since_monotonic_ns=rec.since_ns, since_unix=self._unix_time(rec.since_ns),
+            since_monotonic_ns=rec.since_ns, since_unix=unix_offset + rec.since_ns / 1e9,
             counters=counters,
             dom_status=dom.status if dom else "no_module",
             dom_warnings=dom.warnings if dom else (), dom_alarms=dom.alarms if dom else (),
             dom=dom.diagnostics if dom else None, rdma_device=info.rdma_dev,
-            flap_penalty=engine.policy.penalty(name, engine.clock()),
+            flap_penalty=engine.policy.penalty(name, now),
             drain_reason=rec.drain_note if rec.drained else "",
             dom_flags_seen=dom.flags_seen if dom else {},
             counter_rates={name: rate for (_, name), rate in sorted(rec.last_rates.items())},
             counters_over=tuple(sorted({name for _, name in rec.error_rates})),
-            plugin_verdicts=tuple(PluginVerdictView(r.fact, self._unix_time(r.first_ns),
-                                                    self._unix_time(r.last_ns), r.count,
-                                                    self._unix_time(engine.verdicts.expires_ns(r)))
-                                  for r in engine.verdicts.reports(name)),
-            traffic=engine.census.nic_traffic(name, engine.clock()))
+            plugin_verdicts=tuple(
+                PluginVerdictView(r.fact, unix_offset + r.first_ns / 1e9,
+                                  unix_offset + r.last_ns / 1e9, r.count,
+                                  unix_offset + engine.verdicts.expires_ns(r) / 1e9, r.detail)
+                for r in engine.verdicts.reports(name)),
+            traffic=engine.census.nic_traffic(name, now))
 
     def events_since(self, seq: int) -> list[EventView]:
         return self.history.since(seq)
@@ -114,9 +117,6 @@ class EngineView:
     def heartbeat_age_s(self) -> float:
         """Safe from any thread (the metrics server's): see ShmExporter.heartbeat_age_s."""
         return self.heartbeat.heartbeat_age_s()
-
-    def _unix_time(self, monotonic_ns: int) -> float:
-        return time.time() - (self.engine.clock() - monotonic_ns) / 1e9
 
 
 def _plain(value: Any) -> Any:

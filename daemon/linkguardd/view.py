@@ -24,6 +24,7 @@ class PluginVerdictView:
     last_unix: float  # its latest report
     reports: int
     expires_unix: float
+    detail: str  # the verdict in words (verdicts.store.describe)
 
 
 @dataclass(frozen=True)

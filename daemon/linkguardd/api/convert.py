@@ -7,7 +7,6 @@ from typing import Any, cast
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguardd.census.store import JobTraffic, NicTraffic
 from linkguardd.states import REASON_TEXT, STATE_TEXT, NicState, Reason
-from linkguardd.verdicts.store import describe
 from linkguardd.view import EventView, NicView, PluginVerdictView
 
 LEVELS = ("high_alarm", "low_alarm", "high_warning", "low_warning")
@@ -98,7 +97,7 @@ def plugin_verdict_message(v: PluginVerdictView) -> pb.PluginVerdict:
         peer=f.peer, conn=f.conn, for_ms=f.for_ms, loss_ppm=f.loss_ppm,
         rate_bytes_per_second=f.rate_bps, expected_bytes_per_second=f.expected_bps,
         reports=v.reports, first_unix=v.first_unix, last_unix=v.last_unix,
-        expires_unix=v.expires_unix, detail=describe(f))
+        expires_unix=v.expires_unix, detail=v.detail)
 
 
 def traffic_message(t: NicTraffic) -> pb.Traffic:
