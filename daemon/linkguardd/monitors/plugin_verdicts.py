@@ -15,9 +15,10 @@ A flood costs the loop as little as a datagram can: while a kind's shared bucket
 every datagram of that kind would be refused whoever sent it, so it is *shed* right after it is
 read (its kind is its first four bytes): no credentials parsed, no decoding, no bucket of its
 uid. A batch's shed datagrams reach the engine as one rejected fact with their count, and the
-socket is not read again until that bucket has a token: a flood keeps the queue full, so
-reading on would keep the loop busy (and, to the kernel's scheduler, never idle) for datagrams
-it must refuse; the kernel refuses them instead (EAGAIN, up to net.unix.max_dgram_qlen queued).
+socket is not read again until that bucket has a token (SHED_PAUSE_MIN_S at least): a flood
+keeps the queue full, so reading on would keep the loop busy (and, to the kernel's scheduler,
+never idle) for datagrams it must refuse; the kernel refuses them instead (EAGAIN, up to
+net.unix.max_dgram_qlen queued).
 """
 from __future__ import annotations
 
@@ -61,6 +62,10 @@ CENSUS_BURST = 256.0
 CENSUS_GLOBAL_RATE_PER_S = 4 * CENSUS_RATE_PER_S
 CENSUS_GLOBAL_BURST = 2 * CENSUS_BURST
 REJECT_LOG_INTERVAL_S = 60.0
+# A flood that empties a shared bucket is read at most this often: every wake-up of the loop
+# waits for a CPU behind the flood's senders, so fewer is better, and the queue holds
+# net.unix.max_dgram_qlen (10) datagrams a read: about the shared buckets' rates, 256 and 512/s.
+SHED_PAUSE_MIN_S = 0.02
 _CREDS = struct.Struct("iII")  # struct ucred: pid, uid, gid (socket(7) SCM_CREDENTIALS)
 _READ_SIZE = max(verdict_wire.SIZE, census_wire.SIZE) + 1  # one more: a longer one is seen
 _ANCILLARY_SIZE = socket.CMSG_SPACE(_CREDS.size)
@@ -217,7 +222,8 @@ class PluginVerdictMonitor:
             exc = Rejected("rate_limited", datagram.buckets.refusal(uid))
             self._reject(datagram, exc, pid, uid, now, count)
         if shed:
-            self._pause(min(entry[0].buckets.refusing_until_ns for entry in shed.values()))
+            until = min(entry[0].buckets.refusing_until_ns for entry in shed.values())
+            self._pause(max(until, self.clock() + int(SHED_PAUSE_MIN_S * 1e9)))
         return n
 
     @property
