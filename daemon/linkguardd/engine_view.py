@@ -19,7 +19,13 @@ from linkguardd.exporters.shm import ShmExporter
 from linkguardd.inventory import NicInfo
 from linkguardd.monitors.base import MonitorHealth
 from linkguardd.states import NicState, Reason
+from linkguardd.verdicts.store import Report
 from linkguardd.view import EventView, NicView, PluginVerdictView, UnknownNic, WatchQueue
+
+# A report's view is kept from one status to the next (a flood leaves 256 reports on a NIC, and
+# every status shows them all) until the report changes, the time to live does, or the wall
+# clock moves this far against the monotonic one (its dates would be off by that much).
+UNIX_OFFSET_SLACK_S = 1e-3
 
 
 class EngineView:
@@ -29,6 +35,8 @@ class EngineView:
         self.engine = engine
         self.history = history
         self.heartbeat = heartbeat
+        # NIC -> id(report) -> (report, unix offset, time to live, its view)
+        self._verdict_views: dict[str, dict[int, tuple[Report, float, int, PluginVerdictView]]] = {}
 
     def nics(self) -> list[NicView]:
         return [self.nic(name) for name in self.engine.ifnames]
@@ -59,12 +67,23 @@ class EngineView:
             dom_flags_seen=dom.flags_seen if dom else {},
             counter_rates={name: rate for (_, name), rate in sorted(rec.last_rates.items())},
             counters_over=tuple(sorted({name for _, name in rec.error_rates})),
-            plugin_verdicts=tuple(
-                PluginVerdictView(r.fact, unix_offset + r.first_ns / 1e9,
-                                  unix_offset + r.last_ns / 1e9, r.count,
-                                  unix_offset + engine.verdicts.expires_ns(r) / 1e9, r.detail)
-                for r in engine.verdicts.reports(name)),
+            plugin_verdicts=self._plugin_verdicts(name, unix_offset),
             traffic=engine.census.nic_traffic(name, now))
+
+    def _plugin_verdicts(self, name: str, unix_offset: float) -> tuple[PluginVerdictView, ...]:
+        """The NIC's reports as views, newest first, each built once (UNIX_OFFSET_SLACK_S)."""
+        verdicts = self.engine.verdicts
+        kept, fresh = self._verdict_views.get(name, {}), {}
+        for r in verdicts.reports(name):
+            entry = kept.get(id(r))
+            if entry is None or entry[0] is not r or entry[2] != verdicts.ttl_ns or \
+                    abs(entry[1] - unix_offset) > UNIX_OFFSET_SLACK_S:
+                entry = (r, unix_offset, verdicts.ttl_ns, PluginVerdictView(
+                    r.fact, unix_offset + r.first_ns / 1e9, unix_offset + r.last_ns / 1e9,
+                    r.count, unix_offset + verdicts.expires_ns(r) / 1e9, r.detail))
+            fresh[id(r)] = entry
+        self._verdict_views[name] = fresh
+        return tuple(entry[3] for entry in fresh.values())
 
     def events_since(self, seq: int) -> list[EventView]:
         return self.history.since(seq)

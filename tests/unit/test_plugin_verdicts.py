@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from test_exporters import settings_in
 
+from linkguardd.api import convert
 from linkguardd.census import wire as census_wire
 from linkguardd.core import Core, build_core
 from linkguardd.facts import (
@@ -486,6 +487,43 @@ def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
     assert 'linkguard_plugin_verdict_rejects_total{reason="bad_magic"} 1.0' in scrape
     assert 'linkguard_transitions_total{device="rail0",state="up"} 1.0' in scrape  # not 2
     assert before.state == NicState.UP  # type: ignore[attr-defined]
+
+
+def test_a_status_builds_each_reports_view_and_message_once(tmp_path: Path) -> None:
+    """Issue 30: a flood leaves 256 reports on a NIC and every status shows them all, so an
+    unchanged report's view and message are the last status's."""
+    clock = Clock()
+
+    async def main() -> tuple[list[bool], list[int], list[bool]]:
+        core = await linked_core(tmp_path, clock)
+        engine, view, messages = core.engine, core.view, convert.VerdictMessages()
+        try:
+            for pid in range(3):
+                engine.on_fact(fact("rail1", pid=pid, at_s=10 + pid), "plugin_verdicts")
+
+            def status() -> tuple[tuple[object, ...], list[str]]:
+                nic = view.nic("rail1")
+                msg = convert.nic_message(nic, clock.now, messages.round())
+                return nic.plugin_verdicts, [v.detail for v in msg.plugin_verdicts]
+
+            first, first_words = status()
+            again, again_words = status()
+            built = [messages.built]
+            engine.on_fact(fact("rail1", pid=1, at_s=20), "plugin_verdicts")  # one changes
+            changed, _ = status()
+            built.append(messages.built)
+            engine.verdicts.configure(60, ["rail0", "rail1"])  # a reload's new time to live
+            renewed, _ = status()
+            built.append(messages.built)
+            return ([a is b for a, b in zip(first, again)] + [first_words == again_words],
+                    built, [v in first for v in changed] + [v in first for v in renewed])
+        finally:
+            await engine.stop()
+
+    same, built, kept = asyncio.run(main())
+    assert same == [True, True, True, True]
+    assert built == [3, 4, 7]  # once each; then the changed one; then all, for their expiry
+    assert kept == [False, True, True] + [False, False, False]  # pid 1 is the newest now
 
 
 def test_a_reload_keeps_the_reports_of_nics_still_monitored(tmp_path: Path) -> None:

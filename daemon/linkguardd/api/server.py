@@ -124,13 +124,15 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
         self._sockets = sockets
         self._now_ns = monotonic_ns
         self._watchers = 0  # open Watch streams on this socket
+        self._verdict_messages = convert.VerdictMessages()
 
     # --- reads ------------------------------------------------------------------------------
     async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
         now = self._now_ns()
         ident = self._identity
+        verdict_message = self._verdict_messages.round()
         return pb.GetStatusResponse(
-            nics=[convert.nic_message(nic, now) for nic in self._view.nics()],
+            nics=[convert.nic_message(nic, now, verdict_message) for nic in self._view.nics()],
             daemon=pb.DaemonInfo(
                 version=ident.version,
                 pid=ident.pid,
