@@ -1,6 +1,6 @@
 """Issue 30's local attacks on a live linkguardd, measured on two builds in the same run.
 
-    python -m bench.hostile_local [--before d167fb8] [--seconds 10] [--json out.json]
+    python -m bench.hostile_local [--before d167fb8] [--seconds 10] [--rounds 1] [--json out.json]
 
 "before" is the daemon and CLI of a commit (exported with `git archive` into a temporary
 directory and run from there with this venv's Python), "after" the working tree. Each build runs
@@ -9,14 +9,19 @@ takes, one after the other:
 
   idle       the same samples with no attack, for --seconds: this machine's baseline.
   verdicts   1100 uids (setresuid in 4 sender processes; root) flip rail1 stalled/healthy as fast
-             as they can for --seconds. Measured: datagrams sent and accepted, events added,
+             as they can for --seconds. Measured: datagrams sent (the kernel queued them),
+             accepted and rejected (read and refused by the daemon), events added,
              whether the startup transitions are still in `events`, daemon CPU, log bytes/s,
              GetStatus p50/p99 on the read-only socket, and the shm heartbeat's gaps (p99, max;
-             written every 50 ms).
+             written every 50 ms) and lateness (p99 of each gap less the period), beside the
+             lateness of a reference process that only sleeps 50 ms at a time (what the
+             machine gives any sleeper: the part of the heartbeat's that is not the daemon's).
   watchers   200 Watch streams that never read, while one uid (one process) flips rail0
              for --seconds; events added, RSS before, at the end, and after the cancel.
   fds        1100 idle connections to the read-only socket; then GetStatus and Drain on the
              admin socket (each with a 5 s deadline).
+With --rounds N the two builds take turns N times (before, after; then after, before; ...), so
+a machine whose load drifts weighs on both alike; the JSON has every round under "rounds".
 Every loop is bounded in count and time; every process started here is ended by its PID.
 """
 from __future__ import annotations
@@ -26,6 +31,7 @@ import contextlib
 import json
 import os
 import resource
+import select
 import shutil
 import socket
 import struct
@@ -45,6 +51,7 @@ from bench.proc_usage import TICKS_PER_S, footprint
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguard.v1 import linkguard_pb2_grpc as pb_grpc
 from linkguard_lab.lab import Lab, unique_prefix
+from linkguardd.settings import Settings
 from linkguardd.shm.reader import ShmReader
 from linkguardd.verdicts import wire
 
@@ -55,6 +62,9 @@ WATCHERS = 200
 CONNECTIONS = 1100
 SYSTEMD_NOFILE = "--nofile=1024:"  # systemd's default soft limit (the hard one stays)
 DEADLINE_S = 5.0
+REFERENCE_LIMIT_S = 120.0  # the reference sleeper's bound, past any phase
+MAX_ROUNDS = 10  # each round takes about a minute per build at --seconds 10
+HEARTBEAT_MS = Settings().heartbeat_interval_ms  # the daemon runs with its default period
 _DATAGRAM = struct.Struct("<4sHBB16sIIQQQ48s")  # plugin/src/daemon/verdict.h, verdicts/wire.py
 
 
@@ -98,14 +108,30 @@ def flood_verdicts(path: str, nic: str, uids: list[int], seconds: float) -> int:
     return total
 
 
+def reference_sleeper(stop_fd: int, period_s: float, limit_s: float) -> None:
+    """A child: sleeps `period_s` at a time until `stop_fd` reads EOF (or `limit_s` pass), then
+    prints its p99 lateness in ms: what any sleeping process gets of this machine's CPUs."""
+    late, until = [], time.monotonic() + limit_s
+    while not select.select([stop_fd], [], [], 0)[0] and time.monotonic() < until:
+        start = time.monotonic()
+        time.sleep(period_s)
+        late.append((time.monotonic() - start - period_s) * 1e3)
+    print(pct(sorted(late), 99))
+
+
 class Sampler:
     """While running: GetStatus latency on the read-only socket, and the shm heartbeat's
-    gaps, from two threads; stop() returns their numbers."""
+    gaps, from two threads, and beside them a reference process that sleeps as long as the
+    heartbeat's period at a time; stop() returns their numbers."""
 
     def __init__(self, daemon: BenchDaemon) -> None:
         self.daemon = daemon
         self.latency_s: list[float] = []
         self.beats: list[int] = []
+        code = ("import sys; from bench.hostile_local import reference_sleeper; "
+                f"reference_sleeper(0, {HEARTBEAT_MS / 1000!r}, {REFERENCE_LIMIT_S!r})")
+        self._reference = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, text=True,
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=f, daemon=True)
                          for f in (self._status, self._heartbeat)]
@@ -132,10 +158,14 @@ class Sampler:
         self._stop.set()
         for t in self._threads:
             t.join(30)
+        reference, _ = self._reference.communicate(timeout=30)  # its stdin closes: it ends
         gaps = sorted((b - a) / 1e6 for a, b in zip(self.beats, self.beats[1:]))
         lat = sorted(x * 1e3 for x in self.latency_s)
         return {"status_p50_ms": pct(lat, 50), "status_p99_ms": pct(lat, 99),
-                "heartbeat_gap_p99_ms": pct(gaps, 99), "heartbeat_gap_max_ms": max(gaps or [0])}
+                "heartbeat_gap_p99_ms": pct(gaps, 99), "heartbeat_gap_max_ms": max(gaps or [0]),
+                # how much later than its period the heartbeat came (issue 30's "under 20 ms")
+                "heartbeat_late_p99_ms": pct([g - HEARTBEAT_MS for g in gaps], 99),
+                "reference_late_p99_ms": float(reference.strip() or -1)}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -153,10 +183,16 @@ def events(daemon: BenchDaemon) -> list[Any]:
                                                          timeout=DEADLINE_S).events)
 
 
-def accepted_verdicts(lab: Lab) -> float:
+def verdict_counts(lab: Lab) -> tuple[float, float]:
+    """(accepted, rejected) verdict datagrams since the daemon started, from its /metrics."""
     out = lab.run("a", ["curl", "-s", "--max-time", "5", "http://127.0.0.1:9846/metrics"]).stdout
-    return sum(float(line.rsplit(" ", 1)[1]) for line in out.splitlines()
-               if line.startswith("linkguard_plugin_verdicts_total{"))
+
+    def total(family: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in out.splitlines()
+                   if line.startswith(family + "{"))
+
+    return total("linkguard_plugin_verdicts_total"), \
+        total("linkguard_plugin_verdict_rejects_total")
 
 
 def idle(daemon: BenchDaemon, seconds: float) -> dict[str, float]:
@@ -176,7 +212,8 @@ def verdict_flood(lab: Lab, daemon: BenchDaemon, seconds: float) -> dict[str, An
     out = sampler.stop()
     after = events(daemon)
     startup = {e.seq for e in before}
-    out.update(sent=sent, accepted=accepted_verdicts(lab), events_added=len(after) - len(before)
+    accepted, rejected = verdict_counts(lab)
+    out.update(sent=sent, accepted=accepted, rejected=rejected, events_added=len(after) - len(before)
                if len(after) < 1024 else f">= {after[-1].seq - before[-1].seq}",
                startup_events_kept=startup <= {e.seq for e in after},
                cpu_percent=round(100 * (cpu_s(daemon.pid) - cpu_before) / wall, 1),
@@ -292,15 +329,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", default="d167fb8", help="commit of the 'before' build")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each flood")
+    parser.add_argument("--rounds", type=int, default=1, help="times each build runs, in turn")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        parser.error(f"--rounds must be 1..{MAX_ROUNDS}")
     if os.geteuid() != 0:
         parser.error("needs root (network namespaces, setresuid)")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = 4 * CONNECTIONS  # the flood's connections are ours too
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), max(hard, wanted)))
-    results = {"before": run_build(args.before, args.seconds),
-               "after": run_build(None, args.seconds), "seconds": args.seconds}
+    rounds = []
+    for i in range(args.rounds):
+        order = [("before", args.before), ("after", None)][::1 if i % 2 == 0 else -1]
+        rounds.append({name: run_build(commit, args.seconds) for name, commit in order})
+    results = {**rounds[0], "rounds": rounds, "seconds": args.seconds}
     text = json.dumps(results, indent=2)
     print(text)
     if args.json:

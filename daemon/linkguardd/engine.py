@@ -1,10 +1,13 @@
 """The daemon's core loop: monitors -> policy -> exporters (shared memory, history, log, metrics).
 
+The engine is handed its monitors and exporters (core.py builds them) and knows them only by
+their interfaces; the API and /metrics read it through engine_view.EngineView.
+
 Facts arrive on the event-loop thread through `on_fact`; the policy decides at once and every
 exporter has the change before `on_fact` returns, the shm file first, so detection latency is
 the monitor's receive time plus a few microseconds of policy and publishing. Time-driven changes
 (hold-down, flap damping) run from a timer set to the policy's next deadline: there is no
-polling loop. Each change reaches the exporters one way: one Update, in exporters.EXPORTERS order.
+polling loop. Each change reaches the exporters one way: one Update, in the order they were handed.
 """
 from __future__ import annotations
 
@@ -12,13 +15,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, fields
-from typing import Any, TypeVar
 
-from linkguardd.census.store import CensusStore, JobTraffic
-from linkguardd.exporters import EngineState, Exporter, Update, build_exporters
-from linkguardd.exporters.history import HistoryExporter
-from linkguardd.exporters.shm import ShmExporter
+from linkguardd.census.store import CensusStore
+from linkguardd.exporters import Exporter, Update
 from linkguardd.facts import (
     CountersFact,
     DomFact,
@@ -31,13 +30,12 @@ from linkguardd.facts import (
     PluginVerdictRejectedFact,
 )
 from linkguardd.inventory import NicInfo, read_inventory
-from linkguardd.monitors.base import FactSink, Monitor, MonitorHealth
+from linkguardd.monitors.base import FactSink, Monitor
 from linkguardd.policy import Policy, Transition
 from linkguardd.settings import Settings
 from linkguardd.state_file import SavedDrain, StateNotSaved, StateStore
-from linkguardd.states import NicState, Reason
 from linkguardd.verdicts.store import Note, VerdictStore
-from linkguardd.view import EventView, NicView, PluginVerdictView, UnknownNic, WatchQueue
+from linkguardd.view import UnknownNic
 
 log = logging.getLogger("linkguardd")
 
@@ -45,7 +43,6 @@ MONITOR_STOP_TIMEOUT_S = 3.0  # systemd's stop timeout is 90 s; be well inside i
 # Addresses change rarely and a link that appears triggers a refresh of its own; each refresh
 # costs ~8 ms of CPU (a netlink dump), so the periodic one is slow. Not on the detection path.
 INVENTORY_REFRESH_S = 30.0
-E = TypeVar("E")
 # Each NIC's backup set, nearest first (main.resolve_nics); one name is a set of one.
 BackupSets = Mapping[str, str | Sequence[str]]
 
@@ -55,13 +52,13 @@ def _sets(backups: BackupSets) -> dict[str, tuple[str, ...]]:
 
 
 class Engine:
-    """Owns the policy and the exporters; implements view.DaemonView for the API.
-
-    `exporters` builds the consumers from the engine (default: exporters.EXPORTERS)."""
+    """Runs the policy on the monitors' facts and hands each decision to `exporters`, in order
+    (exporters.Exporters.in_order() in the daemon); an exporter reads the engine as an
+    exporters.EngineState."""
 
     def __init__(self, settings: Settings, ifnames: Sequence[str], backups: BackupSets,
-                 monitors: Iterable[Monitor], clock: Callable[[], int] = time.monotonic_ns,
-                 exporters: Callable[[EngineState], list[Exporter]] = build_exporters) -> None:
+                 monitors: Iterable[Monitor], exporters: Iterable[Exporter],
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.settings = settings
         self.ifnames = list(ifnames)
         self.backup_sets = _sets(backups)
@@ -75,7 +72,7 @@ class Engine:
         self.census = CensusStore(settings.plugin_census_ttl_s, self.ifnames)
         self.state = StateStore(settings.state_dir)
         self.next_seq = 1  # the next event's sequence number (the shm ring's too): see start()
-        self.exporters = exporters(self)
+        self.exporters = list(exporters)
         self.ready = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
         self._deadline_at: int | None = None  # what the timer is set for: policy or verdicts
@@ -86,9 +83,6 @@ class Engine:
         """Each NIC's first (nearest) backup: the pair of shm version 1 and of drain checks."""
         return {k: v[0] for k, v in self.backup_sets.items()}
 
-    def exporter(self, kind: type[E]) -> E | None:
-        return next((e for e in self.exporters if isinstance(e, kind)), None)
-
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the exporters (the shm file), run the monitors' initial scans, publish the
@@ -96,7 +90,7 @@ class Engine:
         saved = self.state.open()
         self.next_seq = saved.next_seq  # numbers continue across restarts
         for exporter in self.exporters:
-            await exporter.start()
+            await exporter.start(self)
         self._restore_drains(saved.drains)  # the first table published already has them
         await self.refresh_inventory()
         await self._start_monitors()
@@ -161,7 +155,7 @@ class Engine:
             self.census.report(fact)
             return
         if isinstance(fact, PluginCensusRejectedFact):
-            self.census.reject(fact.reason)
+            self.census.reject(fact.reason, fact.count)
             return
         if isinstance(fact, CountersFact) and fact.ifname in self.counters:
             self.counters[fact.ifname].update(fact.counters)
@@ -179,7 +173,8 @@ class Engine:
                            now: int) -> None:
         """A job's word on a NIC: shown and recorded, never a state change (verdicts/store.py)."""
         if isinstance(fact, PluginVerdictRejectedFact):
-            self.verdict_rejects[fact.reason] = self.verdict_rejects.get(fact.reason, 0) + 1
+            rejects = self.verdict_rejects
+            rejects[fact.reason] = rejects.get(fact.reason, 0) + fact.count
             return
         notes = self.verdicts.report(fact)
         self._publish(self._noted(notes, now), monitor="plugin_verdicts")
@@ -250,74 +245,19 @@ class Engine:
             await asyncio.sleep(INVENTORY_REFRESH_S)
             await self.refresh_inventory()
 
-    def _unix_time(self, monotonic_ns: int) -> float:
-        return time.time() - (self.clock() - monotonic_ns) / 1e9
-
-    # ---- view.DaemonView -------------------------------------------------------------------
-    def nics(self) -> list[NicView]:
-        return [self.nic(name) for name in self.ifnames]
-
-    def nic(self, name: str) -> NicView:
-        rec = self.policy.records.get(name)
-        if rec is None:
-            raise UnknownNic(name)
-        link, dom, info = rec.link, rec.dom, self.inventory.get(name, NicInfo(name))
-        counters = dict(self.counters.get(name, {}))
-        if link is not None and link.carrier_changes is not None:
-            counters["carrier_changes"] = link.carrier_changes
-        return NicView(
-            name=name, state=int(rec.state), reason=int(rec.reason),
-            backup=self.backups.get(name, ""), backup_set=self.backup_sets.get(name, ()),
-            present=bool(link and link.present),
-            carrier=bool(link and link.carrier), operstate=link.operstate if link else "UNKNOWN",
-            speed_mbps=info.speed_mbps or None, epoch=rec.epoch,
-            since_monotonic_ns=rec.since_ns, since_unix=self._unix_time(rec.since_ns),
-            counters=counters,
-            dom_status=dom.status if dom else "no_module",
-            dom_warnings=dom.warnings if dom else (), dom_alarms=dom.alarms if dom else (),
-            dom=dom.diagnostics if dom else None, rdma_device=info.rdma_dev,
-            flap_penalty=self.policy.penalty(name, self.clock()),
-            drain_reason=rec.drain_note if rec.drained else "",
-            dom_flags_seen=dom.flags_seen if dom else {},
-            counter_rates={name: rate for (_, name), rate in sorted(rec.last_rates.items())},
-            counters_over=tuple(sorted({name for _, name in rec.error_rates})),
-            plugin_verdicts=tuple(PluginVerdictView(r.fact, self._unix_time(r.first_ns),
-                                                    self._unix_time(r.last_ns), r.count,
-                                                    self._unix_time(self.verdicts.expires_ns(r)))
-                                  for r in self.verdicts.reports(name)),
-            traffic=self.census.nic_traffic(name, self.clock()))
-
-    def events_since(self, seq: int) -> list[EventView]:
-        history = self.exporter(HistoryExporter)
-        return history.since(seq) if history else []
-
-    def subscribe(self) -> WatchQueue:
-        history = self.exporter(HistoryExporter)
-        assert history is not None, "no history exporter: nothing to watch"
-        return history.subscribe()
-
-    def unsubscribe(self, queue: WatchQueue) -> None:
-        history = self.exporter(HistoryExporter)
-        if history is not None:
-            history.unsubscribe(queue)
-
-    def drain(self, name: str, reason: str) -> NicView:
+    # ---- operator commands (engine_view.EngineView serves them) -----------------------------
+    def drain(self, name: str, reason: str) -> None:
         """Raises UnknownNic; StateNotSaved once the drain is in effect but not on disk."""
         if name not in self.policy.records:
             raise UnknownNic(name)
         self._publish(self.policy.drain(name, self.clock(), reason))
         self.state.set_drains(self._drains())
-        return self.nic(name)
 
-    def undrain(self, name: str) -> NicView:
+    def undrain(self, name: str) -> None:
         if name not in self.policy.records:
             raise UnknownNic(name)
         self._publish(self.policy.undrain(name, self.clock()))
         self.state.set_drains(self._drains())
-        return self.nic(name)
-
-    def head_seq(self) -> int:
-        return self.state.last_seq
 
     def _drains(self) -> dict[str, str]:
         return {n: r.drain_note for n, r in self.policy.records.items() if r.drained}
@@ -339,43 +279,3 @@ class Engine:
         except StateNotSaved:
             pass  # logged by the store; the drains are in force all the same
         self._publish(transitions, force=True)
-
-    def dump(self) -> dict[str, Any]:
-        return {
-            "settings": {f.name: _plain(getattr(self.settings, f.name))
-                         for f in fields(self.settings)},
-            "nics": [{**asdict(v), "state": NicState(v.state).name,
-                      "reason": Reason(v.reason).name, "dom": None} for v in self.nics()],
-            "backups": self.backups,
-            "backup_sets": {k: list(v) for k, v in self.backup_sets.items()},
-            "inventory": {k: asdict(v) for k, v in self.inventory.items()},
-            "monitors": {k: asdict(v) for k, v in self.monitor_health().items()},
-            "events": [asdict(e) for e in self.events_since(0)],
-            "census": self.census.dump(self.clock()),
-        }
-
-    def monitor_health(self) -> Mapping[str, MonitorHealth]:
-        return {m.name: m.health for m in self.monitors}
-
-    def jobs(self) -> list[JobTraffic]:
-        return self.census.jobs(self.clock())
-
-    def census_counts(self) -> tuple[int, Mapping[str, int]]:
-        return self.census.process_count(self.clock()), self.census.rejected
-
-    def plugin_verdict_counts(self) -> tuple[Mapping[tuple[str, str], int], Mapping[str, int]]:
-        return self.verdicts.accepted, self.verdict_rejects
-
-    def heartbeat_age_s(self) -> float:
-        """Safe from any thread (the metrics server's): see ShmExporter.heartbeat_age_s."""
-        shm = self.exporter(ShmExporter)
-        return shm.heartbeat_age_s() if shm else 0.0
-
-
-def _plain(value: Any) -> Any:
-    """Settings values as JSON-serialisable data (mappings are read-only proxies)."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return list(value)
-    return value

@@ -142,6 +142,7 @@ class PluginVerdictRejectedFact:
     pid: int  # -1 when the kernel gave no credentials
     uid: int
     at_ns: int
+    count: int = 1  # datagrams it stands for: a batch's shed ones come as one (the last's sender)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ class PluginCensusRejectedFact:
     pid: int  # -1 when the kernel gave no credentials
     uid: int
     at_ns: int
+    count: int = 1  # datagrams it stands for: a batch's shed ones come as one (the last's sender)
 
 
 Fact = (

@@ -18,6 +18,7 @@ import click
 
 from linkguardd import settings as settings_mod
 from linkguardd.api import ApiError, ApiServer
+from linkguardd.core import build_core
 from linkguardd.engine import Engine
 from linkguardd.logs import DaemonLog, kv
 from linkguardd.monitors import build_monitors
@@ -33,6 +34,7 @@ from linkguardd.sdnotify import SdNotifier
 from linkguardd.settings import ConfigError, Settings
 from linkguardd.shm.layout import LG_SHM_COMPAT_VERSION, LG_SHM_VERSION
 from linkguardd.state_file import state_dir_problem
+from linkguardd.view import DaemonView
 
 log = logging.getLogger("linkguardd")
 
@@ -72,8 +74,9 @@ async def run(s: Settings, params: dict[str, Any], logs: DaemonLog) -> int:
     if not ifnames:
         log.warning("no NIC to monitor: set `interfaces` (no PCI netdev found under %s)",
                     s.sysfs_root)
-    engine = Engine(s, ifnames, backups, build_monitors(s, ifnames))
-    surfaces = _operator_surfaces(engine, s)
+    core = build_core(s, ifnames, backups, build_monitors(s, ifnames))
+    engine, view = core.engine, core.view
+    surfaces = _operator_surfaces(view, s)
     notifier = SdNotifier()  # a no-op outside systemd
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -94,7 +97,7 @@ async def run(s: Settings, params: dict[str, Any], logs: DaemonLog) -> int:
         await engine.stop()
         return 1
     notifier.ready(f"watching {len(ifnames)} NICs")
-    watchdog = loop.create_task(notifier.run_watchdog(lambda: engine.heartbeat_age_s() < 1.0))
+    watchdog = loop.create_task(notifier.run_watchdog(lambda: view.heartbeat_age_s() < 1.0))
     log.info("started", extra=kv(nics=",".join(ifnames), shm=s.shm_path,
                                  backups=backups_text(backups), locality=s.locality))
     try:
@@ -145,14 +148,14 @@ async def reload(engine: Engine, params: dict[str, Any], logs: DaemonLog) -> boo
     return True
 
 
-def _operator_surfaces(engine: Engine, s: Settings) -> list[tuple[Any, Any]]:
+def _operator_surfaces(view: DaemonView, s: Settings) -> list[tuple[Any, Any]]:
     """(start, stop) coroutine pairs of the gRPC API, when configured (/metrics is an
     exporter: the engine starts it)."""
     out: list[tuple[Any, Any]] = []
     if s.grpc_socket and (exposure := settings_mod.admin_socket_exposure(s)):
         log.warning("api: %s", exposure)
     if s.grpc_socket:
-        api = ApiServer(engine, s.grpc_socket, ro_socket_path=s.grpc_ro_socket,
+        api = ApiServer(view, s.grpc_socket, ro_socket_path=s.grpc_ro_socket,
                         admin_group=s.admin_group, reader_group=s.reader_group)
         out.append((api.start, api.stop))
     return out

@@ -1,7 +1,8 @@
 """What the operator surfaces (gRPC API, /metrics, logs) see of the daemon.
 
-The engine implements DaemonView; the gRPC servicer and the metrics collector read only this,
-so they can be tested against a small fake and never reach into the engine's internals.
+engine_view.EngineView implements DaemonView over the engine; the gRPC servicer and the metrics
+collector read only this, so they can be tested against a small fake and never reach into the
+engine's internals.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class PluginVerdictView:
     last_unix: float  # its latest report
     reports: int
     expires_unix: float
+    detail: str  # the verdict in words (verdicts.store.describe)
 
 
 @dataclass(frozen=True)

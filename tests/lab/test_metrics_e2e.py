@@ -30,9 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from linkguardd.core import build_core
 from linkguardd.dom.reader import FakePageReader
-from linkguardd.engine import Engine
-from linkguardd.exporters.metrics import MetricsExporter
 from linkguardd.main import resolve_nics
 from linkguardd.monitors import MONITORS
 from linkguardd.monitors.dom import DomMonitor
@@ -122,7 +121,8 @@ def scrape_daemon_in(ns: str, tmp_path: Path, verdict_socket: str) -> str:
             "--for-ms", "812", "ib0", "stalled"]
 
     async def main() -> str:
-        engine = Engine(settings, ifnames, backups, monitors)
+        core = build_core(settings, ifnames, backups, monitors)
+        engine, view = core.engine, core.view
         await engine.start()
         try:
             def sampled() -> bool:  # netlink statistics and RDMA counters of every NIC
@@ -130,11 +130,11 @@ def scrape_daemon_in(ns: str, tmp_path: Path, verdict_socket: str) -> str:
                     "packet_seq_err" in engine.counters["ib0"]
             await wait_until(sampled, "the first counter samples")
             ip(ns, "link", "set", "pib0", "down")  # the fault: ib0 loses its carrier
-            await wait_until(lambda: engine.nic("ib0").state == NicState.DOWN, "ib0 DOWN")
+            await wait_until(lambda: view.nic("ib0").state == NicState.DOWN, "ib0 DOWN")
             await asyncio.to_thread(subprocess.run, send, check=True, timeout=WAIT_S)
-            await wait_until(lambda: bool(engine.nic("ib0").plugin_verdicts), "ib0 reported")
-            exporter = engine.exporter(MetricsExporter)
-            assert exporter is not None and exporter.server is not None
+            await wait_until(lambda: bool(view.nic("ib0").plugin_verdicts), "ib0 reported")
+            exporter = core.exporters.metrics
+            assert exporter.server is not None
             url = f"http://127.0.0.1:{exporter.server.port}/metrics"
             return await asyncio.to_thread(
                 lambda: urllib.request.urlopen(url, timeout=WAIT_S).read().decode())

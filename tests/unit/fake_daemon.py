@@ -25,6 +25,7 @@ from linkguardd.dom.common import ModuleDiagnostics
 from linkguardd.facts import PluginVerdictFact
 from linkguardd.monitors.base import MonitorHealth
 from linkguardd.states import NicState, Reason
+from linkguardd.verdicts.store import describe
 from linkguardd.view import EventView, NicView, PluginVerdictView, UnknownNic, WatchQueue
 
 BOOT_UNIX = 1_700_000_000.0  # 2023-11-14T22:13:20Z: the fake host's wall clock at monotonic 0
@@ -58,11 +59,11 @@ def qsfp28(rx_power_w: tuple[float, ...] = (0.00071, 0.00068, 0.00074, 0.00070),
 
 
 # A job on rail0 saw one of its flows stall (the daemon saw nothing: rail0 stays UP).
+_STALLED_FACT = PluginVerdictFact("rail0", NOW_NS - 5 * 10**9, "stalled", pid=31337, uid=1000,
+                                  for_ms=812, conn=0xC0FFEE, peer="198.18.1.2:40001")
 STALLED = PluginVerdictView(
-    PluginVerdictFact("rail0", NOW_NS - 5 * 10**9, "stalled", pid=31337, uid=1000, for_ms=812,
-                      conn=0xC0FFEE, peer="198.18.1.2:40001"),
-    first_unix=BOOT_UNIX + 7_190, last_unix=BOOT_UNIX + 7_195, reports=2,
-    expires_unix=BOOT_UNIX + 7_495)
+    _STALLED_FACT, first_unix=BOOT_UNIX + 7_190, last_unix=BOOT_UNIX + 7_195, reports=2,
+    expires_unix=BOOT_UNIX + 7_495, detail=describe(_STALLED_FACT))
 
 
 def default_nics() -> list[NicView]:

@@ -460,9 +460,9 @@ def test_a_live_socket_is_not_taken_over(fake: FakeDaemon, served: ServedFake) -
 
 # --- the real engine behind the same surfaces -----------------------------------------------------
 def test_the_engine_serves_the_api_and_metrics() -> None:
-    """Guards the seam: the engine implements DaemonView as the servicer and collector read it."""
-    from linkguardd.engine import Engine
-    from linkguardd.exporters.metrics import MetricsExporter
+    """Guards the seam: the engine's view implements DaemonView as the servicer and collector
+    read it."""
+    from linkguardd.core import build_core
     from linkguardd.facts import LinkFact
     from linkguardd.settings import Settings
 
@@ -472,12 +472,10 @@ def test_the_engine_serves_the_api_and_metrics() -> None:
                         metrics_address="")
 
     async def main() -> None:
-        engine = Engine(settings, ["rail0", "rail1"], {"rail0": "rail1", "rail1": "rail0"}, [])
-        exporter = engine.exporter(MetricsExporter)
-        assert exporter is not None
-        metrics = exporter.metrics
+        core = build_core(settings, ["rail0", "rail1"], {"rail0": "rail1", "rail1": "rail0"}, [])
+        engine, metrics = core.engine, core.exporters.metrics.metrics
         await engine.start()
-        api = ApiServer(engine, os.path.join(directory, "linkguard.sock"))
+        api = ApiServer(core.view, os.path.join(directory, "linkguard.sock"))
         await api.start()
         try:
             engine.on_fact(LinkFact("rail0", time.monotonic_ns(), admin_up=True, carrier=True,

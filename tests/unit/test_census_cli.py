@@ -22,7 +22,7 @@ from fake_daemon import short_socket_dir
 from linkguard_cli.main import cli
 from linkguardd.api import ApiServer
 from linkguardd.census import wire
-from linkguardd.engine import Engine
+from linkguardd.core import Core, build_core
 from linkguardd.facts import LinkFact, NicCensus
 from linkguardd.monitors.plugin_verdicts import PluginVerdictMonitor
 from linkguardd.settings import Settings
@@ -47,7 +47,7 @@ class RealDaemon:
                                  hold_down_ms=0, plugin_verdict_socket=self.plugin_socket)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.engine: Engine | None = None
+        self.core: Core | None = None
         self.api: ApiServer | None = None
 
     def run(self, make: Callable[[], Any]) -> Any:
@@ -63,23 +63,25 @@ class RealDaemon:
         self._thread.start()
 
         async def start() -> None:
-            self.engine = Engine(self.settings, list(NICS), PAIRS,
-                                 [PluginVerdictMonitor(self.plugin_socket, NICS)])
-            await self.engine.start()
+            self.core = build_core(self.settings, list(NICS), PAIRS,
+                                   [PluginVerdictMonitor(self.plugin_socket, NICS)])
+            engine = self.core.engine
+            await engine.start()
             for nic in NICS:
-                self.engine.on_fact(LinkFact(nic, self.engine.clock(), admin_up=True,
-                                             carrier=True, operstate="UP"), "netlink")
-            self.api = ApiServer(self.engine, self.socket_path)
+                engine.on_fact(LinkFact(nic, engine.clock(), admin_up=True,
+                                        carrier=True, operstate="UP"), "netlink")
+            self.api = ApiServer(self.core.view, self.socket_path)
             await self.api.start()
 
         self.run(start)
-        self.wait_for(lambda e: all(e.nic(n).state == NicState.UP for n in NICS), "both UP")
+        self.wait_for(lambda c: all(c.view.nic(n).state == NicState.UP for n in NICS),
+                      "both UP")
         return self
 
-    def wait_for(self, condition: Callable[[Engine], bool], what: str) -> None:
+    def wait_for(self, condition: Callable[[Core], bool], what: str) -> None:
         ready = threading.Event()
         for _ in range(WAIT_S * 100):
-            if self.run(lambda: condition(self.engine)):  # type: ignore[arg-type]
+            if self.run(lambda: condition(self.core)):  # type: ignore[arg-type]
                 return
             ready.wait(0.01)
         pytest.fail(f"the daemon never got {what}")
@@ -88,8 +90,8 @@ class RealDaemon:
         async def stop() -> None:
             if self.api is not None:
                 await self.api.stop(grace=0)
-            if self.engine is not None:
-                await self.engine.stop()
+            if self.core is not None:
+                await self.core.engine.stop()
 
         self.run(stop)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -103,7 +105,8 @@ class RealDaemon:
 
     def census_taken(self, seq: int) -> None:
         """Wait until the daemon has read the report numbered `seq` (the monitor's loop)."""
-        self.wait_for(lambda e: any(p.seq >= seq for p in e.census.processes(e.clock())),
+        self.wait_for(lambda c: any(p.seq >= seq
+                                    for p in c.engine.census.processes(c.engine.clock())),
                       f"census report #{seq}")
 
     def cli(self, *argv: str) -> Result:
@@ -181,7 +184,8 @@ def test_drain_wait_returns_once_the_plugins_report_the_nic_empty(daemon: RealDa
     waiting = cli_process(daemon, "drain", "rail0", "--reason", "swap optic", "--wait",
                           "--wait-timeout", str(WAIT_S))
     try:
-        daemon.wait_for(lambda e: e.nic("rail0").state == NicState.DRAINED, "rail0 drained")
+        daemon.wait_for(lambda c: c.view.nic("rail0").state == NicState.DRAINED,
+                        "rail0 drained")
         daemon.send(*MOVED, job="4242", seq=2)  # what the plugin reports once it moved
         out, _ = waiting.communicate(timeout=WAIT_S)
     finally:

@@ -15,13 +15,12 @@ from test_plugin_verdicts import GOOD as VERDICT
 from test_plugin_verdicts import (
     Clock,
     kernel_hands_over,
-    linked_engine,
+    linked_core,
     run_monitor,
 )
 
 from linkguardd.census import wire
 from linkguardd.census.store import JobTraffic, NicTraffic
-from linkguardd.exporters.metrics import MetricsExporter
 from linkguardd.facts import (
     NicCensus,
     PluginCensusFact,
@@ -97,17 +96,17 @@ def test_the_engine_shows_census_in_the_nic_view_jobs_dump_and_metrics(tmp_path:
     clock = Clock()
 
     async def main() -> tuple[NicTraffic, NicTraffic, list[JobTraffic], str, str]:
-        engine = await linked_engine(tmp_path, clock)
+        core = await linked_core(tmp_path, clock)
+        engine, view = core.engine, core.view
         try:
             dead = 2**22 + 12345  # past PID_MAX_LIMIT (linux/threads.h): never a live pid
             engine.on_fact(wire.decode(CENSUS, os.getpid(), 1000, clock.now), "plugin_verdicts")
             engine.on_fact(wire.decode(wire.encode((NicCensus("rail0", primary=9),)), dead,
                                        1000, clock.now), "plugin_verdicts")
             engine.on_fact(PluginCensusRejectedFact("bad_field", 1, 1000, clock.now))
-            metrics = engine.exporter(MetricsExporter)
-            assert metrics is not None
-            return (engine.nic("rail0").traffic, engine.nic("rail1").traffic, engine.jobs(),
-                    json.dumps(engine.dump()), metrics.metrics.render()[0].decode())
+            metrics = core.exporters.metrics.metrics
+            return (view.nic("rail0").traffic, view.nic("rail1").traffic, view.jobs(),
+                    json.dumps(view.dump()), metrics.render()[0].decode())
         finally:
             await engine.stop()
 

@@ -7,7 +7,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from linkguardd.engine import Engine
+from linkguardd.core import build_core
 from linkguardd.facts import CountersFact, DomFact, LinkFact
 from linkguardd.settings import Settings
 from linkguardd.states import NicState, Reason
@@ -21,12 +21,13 @@ def test_a_clean_window_ends_without_a_fact(tmp_path: Path) -> None:
                         error_rate_min_interval_ms=0, error_rate_clean_window_ms=300)
 
     async def main() -> list[tuple[NicState, Reason]]:
-        engine = Engine(settings, ["rail0"], {}, [])
+        core = build_core(settings, ["rail0"], {}, [])
+        engine, view = core.engine, core.view
         await engine.start()
         seen: list[tuple[NicState, Reason]] = []
 
         def note() -> None:
-            nic = engine.nic("rail0")
+            nic = view.nic("rail0")
             if not seen or seen[-1] != (nic.state, nic.reason):
                 seen.append((NicState(nic.state), Reason(nic.reason)))
 
@@ -40,7 +41,7 @@ def test_a_clean_window_ends_without_a_fact(tmp_path: Path) -> None:
             engine.on_fact(DomFact("rail0", now(), "ok"))  # the optic is fine again
             note()  # still DEGRADED: the counter's window has not ended
             deadline = time.monotonic() + WAIT_S
-            while engine.nic("rail0").state != NicState.UP and time.monotonic() < deadline:
+            while view.nic("rail0").state != NicState.UP and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)  # no fact from here on: only the engine's timer
                 note()
             return seen

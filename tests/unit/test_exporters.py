@@ -8,16 +8,19 @@ import logging
 import os
 import pkgutil
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 import linkguardd.exporters as exporters_pkg
 import linkguardd.monitors as monitors_pkg
+from linkguardd.core import build_core
 from linkguardd.engine import Engine
-from linkguardd.exporters import EXPORTERS, Update, build_exporters
+from linkguardd.engine_view import EngineView
+from linkguardd.exporters import Exporters, Update
+from linkguardd.exporters.base import EngineState
 from linkguardd.exporters.history import HistoryExporter
-from linkguardd.exporters.metrics import MetricsExporter
 from linkguardd.exporters.shm import ShmExporter
 from linkguardd.facts import LinkFact
 from linkguardd.monitors import MONITORS
@@ -44,7 +47,7 @@ def defined_classes(package: object, *methods: str) -> dict[str, list[type]]:
 
 def test_every_exporter_module_is_in_the_table() -> None:
     found = defined_classes(exporters_pkg, "start", "export", "stop")
-    table = dict(EXPORTERS)
+    table = {f.name: type(getattr(Exporters(), f.name)) for f in fields(Exporters)}
     assert set(found) == set(table), "a module defines an exporter the table does not name"
     for module, classes in found.items():
         assert table[module] in classes and table[module].name == module
@@ -57,7 +60,9 @@ def test_every_monitor_module_is_in_the_table() -> None:
 
 
 def test_the_publication_comes_first() -> None:
-    assert EXPORTERS[0] == ("shm", ShmExporter)
+    exporters = Exporters()
+    assert isinstance(exporters.in_order()[0], ShmExporter)
+    assert [e.name for e in exporters.in_order()] == [f.name for f in fields(Exporters)]
 
 
 class Recorder:
@@ -68,8 +73,8 @@ class Recorder:
     def __init__(self, log: list[tuple[str, Update]], tag: str) -> None:
         self.log, self.tag = log, tag
 
-    async def start(self) -> None:
-        pass
+    async def start(self, state: EngineState) -> None:
+        self.state = state
 
     async def stop(self) -> None:
         pass
@@ -86,11 +91,13 @@ def settings_in(directory: Path) -> Settings:
 
 def test_one_update_reaches_every_exporter_once_in_table_order(tmp_path: Path) -> None:
     seen: list[tuple[str, Update]] = []
+    recorder = Recorder(seen, "last")
 
     async def main() -> None:
-        engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [],
-                        exporters=lambda e: [*build_exporters(e), Recorder(seen, "last")])
+        engine = build_core(settings_in(tmp_path), ["rail0", "rail1"], {}, [],
+                            extra=[recorder]).engine
         await engine.start()
+        assert recorder.state is engine  # the engine hands over its state when it starts one
         try:
             seen.clear()
             engine.on_fact(LinkFact("rail0", time.monotonic_ns(), admin_up=True, carrier=True,
@@ -110,7 +117,8 @@ def test_every_consumer_reports_the_same_published_transition(
     """shm, history, log and metrics see one change with one seq and one detection time,
     measured from the monitor's fact to the shm publication."""
     async def main() -> tuple[list[object], float, object]:
-        engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [])
+        core = build_core(settings_in(tmp_path), ["rail0", "rail1"], {}, [])
+        engine = core.engine
         await engine.start()
         try:
             head = engine.next_seq
@@ -120,9 +128,7 @@ def test_every_consumer_reports_the_same_published_transition(
                                         operstate="UP"), "netlink")
             with ShmReader(engine.settings.shm_path) as reader:
                 ring, _, _ = reader.events_since(head - 1)
-            history = engine.exporter(HistoryExporter)
-            metrics = engine.exporter(MetricsExporter)
-            assert history is not None and metrics is not None
+            history, metrics = core.exporters.history, core.exporters.metrics
             return [e for e in history.since(head - 1)], \
                 metrics.metrics.detection["netlink"].sum, ring
         finally:
@@ -139,18 +145,42 @@ def test_every_consumer_reports_the_same_published_transition(
         ("rail0", "RECOVERING", round(event.detection_ns / 1000, 1))]
 
 
-def test_the_engine_names_no_consumer_on_the_transition_path() -> None:
-    """Adding a consumer is a module in exporters/ and a line in EXPORTERS: the engine's
-    publishing code goes through the table only."""
-    source = inspect.getsource(Engine._publish)
-    assert "for exporter in self.exporters" in source
-    for name, factory in EXPORTERS:
-        assert factory.__name__ not in source and f'"{name}"' not in source
+def test_the_engine_names_no_consumer() -> None:
+    """Adding a consumer is a module in exporters/ and a field in Exporters: the engine is
+    handed its exporters and goes through them by their interface only; the view reads the
+    history and the heartbeat from the exporters it is handed."""
+    assert "for exporter in self.exporters" in inspect.getsource(Engine._publish)
+    engine_source = inspect.getsource(Engine)
+    for f in fields(Exporters):
+        kind = type(getattr(Exporters(), f.name)).__name__
+        assert kind not in engine_source and f'"{f.name}"' not in engine_source
+    assert "self.engine.exporters" not in inspect.getsource(EngineView)
+
+
+def test_the_view_reads_the_exporters_it_was_handed(tmp_path: Path) -> None:
+    """The view's history and heartbeat are the ones it was given, not the engine's first
+    exporter of a class: a second history exporter handed to the engine is not read."""
+    other = HistoryExporter()
+    core = build_core(settings_in(tmp_path), ["rail0"], {}, [], extra=[other])
+
+    async def main() -> tuple[int, int, float]:
+        await core.engine.start()
+        try:
+            other.events.clear()  # only the view's own history keeps the start-up events
+            return len(core.view.events_since(0)), len(other.events), \
+                core.view.heartbeat_age_s()
+        finally:
+            await core.engine.stop()
+
+    seen, others, age = asyncio.run(main())
+    assert core.view.history is core.exporters.history
+    assert seen >= 1 and others == 0
+    assert 0 <= age < 1.0  # the shm exporter's heartbeat, written at its start
 
 
 def test_the_shm_file_is_created_and_removed_by_its_exporter(tmp_path: Path) -> None:
     async def main() -> bool:
-        engine = Engine(settings_in(tmp_path), ["rail0"], {}, [])
+        engine = build_core(settings_in(tmp_path), ["rail0"], {}, []).engine
         await engine.start()
         exists = os.path.exists(engine.settings.shm_path)
         await engine.stop()
@@ -162,7 +192,7 @@ def test_the_shm_file_is_created_and_removed_by_its_exporter(tmp_path: Path) -> 
 def test_a_watchers_queue_is_bounded_and_cut_off_when_it_is_not_read() -> None:
     """Issue 30, finding 3: an unread watcher holds at most WATCH_QUEUE_EVENTS events; past
     that its queue is emptied at once and its next read says where to resume."""
-    history = HistoryExporter(None)  # type: ignore[arg-type]  # the state is not read
+    history = HistoryExporter()
     events = [EventView(seq, "rail0", 1, 2, 0, "", seq, 0.0, 0)
               for seq in range(1, 3 * WATCH_QUEUE_EVENTS)]
 
@@ -187,14 +217,14 @@ def test_backup_sets_reach_shm_and_the_view(tmp_path: Path) -> None:
                         state_dir="", sysfs_root=str(tmp_path), metrics_address="")
 
     async def main() -> tuple[list[NicEntry], list[NicView], dict[str, object]]:
-        engine = Engine(settings, ["rail0", "rail1", "rail2"],
-                        {"rail0": ("rail2", "rail1"), "rail1": "rail0"}, [])
-        await engine.start()
+        core = build_core(settings, ["rail0", "rail1", "rail2"],
+                          {"rail0": ("rail2", "rail1"), "rail1": "rail0"}, [])
+        await core.engine.start()
         try:
             with ShmReader(settings.shm_path) as reader:
-                return reader.snapshot()[1], engine.nics(), engine.dump()
+                return reader.snapshot()[1], core.view.nics(), core.view.dump()
         finally:
-            await engine.stop()
+            await core.engine.stop()
 
     entries, views, dump = asyncio.run(main())
     assert [(e.backup_index, e.backup_set) for e in entries] == [(2, (2, 1)), (0, (0,)),

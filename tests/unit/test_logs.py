@@ -167,7 +167,7 @@ def test_a_nic_failure_is_a_warning_and_a_recovery_is_not(
     update = Update([down, up], 5, True, 1_700_000_000.0, "netlink", fact_ns=5)
     update.mark_published(15)
     with caplog.at_level(logging.INFO, logger="linkguardd.transition"):
-        LogExporter(None).export(update)  # type: ignore[arg-type]
+        LogExporter().export(update)
     assert [(r.levelno, r.fields["seq"], r.fields["to"], r.fields["detect_us"])  # type: ignore[attr-defined]
             for r in caplog.records] == [(logging.WARNING, 5, "DOWN", 0.0),
                                          (logging.INFO, 6, "UP", 0.0)]

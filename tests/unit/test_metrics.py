@@ -26,10 +26,10 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families
 
+from linkguardd.core import build_core
 from linkguardd.engine import Engine
 from linkguardd.exporters import Update
 from linkguardd.exporters.metrics import MetricsExporter
-from linkguardd.exporters.shm import ShmExporter
 from linkguardd.metrics import DETECTION_BUCKETS, Metrics, encode, eof
 from linkguardd.metrics_server import MetricsError, MetricsServer, parse_address
 from linkguardd.policy import Transition
@@ -190,7 +190,7 @@ def test_a_latency_on_a_bucket_bound_falls_in_that_bucket() -> None:
 
 
 def test_the_exporter_counts_what_the_update_published() -> None:
-    exporter = MetricsExporter(FakeDaemon(), version="0.1.0")  # type: ignore[arg-type]
+    exporter = MetricsExporter(version="0.1.0")
     down = Transition("rail0", NicState.UP, NicState.DOWN, Reason.CARRIER_LOST, 2, 10_000)
     update = Update([down], 7, True, 0.0, "netlink", fact_ns=9_000)
     update.mark_published(9_000 + 250_000)
@@ -367,10 +367,10 @@ def test_a_stuck_event_loop_shows_in_the_heartbeat_age(tmp_path: Path) -> None:
         return asyncio.run_coroutine_threadsafe(coro, loop).result(WAIT_S)
 
     async def make() -> tuple[Engine, MetricsServer]:
-        engine = Engine(settings, ["rail0"], {}, [], clock=lambda: now[0],
-                        exporters=lambda e: [ShmExporter(e)])
+        core = build_core(settings, ["rail0"], {}, [], clock=lambda: now[0])
+        engine = core.engine
         await engine.start()
-        server = MetricsServer(Metrics(engine), "127.0.0.1:0", loop_answer_s=0.2)
+        server = MetricsServer(Metrics(core.view), "127.0.0.1:0", loop_answer_s=0.2)
         await server.start()
         return engine, server
 

@@ -19,12 +19,19 @@ from pathlib import Path
 import pytest
 from test_exporters import settings_in
 
-from linkguardd.engine import Engine
-from linkguardd.exporters.history import HistoryExporter
-from linkguardd.exporters.metrics import MetricsExporter
-from linkguardd.facts import LinkFact, PluginVerdictFact, PluginVerdictRejectedFact
+from linkguardd.api import convert
+from linkguardd.census import wire as census_wire
+from linkguardd.core import Core, build_core
+from linkguardd.facts import (
+    LinkFact,
+    NicCensus,
+    PluginCensusFact,
+    PluginCensusRejectedFact,
+    PluginVerdictFact,
+    PluginVerdictRejectedFact,
+)
 from linkguardd.monitors import plugin_verdicts
-from linkguardd.monitors.plugin_verdicts import PluginVerdictMonitor
+from linkguardd.monitors.plugin_verdicts import PluginVerdictMonitor, TokenBuckets
 from linkguardd.states import NicState, Reason
 from linkguardd.verdicts import wire
 from linkguardd.verdicts.store import (
@@ -182,6 +189,39 @@ def test_one_uid_cannot_push_out_another_users_report_nor_clear_it() -> None:
                                         if n.reason == Reason.PLUGIN_VERDICT_CLEARED]
 
 
+def test_a_full_nic_evicts_the_stalest_report_of_the_uids_holding_the_most() -> None:
+    store = VerdictStore(600, ["rail0"])
+    for i in range(MAX_REPORTERS):  # one report from each of 256 uids, uid 0's the stalest
+        store.report(dataclasses.replace(fact(pid=i, at_s=i), uid=i))
+    store.report(dataclasses.replace(fact(pid=999, at_s=MAX_REPORTERS), uid=5000))
+    who = {(r.fact.pid, r.fact.uid) for r in store.reports("rail0")}
+    assert len(who) == MAX_REPORTERS and (0, 0) not in who and (999, 5000) in who
+    assert store.next_expiry_ns() == (1 + 600) * S  # uid 1's is the stalest now
+
+
+def test_a_report_older_than_the_newest_still_expires_first() -> None:
+    store = VerdictStore(60, ["rail0"])
+    store.report(fact(pid=1, at_s=10))
+    store.report(fact(pid=2, at_s=5))  # arrived later, observed earlier
+    assert store.next_expiry_ns() == 65 * S
+    assert store.expire(65 * S) == [] and [r.fact.pid for r in store.reports("rail0")] == [1]
+    assert store.next_expiry_ns() == 70 * S
+
+
+def test_a_uids_share_of_a_nic_is_freed_by_expiry_and_by_healthy() -> None:
+    store = VerdictStore(60, ["rail0"])
+    for pid in range(MAX_REPORTERS_PER_UID):
+        store.report(fact(pid=pid, at_s=0))
+    store.expire(60 * S)  # every one of them gone
+    for pid in range(MAX_REPORTERS_PER_UID):
+        store.report(fact(pid=100 + pid, at_s=61))
+    assert len(store.reports("rail0")) == MAX_REPORTERS_PER_UID  # none evicted its own
+    store.report(fact(pid=100, verdict="healthy", at_s=62))
+    store.report(fact(pid=500, at_s=63))  # takes the freed place
+    pids = {r.fact.pid for r in store.reports("rail0")}
+    assert len(pids) == MAX_REPORTERS_PER_UID and 100 not in pids and {101, 500} <= pids
+
+
 def test_a_flapping_report_is_one_note_per_nic_and_interval_with_its_count() -> None:
     """Issue 30, finding 2: stalled/healthy pairs from one pid were two events each, in the
     history, the shm ring and the log; now at most one per NIC per NOTE_INTERVAL_S."""
@@ -326,6 +366,60 @@ def test_many_uids_together_are_capped_by_the_global_bucket() -> None:
     assert accepted == plugin_verdicts.GLOBAL_BURST
 
 
+def test_the_shared_bucket_says_until_when_it_refuses_every_uid() -> None:
+    buckets = TokenBuckets(64, 128, global_rate_per_s=4, global_burst=2)
+    now = 10 * S
+    assert buckets.allow(1, now) and buckets.refusing_until_ns == 0  # a token left
+    assert buckets.allow(2, now) and buckets.refusing_until_ns == now + S // 4  # empty
+    assert not buckets.allow(3, now + S // 4 - 1) and buckets.refusing_until_ns > now + S // 8
+    assert buckets.allow(3, now + S // 4)  # the token it was waiting for
+
+
+def test_a_batch_past_the_shared_bucket_is_shed_as_one_count_and_a_census_still_taken(
+        sock_path: str) -> None:
+    """Issue 30: a flood of 1100 uids costs the daemon a read per datagram, no decoding, and
+    then no reads at all until the bucket has a token; the census, which has buckets of its
+    own, is not shed with the verdicts."""
+    monitor = PluginVerdictMonitor(sock_path, ["rail0", "rail1"], Clock())  # frozen clock
+    burst = int(plugin_verdicts.GLOBAL_BURST)
+    census = census_wire.encode((NicCensus("rail0", primary=2),))
+    facts: list[object] = []
+
+    async def main() -> tuple[int, list[bool]]:
+        await monitor.start(facts.append)
+        try:
+            drained = sum(kernel_says(monitor, uid, 1) for uid in range(burst + 1))
+            assert drained == burst  # the shared bucket is empty now, and stays (frozen)
+            monitor._sink = facts.append
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as tx:
+                for data in [GOOD] * 4 + [census] + [GOOD] * 4:  # the kernel queues 10
+                    tx.sendto(data, sock_path)
+            paused = [monitor.paused]
+            read = monitor.read_batch()
+            paused.append(monitor.paused)
+            monitor.resume()  # what the pause's timer does
+            return read, [*paused, monitor.paused]
+        finally:
+            await monitor.stop()
+
+    assert asyncio.run(main()) == (9, [False, True, False])
+    assert [(type(f), getattr(f, "count", None)) for f in facts] == [
+        (PluginCensusFact, None), (PluginVerdictRejectedFact, 8)]
+    shed = facts[1]
+    assert isinstance(shed, PluginVerdictRejectedFact)
+    assert (shed.reason, shed.pid, shed.uid) == ("rate_limited", os.getpid(), os.getuid())
+
+
+def test_the_engine_counts_every_datagram_a_rejected_fact_stands_for(tmp_path: Path) -> None:
+    core = build_core(settings_in(tmp_path), ["rail0"], {}, [])
+    engine = core.engine
+    engine.on_fact(PluginVerdictRejectedFact("rate_limited", 1, 1000, 0, count=8))
+    engine.on_fact(PluginVerdictRejectedFact("rate_limited", 1, 1000, 0))
+    engine.on_fact(PluginCensusRejectedFact("rate_limited", 1, 1000, 0, count=3))
+    assert core.view.plugin_verdict_counts()[1] == {"rate_limited": 9}
+    assert core.view.census_counts()[1] == {"rate_limited": 3}
+
+
 def test_a_uid_evicted_from_a_full_table_comes_back_without_a_fresh_burst() -> None:
     """Issue 30, finding 2: cycling through more uids than the table holds won a new burst
     each time a uid came back."""
@@ -342,14 +436,14 @@ def test_a_uid_evicted_from_a_full_table_comes_back_without_a_fresh_burst() -> N
 
 
 # ---- the engine ------------------------------------------------------------------------------
-async def linked_engine(tmp_path: Path, clock: Clock) -> Engine:
+async def linked_core(tmp_path: Path, clock: Clock) -> Core:
     """A started engine of rail0 and rail1, both with carrier (UP after the hold-down)."""
-    engine = Engine(settings_in(tmp_path), ["rail0", "rail1"], {}, [], clock=clock)
-    await engine.start()
+    core = build_core(settings_in(tmp_path), ["rail0", "rail1"], {}, [], clock=clock)
+    await core.engine.start()
     for nic in ("rail0", "rail1"):
-        engine.on_fact(LinkFact(nic, clock.now, admin_up=True, carrier=True, operstate="UP"),
-                       "netlink")
-    return engine
+        core.engine.on_fact(LinkFact(nic, clock.now, admin_up=True, carrier=True,
+                                     operstate="UP"), "netlink")
+    return core
 
 
 def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
@@ -357,24 +451,21 @@ def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
     clock = Clock()
 
     async def main() -> dict[str, object]:
-        engine = await linked_engine(tmp_path, clock)
+        core = await linked_core(tmp_path, clock)
+        engine, view = core.engine, core.view
         try:
             clock.now += 10 * S  # past the hold-down: both UP
             engine._on_deadline()
-            before = engine.nic("rail0")
+            before = view.nic("rail0")
             engine.on_fact(fact(pid=7, at_s=10, for_ms=600), "plugin_verdicts")
             engine.on_fact(fact(pid=8, at_s=11), "plugin_verdicts")
             engine.on_fact(PluginVerdictRejectedFact("bad_magic", 9, 1000, clock.now))
-            gray = engine.nic("rail0")
-            metrics = engine.exporter(MetricsExporter)
-            assert metrics is not None
-            scrape = metrics.metrics.render()[0].decode()
+            gray = view.nic("rail0")
+            scrape = core.exporters.metrics.metrics.render()[0].decode()
             clock.now += 300 * S  # the default time to live
             engine._on_deadline()  # what the loop's timer does at the expiry
-            history = engine.exporter(HistoryExporter)
-            assert history is not None
-            return {"before": before, "gray": gray, "after": engine.nic("rail0"),
-                    "scrape": scrape, "events": history.since(0)}
+            return {"before": before, "gray": gray, "after": view.nic("rail0"),
+                    "scrape": scrape, "events": view.events_since(0)}
         finally:
             await engine.stop()
 
@@ -398,10 +489,48 @@ def test_the_engine_shows_records_and_counts_verdicts_without_a_state_change(
     assert before.state == NicState.UP  # type: ignore[attr-defined]
 
 
+def test_a_status_builds_each_reports_view_and_message_once(tmp_path: Path) -> None:
+    """Issue 30: a flood leaves 256 reports on a NIC and every status shows them all, so an
+    unchanged report's view and message are the last status's."""
+    clock = Clock()
+
+    async def main() -> tuple[list[bool], list[int], list[bool]]:
+        core = await linked_core(tmp_path, clock)
+        engine, view, messages = core.engine, core.view, convert.VerdictMessages()
+        try:
+            for pid in range(3):
+                engine.on_fact(fact("rail1", pid=pid, at_s=10 + pid), "plugin_verdicts")
+
+            def status() -> tuple[tuple[object, ...], list[str]]:
+                nic = view.nic("rail1")
+                msg = convert.nic_message(nic, clock.now, messages.round())
+                return nic.plugin_verdicts, [v.detail for v in msg.plugin_verdicts]
+
+            first, first_words = status()
+            again, again_words = status()
+            built = [messages.built]
+            engine.on_fact(fact("rail1", pid=1, at_s=20), "plugin_verdicts")  # one changes
+            changed, _ = status()
+            built.append(messages.built)
+            engine.verdicts.configure(60, ["rail0", "rail1"])  # a reload's new time to live
+            renewed, _ = status()
+            built.append(messages.built)
+            return ([a is b for a, b in zip(first, again)] + [first_words == again_words],
+                    built, [v in first for v in changed] + [v in first for v in renewed])
+        finally:
+            await engine.stop()
+
+    same, built, kept = asyncio.run(main())
+    assert same == [True, True, True, True]
+    assert built == [3, 4, 7]  # once each; then the changed one; then all, for their expiry
+    assert kept == [False, True, True] + [False, False, False]  # pid 1 is the newest now
+
+
 def test_a_reload_keeps_the_reports_of_nics_still_monitored(tmp_path: Path) -> None:
     async def main() -> tuple[int, int, float]:
         settings = settings_in(tmp_path)
-        engine = Engine(settings, ["rail0", "rail1"], {}, [])
+        core = build_core(settings, ["rail0", "rail1"], {}, [])
+        engine = core.engine
         await engine.start()
         try:
             now_s = time.monotonic()  # the engine's clock: nothing expires during the test
@@ -409,7 +538,8 @@ def test_a_reload_keeps_the_reports_of_nics_still_monitored(tmp_path: Path) -> N
             engine.on_fact(fact("rail1", pid=7, at_s=now_s))
             fewer = dataclasses.replace(settings, interfaces=("rail0",), plugin_verdict_ttl_s=60)
             await engine.reload(fewer, ["rail0"], {}, [])
-            return (len(engine.nic("rail0").plugin_verdicts), len(engine.verdicts.reports("rail1")),
+            return (len(core.view.nic("rail0").plugin_verdicts),
+                    len(engine.verdicts.reports("rail1")),
                     engine.verdicts.ttl_ns / S)
         finally:
             await engine.stop()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from linkguardd.engine import Engine
+from linkguardd.core import Core, build_core
 from linkguardd.facts import LinkFact
 from linkguardd.logs import DaemonLog
 from linkguardd.main import reload
@@ -40,12 +40,12 @@ def test_the_settings_a_reload_cannot_apply() -> None:
 LEVELS: list[int] = []  # the root logger's level right after each reload
 
 
-def make_engine(tmp_path: Path) -> Engine:
+def make_core(tmp_path: Path) -> Core:
     settings = Settings(interfaces=("rail0", "rail1"), shm_path=str(tmp_path / "shm"),
                         state_dir="",
                         sysfs_root=str(tmp_path), metrics_address="", hold_down_ms=1000,
                         dom_interval_s=3600, stats_interval_s=60)
-    return Engine(settings, ["rail0", "rail1"], {}, [])
+    return build_core(settings, ["rail0", "rail1"], {}, [])
 
 
 def params(config: Path) -> dict[str, object]:
@@ -60,24 +60,25 @@ def logs() -> DaemonLog:
 
 
 def run_reload(tmp_path: Path, config_text: str, logs: DaemonLog,
-               caplog: pytest.LogCaptureFixture) -> tuple[bool, Engine, dict[str, object],
+               caplog: pytest.LogCaptureFixture) -> tuple[bool, Core, dict[str, object],
                                                           dict[str, object]]:
     config = tmp_path / "linkguard.toml"
     config.write_text(config_text)
 
-    async def main() -> tuple[bool, Engine, dict[str, object], dict[str, object]]:
-        engine = make_engine(tmp_path)
+    async def main() -> tuple[bool, Core, dict[str, object], dict[str, object]]:
+        core = make_core(tmp_path)
+        engine, view = core.engine, core.view
         await engine.start()
         try:
             engine.on_fact(LinkFact("rail0", time.monotonic_ns(), admin_up=True, carrier=True,
                                     operstate="UP"))
-            engine.drain("rail1", "swap optic")
-            before = {n.name: (n.state, n.epoch, n.since_monotonic_ns) for n in engine.nics()}
+            view.drain("rail1", "swap optic")
+            before = {n.name: (n.state, n.epoch, n.since_monotonic_ns) for n in view.nics()}
             with caplog.at_level(logging.INFO):
                 ok = await reload(engine, params(config), logs)
                 LEVELS.append(logging.getLogger().level)  # caplog restores it afterwards
-            after = {n.name: (n.state, n.epoch, n.since_monotonic_ns) for n in engine.nics()}
-            return ok, engine, before, after
+            after = {n.name: (n.state, n.epoch, n.since_monotonic_ns) for n in view.nics()}
+            return ok, core, before, after
         finally:
             await engine.stop()
 
@@ -93,13 +94,13 @@ def run_reload(tmp_path: Path, config_text: str, logs: DaemonLog,
 def test_a_bad_file_is_refused_whole_and_nothing_is_dropped(
         tmp_path: Path, bad: str, why: str, logs: DaemonLog,
         caplog: pytest.LogCaptureFixture) -> None:
-    ok, engine, before, after = run_reload(tmp_path, f"{bad}\n", logs, caplog)
-    assert not ok and engine.settings.hold_down_ms == 1000
+    ok, core, before, after = run_reload(tmp_path, f"{bad}\n", logs, caplog)
+    assert not ok and core.engine.settings.hold_down_ms == 1000
     assert after == before  # every NIC keeps its state, epoch and time of change
     refused = [r for r in caplog.records if r.getMessage().startswith("reload refused")]
     assert refused and refused[0].levelno == logging.ERROR
     assert why in refused[0].fields["error"]  # type: ignore[attr-defined]
-    assert engine.nic("rail1").state == NicState.DRAINED
+    assert core.view.nic("rail1").state == NicState.DRAINED
 
 
 def test_a_reload_says_what_it_applied_and_what_waits_for_a_restart(
@@ -108,10 +109,10 @@ def test_a_reload_says_what_it_applied_and_what_waits_for_a_restart(
             f'sysfs_root = "{tmp_path}"\nshm_path = "{tmp_path}/other-shm"\n'
             'metrics_address = ""\ndom_interval_s = 3600.0\nstats_interval_s = 60.0\n'
             'log_level = "debug"\nstate_dir = ""\n')
-    ok, engine, before, after = run_reload(tmp_path, text, logs, caplog)
-    assert ok and engine.settings.hold_down_ms == 4000
+    ok, core, before, after = run_reload(tmp_path, text, logs, caplog)
+    assert ok and core.engine.settings.hold_down_ms == 4000
     assert after["rail1"] == before["rail1"]  # still drained, same epoch
-    assert engine.settings.shm_path == str(tmp_path / "shm")  # the running file stays
+    assert core.engine.settings.shm_path == str(tmp_path / "shm")  # the running file stays
     warned = [r for r in caplog.records if r.levelno == logging.WARNING
               and r.getMessage().startswith("reload:")]
     assert [r.fields["needs_restart"] for r in warned] == ["shm_path"]  # type: ignore[attr-defined]

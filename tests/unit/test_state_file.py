@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fake_daemon import short_socket_dir
 
-from linkguardd.engine import Engine
+from linkguardd.core import Core, build_core
 from linkguardd.settings import Settings
 from linkguardd.shm.reader import ShmReader
 from linkguardd.state_file import (
@@ -119,10 +119,10 @@ def test_no_state_dir_keeps_everything_in_memory(tmp_path: Path) -> None:
 
 
 # --- the engine ----------------------------------------------------------------------------------
-def engine_for(directory: str) -> Engine:
+def core_for(directory: str) -> Core:
     settings = Settings(interfaces=("rail0", "rail1"), shm_path=os.path.join(directory, "shm"),
                         sysfs_root=directory, state_dir=os.path.join(directory, "state"))
-    return Engine(settings, ["rail0", "rail1"], {"rail0": "rail1", "rail1": "rail0"}, [])
+    return build_core(settings, ["rail0", "rail1"], {"rail0": "rail1", "rail1": "rail0"}, [])
 
 
 def test_a_drain_survives_an_engine_restart_and_sequences_continue(
@@ -131,26 +131,26 @@ def test_a_drain_survives_an_engine_restart_and_sequences_continue(
     caplog.set_level(logging.INFO, logger="linkguardd")
 
     async def first_run() -> int:
-        engine = engine_for(directory)
-        await engine.start()
-        engine.drain("rail0", "swap optic")
-        head = engine.head_seq()
-        await engine.stop()
+        core = core_for(directory)
+        await core.engine.start()
+        core.view.drain("rail0", "swap optic")
+        head = core.view.head_seq()
+        await core.engine.stop()
         return head
 
     async def second_run() -> tuple[int, list[int], int]:
-        engine = engine_for(directory)
-        await engine.start()
+        core = core_for(directory)
+        await core.engine.start()
         try:
             with ShmReader(os.path.join(directory, "shm")) as reader:
                 _, nics = reader.snapshot()
                 events, _, _ = reader.events_since(0)
             rail0 = next(n for n in nics if n.name == "rail0")
             assert (rail0.state, rail0.reason) == (NicState.DRAINED, Reason.OPERATOR_DRAIN)
-            assert engine.nic("rail0").drain_reason == "swap optic"
-            return engine.head_seq(), [e.seq for e in events], events[0].new_state
+            assert core.view.nic("rail0").drain_reason == "swap optic"
+            return core.view.head_seq(), [e.seq for e in events], events[0].new_state
         finally:
-            await engine.stop()
+            await core.engine.stop()
 
     head = asyncio.run(first_run())
     assert head >= 2  # the start-up transitions and the drain
@@ -165,11 +165,11 @@ def test_an_undrain_is_saved_too() -> None:
     directory = short_socket_dir()
 
     async def run() -> None:
-        engine = engine_for(directory)
-        await engine.start()
-        engine.drain("rail1", "x")
-        engine.undrain("rail1")
-        await engine.stop()
+        core = core_for(directory)
+        await core.engine.start()
+        core.view.drain("rail1", "x")
+        core.view.undrain("rail1")
+        await core.engine.stop()
 
     asyncio.run(run())
     assert written(Path(directory) / "state")["drains"] == {}

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, cast
 
 from linkguard.v1 import linkguard_pb2 as pb
 from linkguardd.census.store import JobTraffic, NicTraffic
 from linkguardd.states import REASON_TEXT, STATE_TEXT, NicState, Reason
-from linkguardd.verdicts.store import describe
 from linkguardd.view import EventView, NicView, PluginVerdictView
 
 LEVELS = ("high_alarm", "low_alarm", "high_warning", "low_warning")
@@ -62,7 +62,11 @@ def dom_summary(nic: NicView) -> pb.DomSummary:
     return summary
 
 
-def nic_message(nic: NicView, now_monotonic_ns: int) -> pb.Nic:
+def nic_message(nic: NicView, now_monotonic_ns: int,
+                verdict_message: Callable[[PluginVerdictView], pb.PluginVerdict] | None = None
+                ) -> pb.Nic:
+    """`verdict_message` converts each verdict (a VerdictMessages round; default: anew)."""
+    verdict_message = verdict_message or plugin_verdict_message
     msg = pb.Nic(
         name=nic.name,
         state=_state(nic.state),
@@ -84,7 +88,7 @@ def nic_message(nic: NicView, now_monotonic_ns: int) -> pb.Nic:
         state_text=state_text(nic.state),
         counter_rates=nic.counter_rates,
         counters_over=nic.counters_over,
-        plugin_verdicts=[plugin_verdict_message(v) for v in nic.plugin_verdicts],
+        plugin_verdicts=[verdict_message(v) for v in nic.plugin_verdicts],
         traffic=traffic_message(nic.traffic),
     )
     if nic.speed_mbps is not None and nic.speed_mbps >= 0:
@@ -99,7 +103,31 @@ def plugin_verdict_message(v: PluginVerdictView) -> pb.PluginVerdict:
         peer=f.peer, conn=f.conn, for_ms=f.for_ms, loss_ppm=f.loss_ppm,
         rate_bytes_per_second=f.rate_bps, expected_bytes_per_second=f.expected_bps,
         reports=v.reports, first_unix=v.first_unix, last_unix=v.last_unix,
-        expires_unix=v.expires_unix, detail=describe(f))
+        expires_unix=v.expires_unix, detail=v.detail)
+
+
+class VerdictMessages:
+    """Each verdict view's message built once while the view is the same object (the daemon's
+    view keeps a report's from one status to the next): one per servicer, a round per status."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[PluginVerdictView, pb.PluginVerdict]] = {}
+        self.built = 0  # messages built since start (the rest came from the last round)
+
+    def round(self) -> Callable[[PluginVerdictView], pb.PluginVerdict]:
+        """A converter for one status; what it does not convert is forgotten."""
+        kept: dict[int, tuple[PluginVerdictView, pb.PluginVerdict]] = {}
+        last, self._kept = self._kept, kept
+
+        def message(v: PluginVerdictView) -> pb.PluginVerdict:
+            entry = last.get(id(v))
+            if entry is None or entry[0] is not v:
+                entry = (v, plugin_verdict_message(v))
+                self.built += 1
+            kept[id(v)] = entry
+            return entry[1]
+
+        return message
 
 
 def traffic_message(t: NicTraffic) -> pb.Traffic:

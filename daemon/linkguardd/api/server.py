@@ -66,7 +66,7 @@ class ApiError(RuntimeError):
 
 
 def _json_default(value: Any) -> Any:
-    """Dump() helper: the engine's state holds dataclasses, enums and sets."""
+    """Dump() helper: the daemon's state holds dataclasses, enums and sets."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, enum.Enum):
@@ -124,13 +124,15 @@ class LinkguardServicer(pb_grpc.LinkguardServicer):
         self._sockets = sockets
         self._now_ns = monotonic_ns
         self._watchers = 0  # open Watch streams on this socket
+        self._verdict_messages = convert.VerdictMessages()
 
     # --- reads ------------------------------------------------------------------------------
     async def GetStatus(self, request: pb.GetStatusRequest, context: Any) -> pb.GetStatusResponse:
         now = self._now_ns()
         ident = self._identity
+        verdict_message = self._verdict_messages.round()
         return pb.GetStatusResponse(
-            nics=[convert.nic_message(nic, now) for nic in self._view.nics()],
+            nics=[convert.nic_message(nic, now, verdict_message) for nic in self._view.nics()],
             daemon=pb.DaemonInfo(
                 version=ident.version,
                 pid=ident.pid,
@@ -322,7 +324,7 @@ def _missed(since_seq: int, events: list[Any]) -> int:
 
 
 class ApiServer:
-    """The API on the admin socket and, when set, the read-only one. The engine calls
+    """The API on the admin socket and, when set, the read-only one. main.py calls
     `await start()` once the view can answer and `await stop()` on shutdown; SIGHUP needs
     nothing from here (the view stays the same)."""
 

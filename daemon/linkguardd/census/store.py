@@ -270,9 +270,9 @@ class CensusStore:
             reintegrations=self.reintegrations.get(ifname, 0),
             failures={r: self.failures.get((ifname, r), 0) for r in FAILURE_REASONS})
 
-    def reject(self, reason: str) -> None:
-        """Count a datagram the monitor did not take (datagram.REJECT_REASONS)."""
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+    def reject(self, reason: str, count: int = 1) -> None:
+        """Count datagrams the monitor did not take (datagram.REJECT_REASONS)."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + count
 
     def dump(self, now_ns: int) -> dict[str, object]:
         return {"jobs": [asdict(j) for j in self.jobs(now_ns)],

@@ -2,9 +2,10 @@
 
 An exporter is one consumer of the daemon's decisions: the shared-memory file the NCCL plugin
 reads, the event history behind the API's ListEvents/Watch, the transition log, the metrics. The
-engine knows only this interface (as node-problem-detector's problem exporters): every change of
-state reaches every exporter in exporters.EXPORTERS the same way, as one Update passed to
-`export()`, on the event-loop thread, in table order.
+engine knows only this interface (as node-problem-detector's problem exporters): it is handed its
+exporters when it is made (exporters.Exporters, in main.py), gives each its read-only state when
+it starts them, and every change of state reaches every exporter the same way, as one Update
+passed to `export()`, on the event-loop thread, in the order it was handed them.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Protocol
 from linkguardd.inventory import NicInfo
 from linkguardd.policy import Policy, Transition
 from linkguardd.settings import Settings
-from linkguardd.view import DaemonView, EventView
+from linkguardd.view import EventView
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Update:
         return self._events
 
 
-class EngineState(DaemonView, Protocol):
+class EngineState(Protocol):
     """What exporters may read of the engine (read only, on the event-loop thread)."""
 
     settings: Settings  # the running settings: replaced on reload
@@ -85,14 +86,12 @@ class Exporter(Protocol):
 
     name: str
 
-    async def start(self) -> None:
-        """Acquire what the exporter needs (a file, a port) before the first update."""
+    async def start(self, state: EngineState) -> None:
+        """Acquire what the exporter needs (a file, a port) before the first update; `state`
+        is the engine's, to read from here on."""
 
     def export(self, update: Update) -> None:
         """Consume one update. On the event-loop thread: must not block."""
 
     async def stop(self) -> None:
         """Release everything; no update arrives after this."""
-
-
-ExporterFactory = Callable[[EngineState], Exporter]

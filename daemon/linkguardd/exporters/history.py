@@ -12,11 +12,11 @@ HISTORY = WATCH_QUEUE_EVENTS  # events kept for the API's Watch/ListEvents resum
 class HistoryExporter:
     name = "history"
 
-    def __init__(self, state: EngineState) -> None:
+    def __init__(self) -> None:
         self.events: collections.deque[EventView] = collections.deque(maxlen=HISTORY)
         self.subscribers: set[WatchQueue] = set()
 
-    async def start(self) -> None:
+    async def start(self, state: EngineState) -> None:
         pass
 
     async def stop(self) -> None:

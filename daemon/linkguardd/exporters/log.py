@@ -32,10 +32,7 @@ def transition_fields(ev: EventView) -> dict[str, object]:
 class LogExporter:
     name = "log"
 
-    def __init__(self, state: EngineState) -> None:
-        pass
-
-    async def start(self) -> None:
+    async def start(self, state: EngineState) -> None:
         pass
 
     async def stop(self) -> None:

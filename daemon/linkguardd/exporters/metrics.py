@@ -1,5 +1,8 @@
 """Exporter "metrics": counts every transition for /metrics and serves the endpoint.
 
+The rest of a scrape is read from the daemon's view (engine_view.py), handed over with
+`read_from()` once it exists (core.py): the view reads the engine this exporter is handed to.
+
 Failover must never depend on the metrics port: a bind failure is logged and the daemon goes on.
 """
 from __future__ import annotations
@@ -10,6 +13,7 @@ from linkguardd.exporters.base import EngineState, Update
 from linkguardd.metrics import Metrics
 from linkguardd.metrics_server import MetricsError, MetricsServer
 from linkguardd.states import NOTE_REASONS, NicState
+from linkguardd.view import DaemonView
 
 log = logging.getLogger(__name__)
 
@@ -17,13 +21,16 @@ log = logging.getLogger(__name__)
 class MetricsExporter:
     name = "metrics"
 
-    def __init__(self, state: EngineState, version: str | None = None) -> None:
-        self.state = state
-        self.metrics = Metrics(state, version)
+    def __init__(self, version: str | None = None) -> None:
+        self.metrics = Metrics(None, version)  # counts only until read_from()
         self.server: MetricsServer | None = None
 
-    async def start(self) -> None:
-        address = self.state.settings.metrics_address
+    def read_from(self, view: DaemonView) -> None:
+        """Scrapes report the NICs, monitors, verdicts and census `view` shows."""
+        self.metrics.view = view
+
+    async def start(self, state: EngineState) -> None:
+        address = state.settings.metrics_address
         if not address:
             return
         server = MetricsServer(self.metrics, address)

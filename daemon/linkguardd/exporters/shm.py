@@ -1,6 +1,6 @@
 """Exporter "shm": the control file the NCCL plugin reads (NIC table, event ring, heartbeat).
 
-First in exporters.EXPORTERS: an update is published once it is here, and the exporters after
+First in exporters.Exporters: an update is published once it is here, and the exporters after
 this one see it as such (Update.mark_published).
 """
 from __future__ import annotations
@@ -32,19 +32,20 @@ NO_NIC = 0xFFFFFFFF  # Event.nic_index of a NIC no longer in the table
 class ShmExporter:
     name = "shm"
 
-    def __init__(self, state: EngineState) -> None:
-        self.state = state
+    def __init__(self) -> None:
+        self.state: EngineState | None = None  # the engine's, from start()
         self.writer: ShmWriter | None = None
         self.last_heartbeat_ns = 0
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, state: EngineState) -> None:
         """Create the file and write the first heartbeat (readers see a live daemon with an
         empty table until the first update)."""
-        self.writer = ShmWriter(self.state.settings.shm_path, SHM_NIC_CAPACITY, SHM_RING_SLOTS,
-                                first_seq=self.state.next_seq)
+        self.state = state
+        self.writer = ShmWriter(state.settings.shm_path, SHM_NIC_CAPACITY, SHM_RING_SLOTS,
+                                first_seq=state.next_seq)
         self.heartbeat()
-        self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop(),
+        self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop(state),
                                                             name="heartbeat")
 
     async def stop(self) -> None:
@@ -58,11 +59,12 @@ class ShmExporter:
             self.writer = None
 
     def export(self, update: Update) -> None:
-        if self.writer is None:
+        state = self.state
+        if self.writer is None or state is None:
             return
         if update.table_changed or update.transitions:
-            self.writer.publish_table(entries(self.state))
-        index = {name: i for i, name in enumerate(self.state.ifnames)}
+            self.writer.publish_table(entries(state))
+        index = {name: i for i, name in enumerate(state.ifnames)}
         for i, tr in enumerate(update.transitions):
             seq = self.writer.push_event(Event(
                 time_ns=tr.at_ns, epoch=tr.epoch, fact_ns=update.fact_ns or tr.at_ns,
@@ -70,22 +72,22 @@ class ShmExporter:
                 new_state=int(tr.new), reason=int(tr.reason), name=tr.ifname))
             if seq != update.first_seq + i:  # the API's numbers would not be the ring's
                 log.error("shm: event %d got ring sequence %d", update.first_seq + i, seq)
-        update.mark_published(self.state.clock())
+        update.mark_published(state.clock())
 
     def heartbeat(self) -> None:
-        if self.writer is not None:
+        if self.writer is not None and self.state is not None:
             self.last_heartbeat_ns = self.state.clock()
             self.writer.heartbeat(self.last_heartbeat_ns)
 
     def heartbeat_age_s(self) -> float:
         """From the last heartbeat to now: safe from any thread (a scrape while the loop is
         stuck sees the age grow)."""
-        last = self.last_heartbeat_ns
-        return (self.state.clock() - last) / 1e9 if last else 0.0
+        last, state = self.last_heartbeat_ns, self.state
+        return (state.clock() - last) / 1e9 if last and state is not None else 0.0
 
-    async def _heartbeat_loop(self) -> None:
+    async def _heartbeat_loop(self, state: EngineState) -> None:
         while True:  # the period is read each time: a reload applies it
-            await asyncio.sleep(self.state.settings.heartbeat_interval_ms / 1000)
+            await asyncio.sleep(state.settings.heartbeat_interval_ms / 1000)
             self.heartbeat()
 
 

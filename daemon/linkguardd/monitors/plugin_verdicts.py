@@ -10,12 +10,22 @@ other; every field is validated (verdicts/wire.py, census/wire.py), and a reject
 counted (a PluginVerdictRejectedFact or PluginCensusRejectedFact) and logged at most once a
 minute. The loop never blocks on it: the socket is non-blocking and each wake-up reads a
 bounded batch.
+
+A flood costs the loop as little as a datagram can: while a kind's shared bucket is empty,
+every datagram of that kind would be refused whoever sent it, so it is *shed* right after it is
+read (its kind is its first four bytes): no credentials parsed, no decoding, no bucket of its
+uid. A batch's shed datagrams reach the engine as one rejected fact with their count, and the
+socket is not read again until that bucket has a token (SHED_PAUSE_MIN_S at least): a flood
+keeps the queue full, so reading on would keep the loop busy (and, to the kernel's scheduler,
+never idle) for datagrams it must refuse; the kernel refuses them instead (EAGAIN, up to
+net.unix.max_dgram_qlen queued).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
 import socket
@@ -24,6 +34,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from linkguardd.bind_dir import private_bind_dir
 from linkguardd.census import wire as census_wire
@@ -51,8 +62,13 @@ CENSUS_BURST = 256.0
 CENSUS_GLOBAL_RATE_PER_S = 4 * CENSUS_RATE_PER_S
 CENSUS_GLOBAL_BURST = 2 * CENSUS_BURST
 REJECT_LOG_INTERVAL_S = 60.0
+# A flood that empties a shared bucket is read at most this often: every wake-up of the loop
+# waits for a CPU behind the flood's senders, so fewer is better, and the queue holds
+# net.unix.max_dgram_qlen (10) datagrams a read: about the shared buckets' rates, 256 and 512/s.
+SHED_PAUSE_MIN_S = 0.02
 _CREDS = struct.Struct("iII")  # struct ucred: pid, uid, gid (socket(7) SCM_CREDENTIALS)
 _READ_SIZE = max(verdict_wire.SIZE, census_wire.SIZE) + 1  # one more: a longer one is seen
+_ANCILLARY_SIZE = socket.CMSG_SPACE(_CREDS.size)
 
 
 class TokenBuckets:
@@ -66,6 +82,8 @@ class TokenBuckets:
         self.global_rate_per_s, self.global_burst = global_rate_per_s, global_burst
         self._buckets: dict[int, tuple[float, int]] = {}  # uid -> (tokens, at_ns)
         self._global: tuple[float, int] | None = None  # every uid's datagrams: (tokens, at_ns)
+        # Until then the shared bucket holds no whole token, so allow() refuses every uid.
+        self.refusing_until_ns = 0
 
     def allow(self, uid: int, now: int) -> bool:
         """One token from the uid's bucket and one from the global one, or refused."""
@@ -80,7 +98,11 @@ class TokenBuckets:
                          self.global_rate_per_s, self.global_burst)
         allowed = tokens >= 1 and shared >= 1
         self._buckets[uid] = (tokens - 1 if allowed else tokens, now)
-        self._global = (shared - 1 if allowed else shared, now)
+        shared -= 1 if allowed else 0
+        self._global = (shared, now)
+        # _refill() reaches 1 token then: (1 - shared) tokens at global_rate_per_s
+        self.refusing_until_ns = now + math.ceil((1 - shared) * 1e9 / self.global_rate_per_s) \
+            if shared < 1 else 0
         return allowed
 
     def refusal(self, uid: int) -> str:
@@ -94,7 +116,7 @@ class _Kind:
 
     name: str
     decode: Callable[[bytes, int, int, int], Fact]
-    rejected: Callable[[str, int, int, int], Fact]
+    rejected: Callable[[str, int, int, int, int], Fact]  # reason, pid, uid, at_ns, count
     buckets: TokenBuckets
 
 
@@ -117,6 +139,7 @@ class PluginVerdictMonitor:
                              TokenBuckets(CENSUS_RATE_PER_S, CENSUS_BURST,
                                           CENSUS_GLOBAL_RATE_PER_S, CENSUS_GLOBAL_BURST))
         self._unlogged: dict[str, int] = {}  # "kind reason" -> rejections since the last line
+        self._resume: asyncio.TimerHandle | None = None  # set while a flood pauses reading
         self._logged_ns = 0
 
     async def start(self, sink: FactSink) -> None:
@@ -134,6 +157,9 @@ class PluginVerdictMonitor:
 
     async def stop(self) -> None:
         sock, self._sock = self._sock, None
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
         if sock is None:
             return
         with contextlib.suppress(ValueError, RuntimeError):  # loop closing: nothing to remove
@@ -170,28 +196,61 @@ class PluginVerdictMonitor:
     def read_batch(self) -> int:
         """Reads what is queued, at most BATCH datagrams; returns how many were read."""
         n = 0
+        shed: dict[str, list[Any]] = {}  # kind -> [kind, count, the last one's ancillary, at]
+        kind_of, clock = self._kind_of, self.clock
         while self._sock is not None and n < BATCH:
             try:
-                data, ancillary, _, _ = self._sock.recvmsg(_READ_SIZE,
-                                                           socket.CMSG_SPACE(_CREDS.size))
+                data, ancillary, _, _ = self._sock.recvmsg(_READ_SIZE, _ANCILLARY_SIZE)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
                 self.health.fail(f"recvmsg: {exc}")
                 break
             n += 1
+            now = clock()
+            datagram = kind_of(data)
+            if now < datagram.buckets.refusing_until_ns and ancillary:
+                entry = shed.get(datagram.name)
+                if entry is None:
+                    shed[datagram.name] = [datagram, 1, ancillary, now]
+                else:
+                    entry[1:] = entry[1] + 1, ancillary, now
+                continue
             self._take(data, ancillary)
+        for datagram, count, ancillary, now in shed.values():
+            pid, uid = _sender(ancillary)
+            exc = Rejected("rate_limited", datagram.buckets.refusal(uid))
+            self._reject(datagram, exc, pid, uid, now, count)
+        if shed:
+            until = min(entry[0].buckets.refusing_until_ns for entry in shed.values())
+            self._pause(max(until, self.clock() + int(SHED_PAUSE_MIN_S * 1e9)))
         return n
+
+    @property
+    def paused(self) -> bool:
+        """Whether a flood has stopped the reading until a shared bucket has a token."""
+        return self._resume is not None
+
+    def _pause(self, until_ns: int) -> None:
+        if self._sock is None or self._resume is not None:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._sock.fileno())
+        self._resume = loop.call_later(max(0.0, (until_ns - self.clock()) / 1e9), self.resume)
+
+    def resume(self) -> None:
+        """Read again (the pause's timer calls it)."""
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
+            if self._sock is not None:
+                asyncio.get_running_loop().add_reader(self._sock.fileno(), self.read_batch)
 
     def _take(self, data: bytes, ancillary: list[tuple[int, int, bytes]]) -> None:
         assert self._sink is not None
         now = self.clock()
-        pid = uid = -1
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and \
-                    len(payload) >= _CREDS.size:
-                pid, uid, _ = _CREDS.unpack_from(payload)
-        datagram = self._census if data[:4] == census_wire.MAGIC else self._verdicts
+        pid, uid = _sender(ancillary)
+        datagram = self._kind_of(data)
         try:
             if uid < 0:
                 raise Rejected("no_credentials", "the kernel gave no sender credentials")
@@ -202,19 +261,28 @@ class PluginVerdictMonitor:
             if nic is not None and nic not in self.interfaces:
                 raise Rejected("unknown_nic", f"{nic} is not a monitored NIC")
         except Rejected as exc:
-            self._sink(datagram.rejected(exc.reason, pid, uid, now))
-            self._log_rejection(datagram.name, exc, pid, uid, now)
+            self._reject(datagram, exc, pid, uid, now)
             return
         self._sink(fact)
+
+    def _kind_of(self, data: bytes) -> _Kind:
+        return self._census if data[:4] == census_wire.MAGIC else self._verdicts
+
+    def _reject(self, datagram: _Kind, exc: Rejected, pid: int, uid: int, now: int,
+                count: int = 1) -> None:
+        assert self._sink is not None
+        self._sink(datagram.rejected(exc.reason, pid, uid, now, count))
+        self._log_rejection(datagram.name, exc, pid, uid, now, count)
 
     def _decode_census(self, data: bytes, pid: int, uid: int, now: int) -> Fact:
         """A census, its lines of NICs not monitored left out (the rest of it is good)."""
         fact = census_wire.decode(data, pid, uid, now)
         return replace(fact, nics=tuple(n for n in fact.nics if n.ifname in self.interfaces))
 
-    def _log_rejection(self, kind: str, exc: Rejected, pid: int, uid: int, now: int) -> None:
+    def _log_rejection(self, kind: str, exc: Rejected, pid: int, uid: int, now: int,
+                       count: int = 1) -> None:
         key = f"{kind} {exc.reason}"
-        self._unlogged[key] = self._unlogged.get(key, 0) + 1
+        self._unlogged[key] = self._unlogged.get(key, 0) + count
         if self._logged_ns and now - self._logged_ns < REJECT_LOG_INTERVAL_S * 1e9:
             return
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self._unlogged.items()))
@@ -222,6 +290,16 @@ class PluginVerdictMonitor:
                     "the last, a %s from pid %d uid %d: %s", counts, kind, pid, uid, exc)
         self._unlogged.clear()
         self._logged_ns = now
+
+
+def _sender(ancillary: list[tuple[int, int, bytes]]) -> tuple[int, int]:
+    """(pid, uid) from SCM_CREDENTIALS; (-1, -1) when the kernel gave none."""
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and \
+                len(payload) >= _CREDS.size:
+            pid, uid, _ = _CREDS.unpack_from(payload)
+            return pid, uid
+    return -1, -1
 
 
 def _refill(tokens: float, at_ns: int, now_ns: int, rate_per_s: float, burst: float) -> float:

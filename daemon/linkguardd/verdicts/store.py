@@ -15,11 +15,15 @@ sends: a NIC gets at most one note per NOTE_INTERVAL_S (the changes in between a
 come as one note with their count, when the interval ends), and one uid holds at most
 MAX_REPORTERS_PER_UID of a NIC's reporters (a new one evicts that uid's stalest first; past
 MAX_REPORTERS the stalest of the uid with the most goes), so no user can push out another's.
+
+A flood of reports costs each one a constant: a NIC's reports are kept stalest first with a
+count per uid, so neither the next expiry nor making room for a reporter reads them all.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from linkguardd.facts import PluginVerdictFact
 from linkguardd.states import Reason
@@ -47,6 +51,11 @@ class Report:
     def last_ns(self) -> int:
         return self.fact.at_ns
 
+    @cached_property
+    def detail(self) -> str:
+        """describe(fact), worded once: every status shows every report (256 a NIC at most)."""
+        return describe(self.fact)
+
 
 @dataclass(frozen=True)
 class Note:
@@ -67,10 +76,48 @@ def describe(f: PluginVerdictFact) -> str:
     return " ".join([f.verdict, *filter(None, numbers)]) + f" ({', '.join(filter(None, who))})"
 
 
+class _Reporters:
+    """One NIC's reports by (pid, uid), stalest first, and how many each uid holds."""
+
+    def __init__(self) -> None:
+        self.by_who: dict[tuple[int, int], Report] = {}
+        self.per_uid: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.by_who)
+
+    def get(self, who: tuple[int, int]) -> Report | None:
+        return self.by_who.get(who)
+
+    def put(self, who: tuple[int, int], report: Report) -> None:
+        if self.by_who.pop(who, None) is None:
+            self.per_uid[who[1]] = self.per_uid.get(who[1], 0) + 1
+        newest = next(reversed(self.by_who.values()), None)
+        self.by_who[who] = report
+        if newest is not None and report.last_ns < newest.last_ns:  # older than the newest
+            self.by_who = dict(sorted(self.by_who.items(), key=lambda kv: kv[1].last_ns))
+
+    def pop(self, who: tuple[int, int]) -> Report | None:
+        report = self.by_who.pop(who, None)
+        if report is not None:
+            left = self.per_uid.pop(who[1]) - 1
+            if left:
+                self.per_uid[who[1]] = left
+        return report
+
+    def stalest(self) -> Report | None:
+        return next(iter(self.by_who.values()), None)
+
+    def stalest_of(self, uids: Iterable[int]) -> tuple[int, int]:
+        """The (pid, uid) of the stalest report of any of `uids` (one of them holds one)."""
+        wanted = set(uids)
+        return next(who for who in self.by_who if who[1] in wanted)
+
+
 class VerdictStore:
     def __init__(self, ttl_s: float, ifnames: Iterable[str] = ()) -> None:
         self.ttl_ns = int(ttl_s * NS_PER_S)
-        self._reports: dict[str, dict[tuple[int, int], Report]] = {n: {} for n in ifnames}
+        self._reports: dict[str, _Reporters] = {n: _Reporters() for n in ifnames}
         self.accepted: dict[tuple[str, str], int] = {}  # (NIC, verdict) -> reports, for /metrics
         self._noted_ns: dict[str, int] = {}  # NIC -> when its latest note went out
         self._held: dict[str, tuple[Note, int]] = {}  # NIC -> latest held note, changes held
@@ -79,12 +126,13 @@ class VerdictStore:
         """Reload: a new time to live; NICs no longer monitored are forgotten (no note)."""
         self.ttl_ns = int(ttl_s * NS_PER_S)
         wanted = list(ifnames)
-        self._reports = {n: self._reports.get(n, {}) for n in wanted}
+        self._reports = {n: self._reports.get(n) or _Reporters() for n in wanted}
         self._held = {n: h for n, h in self._held.items() if n in self._reports}
 
     def reports(self, ifname: str) -> list[Report]:
         """The NIC's unexpired gray verdicts, newest first."""
-        return sorted(self._reports.get(ifname, {}).values(), key=lambda r: -r.last_ns)
+        nic = self._reports.get(ifname)
+        return sorted(nic.by_who.values(), key=lambda r: -r.last_ns) if nic else []
 
     def expires_ns(self, report: Report) -> int:
         return report.last_ns + self.ttl_ns
@@ -101,15 +149,15 @@ class VerdictStore:
         self.accepted[key] = self.accepted.get(key, 0) + 1
         was_gray = bool(nic)
         if fact.verdict == "healthy":
-            if nic.pop((fact.pid, fact.uid), None) is not None and was_gray and not nic:
+            if nic.pop((fact.pid, fact.uid)) is not None and was_gray and not nic:
                 return self._note(Note(fact.ifname, Reason.PLUGIN_VERDICT_CLEARED,
                                        describe(fact)), fact.at_ns)
             return []
         old = nic.get((fact.pid, fact.uid))
         if old is None:
             _make_room(nic, fact.uid)
-        nic[fact.pid, fact.uid] = (Report(fact, fact.at_ns, 1) if old is None
-                                   else replace(old, fact=fact, count=old.count + 1))
+        nic.put((fact.pid, fact.uid), Report(fact, fact.at_ns, 1) if old is None
+                else replace(old, fact=fact, count=old.count + 1))
         if was_gray:
             return []
         return self._note(Note(fact.ifname, Reason.PLUGIN_VERDICT, describe(fact)), fact.at_ns)
@@ -142,10 +190,11 @@ class VerdictStore:
     def expire(self, now_ns: int) -> list[Note]:
         notes = self._release_held(now_ns)
         for ifname, nic in self._reports.items():
-            gone = [who for who, r in nic.items() if self.expires_ns(r) <= now_ns]
-            if not gone:
+            last = None  # the newest of the expired reports: the stalest go first
+            while (stalest := nic.stalest()) is not None and self.expires_ns(stalest) <= now_ns:
+                last = nic.pop((stalest.fact.pid, stalest.fact.uid))
+            if last is None:
                 continue
-            last = max((nic.pop(who) for who in gone), key=lambda r: r.last_ns)
             if not nic:
                 notes += self._note(Note(ifname, Reason.PLUGIN_VERDICT_CLEARED,
                                          f"no report for {self.ttl_ns / NS_PER_S:g} s; the "
@@ -154,21 +203,16 @@ class VerdictStore:
 
     def next_expiry_ns(self) -> int | None:
         """When expire() has something to do: a report's expiry or a held note's release."""
-        return min([*(self.expires_ns(r) for nic in self._reports.values() for r in nic.values()),
+        stalest = (nic.stalest() for nic in self._reports.values())
+        return min([*(self.expires_ns(r) for r in stalest if r is not None),
                     *(self._held_due_ns(n) for n in self._held)], default=None)
 
 
-def _make_room(nic: dict[tuple[int, int], Report], uid: int) -> None:
+def _make_room(nic: _Reporters, uid: int) -> None:
     """Before `uid` adds a reporter: its own stalest goes when it holds its share; when the NIC
-    is full, the stalest of the uid holding the most (never another user's first)."""
-    def stalest(of_uid: int) -> None:
-        del nic[min((who for who in nic if who[1] == of_uid), key=lambda w: nic[w].last_ns)]
-
-    mine = sum(1 for who in nic if who[1] == uid)
-    if mine >= MAX_REPORTERS_PER_UID:
-        stalest(uid)
+    is full, the stalest report of the uids holding the most (never another user's first)."""
+    if nic.per_uid.get(uid, 0) >= MAX_REPORTERS_PER_UID:
+        nic.pop(nic.stalest_of((uid,)))
     elif len(nic) >= MAX_REPORTERS:
-        per_uid: dict[int, int] = {}
-        for _, who_uid in nic:
-            per_uid[who_uid] = per_uid.get(who_uid, 0) + 1
-        stalest(max(per_uid, key=lambda u: per_uid[u]))
+        most = max(nic.per_uid.values())
+        nic.pop(nic.stalest_of(u for u, n in nic.per_uid.items() if n == most))
