@@ -269,7 +269,7 @@ static void set_mode(struct lg_stream *s, int big)
 static void take_ahead(struct lg_stream *s, char *dst)
 {
     size_t k = LG_MIN(s->rx.ahead_len - s->rx.ahead_used, s->rx.h.len - s->rx.done);
-    if (dst)
+    if (dst && k) /* k 0: an empty message, whose buffer may be NULL */
         memcpy(dst + s->rx.done, s->rx.ahead + s->rx.ahead_used, k);
     s->rx.done += k;
     s->rx.ahead_used += k;
