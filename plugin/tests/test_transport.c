@@ -267,8 +267,10 @@ static void test_grouped_mismatch(void)
         rc = lg_core_test(rreq, &done, sizes);
     CHECK_EQ(rc, ncclInternalError);
     CHECK_EQ(done, 0);
-    CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+    /* The receiver first: its goodbye ends the sender's wait for acks of kept sends that the
+     * failed receiver will never place (else the sender's close waits out the dead timeout). */
     CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+    CHECK_EQ(lg_core_close_send(s), ncclSuccess);
 }
 
 /* An accept that can never complete fails after LINKGUARD_CONNECT_TIMEOUT_MS, never answers
