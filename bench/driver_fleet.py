@@ -42,7 +42,8 @@ _PHASE = re.compile(r"^lg_nccl_driver: (?P<what>connected|traffic) t=(?P<t>\d+\.
 
 @dataclass(frozen=True)
 class ConnEvent:
-    kind: str  # "failover", "reintegration" (sender's lines), "rebuilt" (primary path)
+    kind: str  # "failover", "reintegration" (sender's lines), "rebuilt" (primary path),
+    #            "rebuilt-backup" (the backup path: a spread backup moved, issue 28)
     pair: int
     conn: str  # the plugin's connection id (hex)
     t_ns: int
@@ -96,8 +97,9 @@ class Fleet:
             kind, conn = None, None
             if pl.kind in ("failover", "reintegration") and (pl.conn or "").startswith("send"):
                 kind, conn = pl.kind, (pl.conn or "").split()[1]
-            elif (m := _REBUILT.match(pl.msg)) and m["slot"] == "primary":
-                kind, conn = "rebuilt", m["id"]
+            elif m := _REBUILT.match(pl.msg):
+                kind = "rebuilt" if m["slot"] == "primary" else "rebuilt-backup"
+                conn = m["id"]
             if kind and conn:
                 with self._lock:
                     self.events.append(ConnEvent(kind, pair, conn, when))

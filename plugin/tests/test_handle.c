@@ -10,7 +10,7 @@
 
 int main(void)
 {
-    char buf[NCCL_NET_HANDLE_MAXSIZE];
+    char buf[NCCL_NET_HANDLE_MAXSIZE + 1]; /* one byte past NCCL's, to see none is written */
     struct lg_handle h = {.listen_id = 0xdeadbeefcafef00dull, .flags = LG_HANDLE_F_BACKUP,
                           .ip = {inet_addr("198.18.0.1"), inet_addr("198.18.1.1")},
                           .port = {40000, 50001}, .nic = {"rail0", "rail1"}}, d;
@@ -67,6 +67,33 @@ int main(void)
     lg_handle_encode(bad, &noaddr);
     CHECK_EQ(lg_handle_decode(bad, &d), LG_HANDLE_OK);
     CHECK(lg_handle_strerror(LG_HANDLE_EMAGIC)[0] != 0);
+
+    /* The rest of a backup set: each member's address and port, in the listener's order; a
+     * member without either, a count past the handle's room, or a set without a backup is
+     * refused. */
+    struct lg_handle set = h;
+    set.flags |= LG_HANDLE_F_SET;
+    set.nmore = LG_HANDLE_MAX_SET - 1;
+    for (int k = 0; k < set.nmore; k++) {
+        set.more_ip[k] = htonl(0xc6120201u + ((uint32_t)k << 8)); /* 198.18.2+k.1 */
+        set.more_port[k] = (uint16_t)(41000 + k);
+    }
+    lg_handle_encode(bad, &set);
+    CHECK_EQ(lg_handle_decode(bad, &d), LG_HANDLE_OK);
+    CHECK(d.nmore == LG_HANDLE_MAX_SET - 1 && d.more_ip[6] == set.more_ip[6] &&
+          d.more_port[6] == 41006 && d.ip[1] == h.ip[1]);
+    CHECK(lg_handle_stage_get(bad) == NULL); /* the set stops short of the stage */
+    char setb[sizeof(buf)];
+    memcpy(setb, bad, sizeof(setb));
+    setb[64] = LG_HANDLE_MAX_SET; /* more than fits */
+    CHECK_EQ(lg_handle_decode(setb, &d), LG_HANDLE_EADDR);
+    memcpy(setb, bad, sizeof(setb));
+    memset(setb + 66 + 6 * 3 + 4, 0, 2); /* member 3 without a port */
+    CHECK_EQ(lg_handle_decode(setb, &d), LG_HANDLE_EADDR);
+    struct lg_handle noback = set;
+    noback.flags = LG_HANDLE_F_SET;
+    lg_handle_encode(setb, &noback);
+    CHECK_EQ(lg_handle_decode(setb, &d), LG_HANDLE_EADDR);
 
     /* Stage pointer: set, read back, cleared; garbage never yields a pointer. */
     int obj;

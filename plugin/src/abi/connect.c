@@ -15,6 +15,7 @@
 #include "daemon/devices.h"
 #include "proto/conn.h"
 #include "proto/failover.h"
+#include "proto/spread.h"
 #include "runtime/ctx.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -36,6 +37,8 @@ struct lg_connecting {
     int path_live[LG_NPATHS];
     struct lg_dial dial[LG_NPATHS]; /* each live path's sockets (dial.h) */
     char peer_nic[LG_NPATHS][LG_HANDLE_NIC_LEN]; /* from the handle, for the WARNs */
+    uint32_t pair_ip;   /* the listener's nearest backup (the handle's ip[1], port[1]): a */
+    uint16_t pair_port; /* spread backup given up is added back there later, as a pair's */
 };
 
 /* Only pointers found here are ever dereferenced: a handle with a stale or forged stage
@@ -71,7 +74,11 @@ static const char *reach_hint(const struct lg_conn *c, int p, int err)
 {
     if (err != ENETUNREACH && err != EHOSTUNREACH)
         return "";
-    const struct lg_nic *nic = &lg_device_get(c->dev)->nic[p];
+    const struct lg_device *d = lg_device_get(c->dev);
+    const struct lg_nic *nic = &d->nic[p];
+    for (int k = 0; p && k < d->nset; k++) /* the set member this connection's backup is on */
+        if (d->set[k].ip == c->local_ip[p])
+            nic = &d->set[k];
     if (nic->mask && !((nic->ip ^ c->peer_ip[p]) & nic->mask))
         return " (no answer from that address on this NIC's own subnet: a NIC or link between "
                "the two is down)";
@@ -107,6 +114,16 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
             err ? strerror(err) : "", reach_hint(cg->conn, 1, err));
     cg->path_live[1] = 0;
     cg->dial[0].hello.paths_mask = 1; /* the primary's hellos announce it alone */
+    struct lg_conn *c = cg->conn;
+    if (c->spread_held) { /* added later where the listener expects a pair's backup */
+        const struct lg_device *d = lg_device_get(c->dev);
+        lg_spread_put(c->nic[1]);
+        c->spread_held = 0;
+        lg_nic_name_copy(c->nic[1], d->nic[1].name);
+        c->local_ip[1] = d->nic[1].ip;
+        c->peer_ip[1] = cg->pair_ip;
+        c->peer_port[1] = cg->pair_port;
+    }
     cg->conn->paths[1] = NULL; /* the connection starts with its primary path only */
     cg->conn->npaths = 1;
     cg->conn->upgradable = 1; /* ... and the monitor adds the backup when it can */
@@ -138,14 +155,30 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
     if (d->has_backup && npaths == 1)
         LG_INFO(NCCL_INIT | NCCL_NET, "connect on %s: the peer has no backup path; this "
                 "connection runs unprotected", d->nic[0].name);
+    cg->pair_ip = h->ip[1];
+    cg->pair_port = h->port[1];
+    c->peer = *h;
     for (int p = 0; p < LG_NPATHS; p++) { /* kept for rebuilding paths (reconnect.c) */
+        lg_nic_name_copy(c->nic[p], d->nic[p].name);
         c->local_ip[p] = d->nic[p].ip;
         c->peer_ip[p] = p < npaths ? h->ip[p] : 0;
         c->peer_port[p] = p < npaths ? h->port[p] : 0;
     }
+    /* Both ends have a backup set: this connection's backup goes to its least-loaded member,
+     * and to the listener's NIC on that member's rail (spread.h). */
+    if (npaths > 1 && d->nset > 1 && (h->flags & LG_HANDLE_F_SET) && tr->any_backup_nic) {
+        int j = lg_spread_take(d);
+        if (j >= 0 && lg_spread_peer(&d->set[j], j, h, &c->peer_ip[1], &c->peer_port[1]) == 0) {
+            lg_nic_name_copy(c->nic[1], d->set[j].name);
+            c->local_ip[1] = d->set[j].ip;
+            c->spread_held = 1;
+        } else if (j >= 0) {
+            lg_spread_put(d->set[j].name); /* the listener names no NIC on that rail */
+        }
+    }
     for (int p = 0; p < npaths; p++) {
-        struct lg_path *path = lg_path_new(c, p, d->nic[p].name,
-                                           lg_addr_format(h->ip[p], h->port[p]).s);
+        struct lg_path *path = lg_path_new(c, p, c->nic[p],
+                                           lg_addr_format(c->peer_ip[p], c->peer_port[p]).s);
         if (!path) {
             lg_conn_free(c);
             free(cg);

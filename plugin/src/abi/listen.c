@@ -40,7 +40,12 @@ struct lg_group {
     int fds[LG_NPATHS][LG_MAX_STREAMS + 1]; /* [p][k]: data stream k (1..nstreams) */
     uint64_t sess[LG_NPATHS]; /* the control session each path's hellos name, and its channel */
     uint32_t chan[LG_NPATHS];
+    uint32_t local_ip[LG_NPATHS]; /* our NIC each path came to (the backup: a set member) */
 };
+
+/* NICs a listen comm listens on: its primary's, then its backup set's (as many as a handle
+ * names), so that a connector spreading its backups reaches any of them (proto/spread.h). */
+#define LG_LISTEN_NICS (1 + LG_HANDLE_MAX_SET)
 
 struct lg_listen {
     uint32_t magic;
@@ -48,7 +53,9 @@ struct lg_listen {
     uint64_t listen_id;
     int npaths;
     struct lg_ctx *ctx; /* NCCL's communicator context (held), or NULL */
-    struct lg_listener *lis[LG_NPATHS]; /* shared with the connections accepted here */
+    int nlis;
+    struct lg_listener *lis[LG_LISTEN_NICS]; /* [0] primary, [1 + k] set[k]; shared with the
+                                              * connections accepted here */
     pthread_mutex_t mu;                 /* groups: filled by the acceptor, taken by accept */
     struct lg_group groups[LG_GROUP_MAX];
     struct lg_conn *pending; /* built; NCCL gets it once its transport can take it */
@@ -58,6 +65,32 @@ struct lg_listen {
 
 static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t local_ip,
                        uint64_t now);
+
+/* The NIC of listener k: [0] the primary, [1 + m] member m of the backup set (a device built
+ * without a set: its backup). */
+static const struct lg_nic *lis_nic(const struct lg_device *d, int k)
+{
+    return k == 0 ? &d->nic[0] : k - 1 < d->nset ? &d->set[k - 1] : &d->nic[1];
+}
+
+/* The listener of ours that `local_ip` is (index into l->lis), for a path of `slot`: the
+ * primary's NIC for slot 0, a member of the backup set for slot 1; -1 if none. */
+static int lis_of(const struct lg_listen *l, const struct lg_device *d, int slot,
+                  uint32_t local_ip)
+{
+    if (slot == 0)
+        return d->nic[0].ip == local_ip ? 0 : -1;
+    for (int k = 1; k < l->nlis; k++)
+        if (lis_nic(d, k)->ip == local_ip)
+            return k;
+    return -1;
+}
+
+static int listens_for(const struct lg_listen *l, const struct lg_device *d, int slot,
+                       uint32_t local_ip)
+{
+    return lis_of(l, d, slot, local_ip) >= 0;
+}
 
 ncclResult_t lg_core_listen_ctx(void *ctx, int dev, void *handle, void **listen_comm)
 {
@@ -85,15 +118,27 @@ ncclResult_t lg_core_listen_ctx(void *ctx, int dev, void *handle, void **listen_
             for (int k = 0; k <= LG_MAX_STREAMS; k++)
                 l->groups[g].fds[p][k] = -1;
     pthread_mutex_init(&l->mu, NULL);
-    for (int p = 0; p < l->npaths; p++) {
-        l->lis[p] = lg_listener_get(d->nic[p].ip, &h.port[p]);
-        if (!l->lis[p]) {
-            LG_WARN("listen on NIC %s (%s): %s", d->nic[p].name,
-                    lg_addr_format(d->nic[p].ip, 0).s, strerror(errno));
+    /* Every member when this process's transport can carry a backup on any (spread.h). */
+    int members = lg_transport_select()->any_backup_nic ? LG_MIN(d->nset, LG_HANDLE_MAX_SET) : 1;
+    l->nlis = l->npaths > 1 ? 1 + LG_MAX(members, 1) : 1;
+    for (int k = 0; k < l->nlis; k++) {
+        const struct lg_nic *nic = lis_nic(d, k);
+        uint16_t port = 0;
+        l->lis[k] = lg_listener_get(nic->ip, &port);
+        if (!l->lis[k]) {
+            LG_WARN("listen on NIC %s (%s): %s", nic->name, lg_addr_format(nic->ip, 0).s,
+                    strerror(errno));
             goto fail;
         }
-        h.ip[p] = d->nic[p].ip;
-        snprintf(h.nic[p], sizeof(h.nic[p]), "%s", d->nic[p].name);
+        if (k < LG_NPATHS) { /* the primary and the nearest backup, as a pair's handle */
+            h.ip[k] = nic->ip;
+            h.port[k] = port;
+            snprintf(h.nic[k], sizeof(h.nic[k]), "%s", nic->name);
+        } else {
+            h.flags |= LG_HANDLE_F_SET;
+            h.more_ip[h.nmore] = nic->ip;
+            h.more_port[h.nmore++] = port;
+        }
     }
     if (lg_acceptor_register(l->listen_id, file_socket, l) != 0) {
         LG_WARN("listen on device %d: out of memory", dev);
@@ -104,9 +149,9 @@ ncclResult_t lg_core_listen_ctx(void *ctx, int dev, void *handle, void **listen_
     *listen_comm = l;
     return ncclSuccess;
 fail:
-    for (int p = 0; p < l->npaths; p++)
-        if (l->lis[p])
-            lg_listener_put(l->lis[p]);
+    for (int k = 0; k < l->nlis; k++)
+        if (l->lis[k])
+            lg_listener_put(l->lis[k]);
     pthread_mutex_destroy(&l->mu);
     lg_ctx_release(l->ctx);
     free(l);
@@ -124,6 +169,7 @@ static void group_drop(struct lg_group *g)
     g->used = 0;
     g->mask = 0;
     memset(g->chan, 0, sizeof(g->chan));
+    memset(g->local_ip, 0, sizeof(g->local_ip));
 }
 
 /* The acceptor's sink (under its lock): files a socket whose hello names this listen comm.
@@ -133,7 +179,7 @@ static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t loc
 {
     struct lg_listen *l = arg;
     const struct lg_device *d = lg_device_get(l->dev);
-    if (!d || h->path >= l->npaths || d->nic[h->path].ip != local_ip ||
+    if (!d || h->path >= l->npaths || !listens_for(l, d, h->path, local_ip) ||
         /* both ends use the same transport (both wrap an inner plugin, or neither) */
         (h->flags & LG_HELLO_F_WRAP) != lg_transport_select()->hello_flags ||
         h->chunk_size > (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20))
@@ -158,10 +204,12 @@ static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t loc
     int ok = g && g->nstreams == h->nstreams && g->chunk_size == h->chunk_size &&
              g->fds[h->path][h->stream] < 0 &&
              (!g->chan[h->path] || (g->chan[h->path] == h->chan && g->sess[h->path] == h->session));
+    ok = ok && (!g->local_ip[h->path] || g->local_ip[h->path] == local_ip);
     if (ok) {
         g->fds[h->path][h->stream] = fd;
         g->sess[h->path] = h->session;
         g->chan[h->path] = h->chan;
+        g->local_ip[h->path] = local_ip;
         if (h->path == 0 && h->stream == 1)
             g->mask = h->paths_mask;
     }
@@ -202,7 +250,7 @@ static int group_complete(const struct lg_listen *l, const struct lg_group *g)
         for (int k = 1; k <= g->nstreams; k++)
             if (g->fds[p][k] < 0)
                 return 0;
-        struct lg_session *s = d ? lg_session_find(g->sess[p], d->nic[p].ip) : NULL;
+        struct lg_session *s = d ? lg_session_find(g->sess[p], g->local_ip[p]) : NULL;
         lg_session_put(s);
         if (!s && !path_hung_up(g, p))
             return 0;
@@ -238,12 +286,19 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
     c->nonce = g->nonce;
     c->listen_id = l->listen_id;
     c->ctx = lg_ctx_ref(l->ctx);
-    for (int p = 0; p < LG_NPATHS; p++)
-        c->local_ip[p] = d->nic[p].ip;
+    /* Each slot on the NIC its path came to (a backup: the set member the connector chose);
+     * a slot without a path (a connector that adds its backup later) on the pair's NIC. */
+    int lis[LG_NPATHS] = {0, l->npaths > 1 ? 1 : -1};
+    for (int p = 0; p < LG_NPATHS; p++) {
+        int k = g->local_ip[p] ? lis_of(l, d, p, g->local_ip[p]) : lis[p];
+        const struct lg_nic *nic = k >= 0 ? lis_nic(d, k) : &d->nic[p];
+        c->local_ip[p] = nic->ip;
+        lg_nic_name_copy(c->nic[p], nic->name);
+    }
     for (int p = 0; p < LG_NPATHS; p++) {
         if (!(g->mask & (1 << p)))
             continue;
-        struct lg_path *path = lg_path_new(c, p, d->nic[p].name, lg_sock_peer(g->fds[p][1]).s);
+        struct lg_path *path = lg_path_new(c, p, c->nic[p], lg_sock_peer(g->fds[p][1]).s);
         if (!path) {
             lg_conn_free(c);
             return NULL;
@@ -261,9 +316,9 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
     /* A connector that gave its backup up adds it later (it knows our address for it). */
     c->upgradable = l->npaths > 1 && !c->paths[1];
     if ((c->paths[0] && c->paths[1]) || c->upgradable) /* rebuilt paths come to these */
-        for (int p = 0; p < l->npaths; p++) {
-            lg_listener_ref(l->lis[p]);
-            c->listener[p] = l->lis[p];
+        for (int k = 0; k < l->nlis; k++) {
+            lg_listener_ref(l->lis[k]);
+            c->listener[k] = l->lis[k];
         }
     return c;
 }
@@ -363,8 +418,8 @@ ncclResult_t lg_core_close_listen(void *listen_comm)
     if (!l || l->magic != LG_LISTEN_MAGIC)
         return ncclInternalError;
     lg_acceptor_unregister(l->listen_id); /* no more sockets filed here */
-    for (int p = 0; p < l->npaths; p++)
-        lg_listener_put(l->lis[p]); /* stays open while its connections hold it */
+    for (int k = 0; k < l->nlis; k++)
+        lg_listener_put(l->lis[k]); /* stays open while its connections hold it */
     if (l->pending) /* never handed to NCCL */
         lg_core_close_recv(l->pending);
     for (int i = 0; i < LG_GROUP_MAX; i++)

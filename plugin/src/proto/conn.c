@@ -14,6 +14,7 @@
 
 #include "daemon/verdict.h"
 #include "runtime/ctx.h"
+#include "proto/spread.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "runtime/sock.h"
@@ -349,9 +350,11 @@ void lg_conn_free(struct lg_conn *c)
         path_close_fds(all[i]);
         path_destroy(all[i]);
     }
-    for (int i = 0; i < LG_NPATHS; i++)
+    for (size_t i = 0; i < sizeof(c->listener) / sizeof(c->listener[0]); i++)
         if (c->listener[i])
             lg_listener_put(c->listener[i]);
+    if (c->spread_held)
+        lg_spread_put(c->nic[1]);
     for (int i = 0; i < LG_WINDOW; i++) {
         free(c->reqs[i].cover_heap);
         free(c->reqs[i].copy);

@@ -166,6 +166,7 @@
 #include <net/if.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "daemon/census.h"
 #include "nccl_net_abi.h"
@@ -174,6 +175,7 @@
 #include "runtime/progress.h"
 #include "runtime/wake.h"
 #include "session/dial.h"
+#include "session/handle.h"
 #include "session/session.h"
 #include "session/wire.h"
 #include "transport/transport.h"
@@ -368,10 +370,17 @@ struct lg_conn {
     uint32_t rx_open;      /* epoch whose partial receives are reset: chunks of the committed
                             * epoch are taken only once it equals it (atomic) */
     /* rebuilding paths */
+    /* The NIC of each slot: the device's primary, and the member of its backup set that this
+     * connection's backup was put on (proto/spread.h; the pair's backup when not spread). */
+    char nic[LG_NPATHS][IFNAMSIZ];
+    int spread_held;               /* connector: holds a count on nic[1] (spread.h) */
+    struct lg_handle peer;         /* connector: the listener's handle (its set: a move) */
     uint32_t local_ip[LG_NPATHS];  /* our address on each NIC (network order) */
     uint32_t peer_ip[LG_NPATHS];   /* sender: the receiver's listening sockets */
     uint16_t peer_port[LG_NPATHS];
-    struct lg_listener *listener[LG_NPATHS]; /* receiver: kept open for its rebuilt paths */
+    /* receiver: kept open for its rebuilt paths: [0] the primary's NIC, [1 + k] member k of
+     * the backup set (a spread backup may be rebuilt on any of them) */
+    struct lg_listener *listener[1 + LG_HANDLE_MAX_SET];
     /* failover */
     pthread_mutex_t mb_mu;
     struct lg_mailbox mb;  /* under mb_mu */
@@ -569,6 +578,14 @@ static inline struct lg_path *lg_conn_active_path(struct lg_conn *c)
 {
     struct lg_path *const *slot = &c->paths[__atomic_load_n(&c->active, __ATOMIC_ACQUIRE)];
     return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+}
+
+/* A NIC's name into a connection's slot (c->nic[i]). */
+static inline void lg_nic_name_copy(char out[IFNAMSIZ], const char *name)
+{
+    size_t n = strnlen(name, IFNAMSIZ - 1);
+    memcpy(out, name, n);
+    out[n] = 0;
 }
 
 /* The head slot of the group that message slot r belongs to. */

@@ -17,6 +17,7 @@
 #include "proto/nic_gray.h"
 #include "proto/proto.h"
 #include "proto/reconnect.h"
+#include "proto/spread.h"
 #include "proto/window.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -35,8 +36,7 @@ static uint64_t rebuild_at(uint64_t now, uint64_t delay)
 
 static const char *nic_of(const struct lg_conn *c, int i)
 {
-    const struct lg_device *d = lg_device_get(c->dev);
-    return d ? d->nic[i].name : c->paths[i] ? c->paths[i]->nic : "?";
+    return c->nic[i][0] ? c->nic[i] : "?";
 }
 
 static const char *state_str(uint32_t s)
@@ -571,6 +571,13 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
     struct lg_path *p = c->paths[i];
     if ((p ? lg_path_up(p) || !p->retired : !c->upgradable) || now < sl->next_try_ns)
         return;
+    /* A spread backup whose NIC is unusable moves to another member of its set first. */
+    if (i == 1 && !lg_health_usable(sl->local_state) && lg_spread_move(c)) {
+        sl->nic_idx = lg_health_find(c->nic[1]);
+        sl->local_state = lg_health_state(sl->nic_idx, NULL);
+        LG_INFO(NCCL_NET, "send conn %016llx: backup path moves to NIC %s (spread)",
+                (unsigned long long)c->nonce, c->nic[1]);
+    }
     /* Our daemon must call the NIC usable; so must the peer's, as far as we can hear it. */
     int heard = works(c, 0, now) || works(c, 1, now);
     if (!lg_health_usable(sl->local_state) ||
@@ -593,6 +600,11 @@ static void tx_step(struct lg_conn *c, uint64_t now)
     for (int i = 0; i < LG_NPATHS; i++)
         if (i != c->active && lg_path_up(c->paths[i]) && peer_failed(c, i))
             lg_conn_path_failed(c->paths[i], 0, "declared failed by the peer");
+    /* A spread backup on a NIC our daemon calls unusable, and no primary to take the data:
+     * failed here, so that it is rebuilt on another member of its set (spread.h). */
+    if (c->spread_held && lg_path_up(c->paths[1]) && !works(c, 0, now) &&
+        !lg_health_usable(fo->slot[1].local_state))
+        lg_conn_path_failed(c->paths[1], 0, "its NIC is not usable (daemon): the backup moves");
     pthread_mutex_lock(&c->mb_mu);
     uint32_t re = c->mb.resync_epoch, rgen = c->mb.resync_gen;
     int rt = c->mb.resync_target;

@@ -43,13 +43,12 @@ static struct {
  * LG_CENSUS_MIN_INTERVAL_MS between reports. */
 #define LG_CENSUS_WALK_MS 5
 
-/* The NIC of slot i: the device's, which every path of the slot is built on (the name in
+/* The NIC of slot i: the connection's, which every path of the slot is built on (the name in
  * its `nic`, wrap mode too). Not the path's own copy: a close counting a failure must not
  * read a path the monitor may be replacing. */
 static const char *census_nic(const struct lg_conn *c, int i)
 {
-    const struct lg_device *d = lg_device_get(c->dev);
-    return d ? d->nic[i].name : "?";
+    return c->nic[i][0] ? c->nic[i] : "?";
 }
 
 /* Under mu: c's failure into the census, once (a close counts one the walk has not seen). */

@@ -12,6 +12,7 @@
 #include "daemon/devices.h"
 #include "daemon/health.h"
 #include "proto/conn.h"
+#include "proto/spread.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "runtime/sock.h"
@@ -76,7 +77,7 @@ int lg_rejoin_tx_start(struct lg_conn *c, int slot, uint64_t now)
         return -1;
     if (__atomic_load_n(&tx_inflight, __ATOMIC_RELAXED) >= lg_params.rejoin_budget)
         return 1;
-    struct lg_path *p = lg_path_alloc(c, slot, d->nic[slot].name,
+    struct lg_path *p = lg_path_alloc(c, slot, c->nic[slot],
                                       lg_addr_format(c->peer_ip[slot], c->peer_port[slot]).s);
     if (!p)
         return -1;
@@ -187,22 +188,27 @@ int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t
 {
     /* It must come through our listener for that slot's NIC, for a connection that may be
      * rebuilt, and match what the connection was built with. */
+    const struct lg_nic *moved = h->path == 1 && local_ip != c->local_ip[1]
+                                     ? lg_spread_member(c, local_ip) : NULL;
     if ((!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !c->upgradable) ||
-        __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) || local_ip != c->local_ip[h->path] ||
+        __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) ||
+        (local_ip != c->local_ip[h->path] && !moved) ||
         (h->flags & LG_HELLO_F_WRAP) != c->tr->hello_flags || h->nstreams != c->nstreams ||
         h->chunk_size != c->chunk_size || h->stream > c->nstreams || h->stream < 1)
         return -1;
     int slot = h->path;
     struct lg_rejoin *rj = &c->fo.slot[slot].rj;
+    if (moved) { /* the connector moved its backup: the slot is on that member from now on */
+        c->local_ip[1] = local_ip;
+        lg_nic_name_copy(c->nic[1], moved->name);
+    }
     if (rj->path && rj->gen != h->gen) {
         if (h->gen < rj->gen)
             return -1; /* an abandoned attempt */
         lg_rejoin_abort(c, slot);
     }
     if (!rj->path) {
-        const struct lg_device *d = lg_device_get(c->dev);
-        const char *nic = c->paths[slot] ? c->paths[slot]->nic : d ? d->nic[slot].name : "?";
-        rj->path = lg_path_alloc(c, slot, nic, lg_sock_peer(fd).s);
+        rj->path = lg_path_alloc(c, slot, c->nic[slot], lg_sock_peer(fd).s);
         if (!rj->path)
             return -1;
         rj->path->gen = rj->gen = h->gen;

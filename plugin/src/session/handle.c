@@ -8,6 +8,7 @@
 #include "nccl_net_abi.h"
 
 _Static_assert(LG_HANDLE_SIZE <= NCCL_NET_HANDLE_MAXSIZE, "handle fits NCCL's buffer");
+_Static_assert(66 + 6 * (LG_HANDLE_MAX_SET - 1) <= LG_HANDLE_STAGE_OFFSET, "the set ends before the stage");
 
 #define LG_STAGE_KEY 0x9e3779b97f4a7c15ull
 
@@ -15,7 +16,8 @@ _Static_assert(LG_HANDLE_SIZE <= NCCL_NET_HANDLE_MAXSIZE, "handle fits NCCL's bu
 /* Layout: 0 magic u32 | 4 version u16 | 6 flags u16 | 8 listen_id u64 |
  *         16 + 8p: ip[p] (4 bytes, network order), port[p] u16, reserved u16 |
  *         32 + 16p: nic[p], NUL-padded (zero from peers older than the names) |
- *         64 stage cookie u64 | 72 stage pointer u64 */
+ *         64 nmore u8, reserved u8 | 66 + 6k: more_ip[k] (4 bytes), more_port[k] u16 (F_SET) |
+ *         112 stage cookie u64 | 120 stage pointer u64 */
 void lg_handle_encode(void *buf, const struct lg_handle *h)
 {
     uint8_t *p = buf;
@@ -29,6 +31,14 @@ void lg_handle_encode(void *buf, const struct lg_handle *h)
         lg_put16(p + 20 + 8 * i, h->port[i]);
         size_t n = strnlen(h->nic[i], LG_HANDLE_NIC_LEN - 1);
         memcpy(p + 32 + LG_HANDLE_NIC_LEN * i, h->nic[i], n);
+    }
+    if (h->flags & LG_HANDLE_F_SET) {
+        int n = h->nmore < 0 ? 0 : h->nmore > LG_HANDLE_MAX_SET - 1 ? LG_HANDLE_MAX_SET - 1 : h->nmore;
+        p[64] = (uint8_t)n;
+        for (int k = 0; k < n; k++) {
+            memcpy(p + 66 + 6 * k, &h->more_ip[k], 4);
+            lg_put16(p + 70 + 6 * k, h->more_port[k]);
+        }
     }
 }
 
@@ -64,8 +74,19 @@ int lg_handle_decode(const void *buf, struct lg_handle *h)
         return LG_HANDLE_EADDR;
     if ((h->flags & LG_HANDLE_F_BACKUP) && (!h->ip[1] || !h->port[1]))
         return LG_HANDLE_EADDR;
-    if (h->flags & ~LG_HANDLE_F_BACKUP)
+    if (h->flags & ~(LG_HANDLE_F_BACKUP | LG_HANDLE_F_SET))
         return LG_HANDLE_EVERSION; /* unknown flags: a newer peer */
+    if (h->flags & LG_HANDLE_F_SET) {
+        if (!(h->flags & LG_HANDLE_F_BACKUP) || p[64] > LG_HANDLE_MAX_SET - 1)
+            return LG_HANDLE_EADDR;
+        h->nmore = p[64];
+        for (int k = 0; k < h->nmore; k++) {
+            memcpy(&h->more_ip[k], p + 66 + 6 * k, 4);
+            h->more_port[k] = lg_get16(p + 70 + 6 * k);
+            if (!h->more_ip[k] || !h->more_port[k])
+                return LG_HANDLE_EADDR;
+        }
+    }
     return LG_HANDLE_OK;
 }
 

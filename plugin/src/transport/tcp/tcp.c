@@ -170,6 +170,7 @@ const struct lg_transport lg_tcp_transport = {
     .name = "tcp",
     .chunks = 1,
     .sends_copies = 1,
+    .any_backup_nic = 1,
     .hello_flags = 0,
     .stream_fn = {lg_tcp_send_handler, lg_tcp_recv_handler},
     .get_properties = tcp_get_properties,

@@ -1,0 +1,90 @@
+"""Spread backups (issue 28, the plugin's first half): a device's backup paths over its whole
+backup set, so that a dead primary's connections land on every other rail, not on one.
+
+2 hosts x 4 rails, linkguardd in both with every NIC's set being all the others (`"*" =
+"all"`); one lg_nccl_driver pair (bench/driver_fleet.py), a client in host a sending to a
+server in host b over 9 connections through libnccl-net-linkguard.so on dev 0 (rail0 primary),
+every byte verified. What host a's daemon shows from the plugins' census: before the cut, the
+9 standby paths 3 on each of rail1, rail2 and rail3; after a's rail0 is cut, the 9 connections
+3 on each of them; after rail1 is cut too, rail1's 3 rebuilt on rail2 and rail3 (at least 3 on
+each); after both come back, all on rail0 again with a standby each. The pair mode is what the
+other lab tests run (a set of one: nothing spreads). Each wait is bounded;
+nothing is timed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from daemon_fixture import Daemons
+from test_census_plugin import shows, traffic
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from test_scale import WAIT_S, built  # noqa: F401  (autouse here too: the plugin is built)
+
+from bench.driver_fleet import Fleet
+from linkguard_lab.lab import Lab
+
+pytestmark = pytest.mark.lab
+
+RAILS = ["rail0", "rail1", "rail2", "rail3"]
+CONNS = 9
+ARGS = ["--size", "4K", "--depth", "2", "--pace-us", "20000", "--idle-us", "200",
+        "--gap-list-ms", "-1"]
+
+
+def test_a_dead_primary_spreads_over_every_other_rail(lab_factory, daemons: Daemons) -> None:
+    lab: Lab = lab_factory(rails=4)
+    config = {"pairs": {"*": "all"}, "locality": "any"}
+    d = {h: daemons.start(lab, h, "--interfaces", ",".join(RAILS), "--hold-down-ms", "300",
+                          config=config) for h in ("a", "b")}
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "NET"}  # the fleet reads the moves
+    fleet = Fleet(lab, 1, CONNS, 10 * WAIT_S, ARGS, env=env,
+                  server_env={"LINKGUARD_SHM": str(d["b"].shm_path),
+                              "LINKGUARD_VERDICT_SOCKET": str(d["b"].verdict_socket)},
+                  client_env={"LINKGUARD_SHM": str(d["a"].shm_path),
+                              "LINKGUARD_VERDICT_SOCKET": str(d["a"].verdict_socket)})
+    a, third = d["a"], CONNS // 3
+    spread_standby = {nic: {"standing": third, "backup": 0} for nic in RAILS[1:]}
+    try:
+        shows(lab, a, fleet, {"rail0": {"primary": CONNS}, **spread_standby},
+              "the standby paths spread over rail1..rail3")
+        cut = lab.cut("a", 0)
+        shows(lab, a, fleet, {"rail0": {"primary": 0, "away": CONNS},
+                              **{nic: {"backup": third} for nic in RAILS[1:]}},
+              "the connections spread over rail1..rail3")
+        assert len(fleet.wait_all("failover", cut, WAIT_S)) == CONNS
+        # A second cut, of rail1, while rail0 is down: rail1's connections have no path left,
+        # and their backups are rebuilt on the other members, the least loaded first.
+        second = lab.cut("a", 1)
+        moved = {}
+
+        def spread_over_two() -> bool:
+            moved.update(traffic(lab, a))
+            on = [moved.get(nic, {}).get("backup", 0) for nic in RAILS[1:]]
+            return on[0] == 0 and on[1] + on[2] == CONNS and min(on[1:]) >= third
+
+        assert fleet.wait(lambda: len(fleet.conn_times("rebuilt-backup", second)) >= third,
+                          WAIT_S), ("rail1's backups rebuilt elsewhere", fleet.warnings[:5])
+        assert len(fleet.conn_times("rebuilt-backup", second)) == third
+        assert fleet.wait(spread_over_two, WAIT_S), ("rail1's connections on rail2 and rail3",
+                                                     moved, fleet.warnings[:5])
+        lab.restore("a", 1)
+        restore = lab.restore("a", 0)
+        assert len(fleet.wait_all("reintegration", restore, WAIT_S)) >= CONNS
+        shows(lab, a, fleet, {"rail0": {"primary": CONNS, "away": 0},
+                              **{nic: {"backup": 0} for nic in RAILS[1:]}},
+              "all back on rail0")
+        standing = sum(traffic(lab, a)[nic]["standing"] for nic in RAILS[1:])
+        assert standing == CONNS, traffic(lab, a)
+        results = fleet.finish()
+    finally:
+        fleet.kill()
+    for pair in results:
+        for r in pair:
+            rep = r.report
+            assert r.returncode == 0 and r.ok, (rep.get("failure"), rep.get("errors"),
+                                                r.stderr[-3000:])
+            assert rep["corrupt_messages"] == rep["missing_messages"] == 0
+            assert rep["duplicated_messages"] == rep["reordered_messages"] == 0
