@@ -2,8 +2,9 @@
  * in the NCCL_NET_HANDLE_MAXSIZE bytes NCCL hands to connect().
  * Input: up to 128 bytes, the handle (shorter inputs are zero-padded, as NCCL's buffer is).
  * Checks: a handle that decodes has a listener id, a primary address and port, a backup
- * address and port when it says so, no unknown flag, and NIC names of printable ASCII
- * (they go into log lines); it encodes back to the same fields;
+ * address and port when it says so, the rest of a backup set only with a backup and each
+ * member with an address and port, no unknown flag, and NIC names of printable ASCII (they go
+ * into log lines); it encodes back to the same fields;
  * encoding writes nothing past LG_HANDLE_SIZE; the stage pointer reads back what was set. */
 #include <string.h>
 
@@ -29,8 +30,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st != LG_HANDLE_OK)
         return 0;
     FUZZ_ASSERT(h.listen_id && h.ip[0] && h.port[0]);
-    FUZZ_ASSERT(!(h.flags & ~LG_HANDLE_F_BACKUP));
+    FUZZ_ASSERT(!(h.flags & ~(LG_HANDLE_F_BACKUP | LG_HANDLE_F_SET)));
     FUZZ_ASSERT(!(h.flags & LG_HANDLE_F_BACKUP) || (h.ip[1] && h.port[1]));
+    FUZZ_ASSERT(h.nmore >= 0 && h.nmore <= LG_HANDLE_MAX_SET - 1);
+    FUZZ_ASSERT(!h.nmore || ((h.flags & LG_HANDLE_F_SET) && (h.flags & LG_HANDLE_F_BACKUP)));
+    for (int k = 0; k < h.nmore; k++)
+        FUZZ_ASSERT(h.more_ip[k] && h.more_port[k]);
     for (int p = 0; p < LG_NPATHS; p++) {
         FUZZ_ASSERT(memchr(h.nic[p], 0, sizeof(h.nic[p])) != NULL);
         for (const char *c = h.nic[p]; *c; c++)
@@ -48,6 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int p = 0; p < LG_NPATHS; p++)
         FUZZ_ASSERT(back.ip[p] == h.ip[p] && back.port[p] == h.port[p] &&
                     !strcmp(back.nic[p], h.nic[p]));
+    FUZZ_ASSERT(back.nmore == h.nmore);
+    for (int k = 0; k < h.nmore; k++)
+        FUZZ_ASSERT(back.more_ip[k] == h.more_ip[k] && back.more_port[k] == h.more_port[k]);
     FUZZ_ASSERT(lg_handle_stage_get(out) == NULL); /* fresh: never a pointer */
     lg_handle_stage_set(out, &back);
     FUZZ_ASSERT(lg_handle_stage_get(out) == &back);

@@ -46,6 +46,13 @@ static void seeds_handle(void)
     snprintf(h.nic[1], sizeof(h.nic[1]), "rail1");
     lg_handle_encode(b, &h);
     put("fuzz_handle", "nic-names", b, LG_HANDLE_SIZE);
+    struct lg_handle set = h;
+    set.flags |= LG_HANDLE_F_SET;
+    set.nmore = 2;
+    set.more_ip[0] = inet_addr("198.18.2.1"), set.more_port[0] = 40002;
+    set.more_ip[1] = inet_addr("198.18.3.1"), set.more_port[1] = 40003;
+    lg_handle_encode(b, &set);
+    put("fuzz_handle", "backup-set", b, LG_HANDLE_SIZE);
     memset(h.nic, 0, sizeof(h.nic));
     h.flags = 0;
     h.ip[1] = 0, h.port[1] = 0;
