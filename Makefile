@@ -126,7 +126,7 @@ bench-scale: build
 
 # Spread failover (issue 28): 2 hosts x 4 policed rails, 4 devices x 8 connections, spread
 # backup sets against a ring of pairs, cut rail0 then rail1 (BENCHMARKS.md "Spread failover
-# (issue 28)"; root, ~5 min).
+# (issue 28)"; root, ~3.5 min).
 bench-spread: build
 	$(PY) -m bench.spread
 
