@@ -103,6 +103,9 @@ def run_mode(lab: Lab, mode: str, a: argparse.Namespace, log: Any) -> dict[str, 
         # blurs the control window, so the count is part of the result.
         out["failovers_before_cut"] = len([t for t in fleet.conn_times("failover", 0).values()
                                            if t < cut])
+        out["failover_lines_before_cut"] = [
+            f"dev {i}: {ln.text[:200]}" for i, p in enumerate(fleet.pairs)
+            for ln in p.stderr_lines("client") if "failover" in ln.text.lower()][:6]
         out["healthy_mb_s"] = {d: round((r or 0) / 1e6, 2) for d, r in before.items()}
         fo = fleet.wait(lambda: len({k for k in fleet.conn_times("failover", cut)
                                      if k[0] == 0}) >= a.conns, FAIL_WAIT_S)
