@@ -11,7 +11,7 @@ FUZZ_SMOKE_SECONDS ?= 5
 
 .PHONY: all setup host-packages venv plugin proto build test test-unit test-lab test-systemd \
         check-c check-san fuzz demo bench bench-failover bench-wrap bench-soak bench-gray bench-census \
-        bench-latency bench-scale test-repeat \
+        bench-latency bench-scale bench-spread test-repeat \
         gpu-prep gpu-check gpu-dry-run install wheelhouse constraints lint clean distclean
 
 all: build
@@ -123,6 +123,12 @@ bench-soak: build
 # memory and the plugin threads' CPU (BENCHMARKS.md "Scale"; `--quick` for a subset).
 bench-scale: build
 	$(PY) -m bench.scale --trials 2
+
+# Spread failover (issue 28): 2 hosts x 4 policed rails, 4 devices x 8 connections, spread
+# backup sets against a ring of pairs, cut rail0 then rail1 (BENCHMARKS.md "Spread failover
+# (issue 28)"; root, ~3.5 min).
+bench-spread: build
+	$(PY) -m bench.spread
 
 # How soon `linkguard-cli status` shows 2 x 64 connections moved by a cut and back after the
 # restore, from the plugins' census (BENCHMARKS.md "Census"; root, ~1 min).

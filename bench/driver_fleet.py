@@ -55,7 +55,9 @@ class Fleet:
     def __init__(self, lab: Lab, procs: int, conns: int, duration_s: float,
                  args: Sequence[str], env: dict[str, str], server_env: dict[str, str],
                  client_env: dict[str, str], gap_dir: Path | None = None,
-                 plugin: Path = LINKGUARD_SO) -> None:
+                 plugin: Path = LINKGUARD_SO,
+                 pair_args: Sequence[Sequence[str]] = ()) -> None:
+        """`pair_args[i]`, where given, is added to pair i's arguments (e.g. its --dev)."""
         self.lab, self.procs, self.conns = lab, procs, conns
         self.pairs: list[StreamPair] = []
         self.events: list[ConnEvent] = []
@@ -72,7 +74,8 @@ class Fleet:
                 self.pairs.append(start_stream_pair(
                     lab_starter(lab, "b"), lab_starter(lab, "a"),
                     f"{lab.mgmt_address('b')}:{BASE_PORT + i}", duration_s,
-                    ["--conns", str(conns), *args], env=env, plugin=plugin,
+                    ["--conns", str(conns), *args,
+                     *(pair_args[i] if i < len(pair_args) else ())], env=env, plugin=plugin,
                     server_env=server_env, client_env=client_env, timeout=duration_s + 120,
                     on_line=self._reader(i), **per_role))
         except BaseException:
