@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from daemon_fixture import Daemons
-from test_census_plugin import shows, traffic
+from test_census_plugin import assert_all_verified, shows, traffic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from test_scale import WAIT_S, built  # noqa: F401  (autouse here too: the plugin is built)
@@ -81,10 +81,4 @@ def test_a_dead_primary_spreads_over_every_other_rail(lab_factory, daemons: Daem
         results = fleet.finish()
     finally:
         fleet.kill()
-    for pair in results:
-        for r in pair:
-            rep = r.report
-            assert r.returncode == 0 and r.ok, (rep.get("failure"), rep.get("errors"),
-                                                r.stderr[-3000:])
-            assert rep["corrupt_messages"] == rep["missing_messages"] == 0
-            assert rep["duplicated_messages"] == rep["reordered_messages"] == 0
+    assert_all_verified(results)
