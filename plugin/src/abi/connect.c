@@ -37,8 +37,6 @@ struct lg_connecting {
     int path_live[LG_NPATHS];
     struct lg_dial dial[LG_NPATHS]; /* each live path's sockets (dial.h) */
     char peer_nic[LG_NPATHS][LG_HANDLE_NIC_LEN]; /* from the handle, for the WARNs */
-    uint32_t pair_ip;   /* the listener's nearest backup (the handle's ip[1], port[1]): a */
-    uint16_t pair_port; /* spread backup given up is added back there later, as a pair's */
 };
 
 /* Only pointers found here are ever dereferenced: a handle with a stale or forged stage
@@ -75,10 +73,8 @@ static const char *reach_hint(const struct lg_conn *c, int p, int err)
     if (err != ENETUNREACH && err != EHOSTUNREACH)
         return "";
     const struct lg_device *d = lg_device_get(c->dev);
-    const struct lg_nic *nic = &d->nic[p];
-    for (int k = 0; p && k < d->nset; k++) /* the set member this connection's backup is on */
-        if (d->set[k].ip == c->local_ip[p])
-            nic = &d->set[k];
+    const struct lg_nic *member = p ? lg_device_set_member(d, c->local_ip[p]) : NULL;
+    const struct lg_nic *nic = member ? member : &d->nic[p]; /* a spread backup's member */
     if (nic->mask && !((nic->ip ^ c->peer_ip[p]) & nic->mask))
         return " (no answer from that address on this NIC's own subnet: a NIC or link between "
                "the two is down)";
@@ -121,8 +117,8 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
         c->spread_held = 0;
         lg_nic_name_copy(c->nic[1], d->nic[1].name);
         c->local_ip[1] = d->nic[1].ip;
-        c->peer_ip[1] = cg->pair_ip;
-        c->peer_port[1] = cg->pair_port;
+        c->peer_ip[1] = c->peer.ip[1]; /* the listener's nearest backup */
+        c->peer_port[1] = c->peer.port[1];
     }
     cg->conn->paths[1] = NULL; /* the connection starts with its primary path only */
     cg->conn->npaths = 1;
@@ -155,8 +151,6 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
     if (d->has_backup && npaths == 1)
         LG_INFO(NCCL_INIT | NCCL_NET, "connect on %s: the peer has no backup path; this "
                 "connection runs unprotected", d->nic[0].name);
-    cg->pair_ip = h->ip[1];
-    cg->pair_port = h->port[1];
     c->peer = *h;
     for (int p = 0; p < LG_NPATHS; p++) { /* kept for rebuilding paths (reconnect.c) */
         lg_nic_name_copy(c->nic[p], d->nic[p].name);

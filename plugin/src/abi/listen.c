@@ -86,11 +86,6 @@ static int lis_of(const struct lg_listen *l, const struct lg_device *d, int slot
     return -1;
 }
 
-static int listens_for(const struct lg_listen *l, const struct lg_device *d, int slot,
-                       uint32_t local_ip)
-{
-    return lis_of(l, d, slot, local_ip) >= 0;
-}
 
 ncclResult_t lg_core_listen_ctx(void *ctx, int dev, void *handle, void **listen_comm)
 {
@@ -179,7 +174,7 @@ static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t loc
 {
     struct lg_listen *l = arg;
     const struct lg_device *d = lg_device_get(l->dev);
-    if (!d || h->path >= l->npaths || !listens_for(l, d, h->path, local_ip) ||
+    if (!d || h->path >= l->npaths || lis_of(l, d, h->path, local_ip) < 0 ||
         /* both ends use the same transport (both wrap an inner plugin, or neither) */
         (h->flags & LG_HELLO_F_WRAP) != lg_transport_select()->hello_flags ||
         h->chunk_size > (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20))

@@ -44,6 +44,14 @@ int lg_ifaces_scan(struct lg_ifinfo *out, int max)
     return n;
 }
 
+const struct lg_nic *lg_device_set_member(const struct lg_device *d, uint32_t ip)
+{
+    for (int k = 0; d && k < d->nset; k++)
+        if (d->set[k].ip == ip)
+            return &d->set[k];
+    return NULL;
+}
+
 static const struct lg_ifinfo *find_if(const struct lg_ifinfo *ifs, int nifs, const char *name)
 {
     for (int i = 0; i < nifs; i++)

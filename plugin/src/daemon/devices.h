@@ -45,6 +45,9 @@ struct lg_device_table {
     struct lg_device dev[LG_MAX_DEVS];
 };
 
+/* The member of d's backup set whose address is `ip`, or NULL. */
+const struct lg_nic *lg_device_set_member(const struct lg_device *d, uint32_t ip);
+
 /* The system's interfaces (getifaddrs). Returns the count or -1. */
 int lg_ifaces_scan(struct lg_ifinfo *out, int max);
 

@@ -580,6 +580,12 @@ static inline struct lg_path *lg_conn_active_path(struct lg_conn *c)
     return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 }
 
+/* The NIC of slot i (c->nic[i]), "?" when none was set. */
+static inline const char *lg_conn_nic(const struct lg_conn *c, int i)
+{
+    return c->nic[i][0] ? c->nic[i] : "?";
+}
+
 /* A NIC's name into a connection's slot (c->nic[i]). */
 static inline void lg_nic_name_copy(char out[IFNAMSIZ], const char *name)
 {

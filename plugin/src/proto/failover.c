@@ -34,11 +34,6 @@ static uint64_t rebuild_at(uint64_t now, uint64_t delay)
 }
 #define LG_FLAP_WINDOW_NS LG_MS(10000) /* a rebuilt path failing within this doubles the backoff */
 
-static const char *nic_of(const struct lg_conn *c, int i)
-{
-    return c->nic[i][0] ? c->nic[i] : "?";
-}
-
 static const char *state_str(uint32_t s)
 {
     static const char *const names[] = {"UNKNOWN", "UP", "DEGRADED", "DOWN", "DRAINED",
@@ -81,12 +76,12 @@ static void eval_health(struct lg_conn *c, uint64_t now)
     fo->daemon = alive;
     for (int i = 0; i < LG_NPATHS; i++) {
         struct lg_fo_slot *sl = &fo->slot[i];
-        sl->nic_idx = lg_health_find(nic_of(c, i));
+        sl->nic_idx = lg_health_find(lg_conn_nic(c, i));
         uint32_t st = lg_health_state(sl->nic_idx, NULL);
         if (st == sl->local_state)
             continue;
         LG_TRACE("%s conn %016llx: NIC %s %s -> %s (daemon)", lg_conn_kind_str(c),
-                 (unsigned long long)c->nonce, nic_of(c, i), state_str(sl->local_state),
+                 (unsigned long long)c->nonce, lg_conn_nic(c, i), state_str(sl->local_state),
                  state_str(st));
         if (st == LG_NIC_UP && !lg_health_usable(sl->local_state))
             sl->next_try_ns = rebuild_at(now, 0); /* the daemon's word (after its hold-down) */
@@ -347,7 +342,7 @@ static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
         }
         LG_INFO(NCCL_NET, "%s conn %016llx: no working path (primary on %s: %s; backup on "
                 "%s: %s); retrying for up to %lld ms", lg_conn_kind_str(c), (unsigned long long)c->nonce,
-                nic_of(c, 0), d0, nic_of(c, 1), d1, (long long)lg_params.dead_timeout_ms);
+                lg_conn_nic(c, 0), d0, lg_conn_nic(c, 1), d1, (long long)lg_params.dead_timeout_ms);
         return 0;
     }
     fo->stalled_ns += LG_MIN(gap, late_gap_ns());
@@ -361,7 +356,7 @@ static int dead_check(struct lg_conn *c, uint64_t now, uint64_t gap)
                 "(LINKGUARD_DEAD_TIMEOUT_MS=%lld): primary path on NIC %s to %s: %s; backup "
                 "path on NIC %s to %s: %s; failing the connection",
                 lg_conn_kind_str(c), (unsigned long long)c->nonce, c->dev, lg_ms_since(fo->stall_since, now),
-                (long long)lg_params.dead_timeout_ms, nic_of(c, 0), peer0, d0, nic_of(c, 1),
+                (long long)lg_params.dead_timeout_ms, lg_conn_nic(c, 0), peer0, d0, lg_conn_nic(c, 1),
                 peer1, d1);
     return 1;
 }
@@ -377,9 +372,9 @@ static const char *switch_word(int from, int to)
 static void census_count(const struct lg_conn *c, int from, int to)
 {
     if (from == 0 && to == 1)
-        lg_census_count_failover(nic_of(c, 0));
+        lg_census_count_failover(lg_conn_nic(c, 0));
     else if (from == 1 && to == 0)
-        lg_census_count_reintegration(nic_of(c, 0));
+        lg_census_count_reintegration(lg_conn_nic(c, 0));
 }
 
 static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t now, char *out,
@@ -394,24 +389,24 @@ static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t n
     case LG_WHY_FAILED:
     case LG_WHY_SILENT:
     case LG_WHY_PEER_FAILED:
-        snprintf(out, len, "%s path on %s: %s", lg_slot_name(a), nic_of(c, a), what);
+        snprintf(out, len, "%s path on %s: %s", lg_slot_name(a), lg_conn_nic(c, a), what);
         break;
     case LG_WHY_DOWN:
     case LG_WHY_LEAVE:
         if (!lg_health_usable(fo->slot[i].local_state))
-            snprintf(out, len, "NIC %s is %s (daemon)", nic_of(c, i),
+            snprintf(out, len, "NIC %s is %s (daemon)", lg_conn_nic(c, i),
                      state_str(fo->slot[i].local_state));
         else
-            snprintf(out, len, "the peer's NIC for %s is %s (its daemon)", nic_of(c, i),
+            snprintf(out, len, "the peer's NIC for %s is %s (its daemon)", lg_conn_nic(c, i),
                      LG_HB_NIC(fo->peer_flags, i) == LG_HB_NIC_DOWN ? "DOWN" : "out of service");
         break;
     case LG_WHY_GRAY:
         if (now < fo->slot[a].gray_until) {
             lg_gray_describe(&fo->slot[a].gray_found, what, sizeof(what));
-            snprintf(out, len, "%s path on NIC %s is %s", lg_slot_name(a), nic_of(c, a), what);
+            snprintf(out, len, "%s path on NIC %s is %s", lg_slot_name(a), lg_conn_nic(c, a), what);
         } else {
-            lg_nic_gray_until(nic_of(c, a), what, sizeof(what));
-            snprintf(out, len, "NIC %s is held off: %s", nic_of(c, a), what);
+            lg_nic_gray_until(lg_conn_nic(c, a), what, sizeof(what));
+            snprintf(out, len, "NIC %s is held off: %s", lg_conn_nic(c, a), what);
         }
         break;
     case LG_WHY_RESYNC:
@@ -420,9 +415,9 @@ static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t n
         break;
     case LG_WHY_REINTEGRATE:
         if (fo->slot[i].local_state == LG_NIC_UP)
-            snprintf(out, len, "NIC %s is UP again (daemon), path rebuilt", nic_of(c, i));
+            snprintf(out, len, "NIC %s is UP again (daemon), path rebuilt", lg_conn_nic(c, i));
         else
-            snprintf(out, len, "path on NIC %s rebuilt (no daemon: probed)", nic_of(c, i));
+            snprintf(out, len, "path on NIC %s rebuilt (no daemon: probed)", lg_conn_nic(c, i));
         break;
     default:
         snprintf(out, len, "%s", lg_fo_why_str(d->why));
@@ -518,7 +513,7 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
     LG_INFO(NCCL_NET, "send conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s (%s); "
             "epoch %u, replaying %llu message(s) from #%llu (cursor was #%llu); switch took "
             "%.2f ms", (unsigned long long)c->nonce, switch_word(from, target), lg_slot_name(from),
-            nic_of(c, from), lg_slot_name(target), p->nic,
+            lg_conn_nic(c, from), lg_slot_name(target), p->nic,
             fo->sw_reason[0] ? fo->sw_reason : "the peer moved", epoch,
             (unsigned long long)replay, (unsigned long long)n, (unsigned long long)cur,
             lg_ms_since(t0, now));
@@ -564,7 +559,7 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
             sl->next_try_ns = rebuild_at(now, sl->delay_ns);
             LG_INFO(NCCL_NET, "send conn %016llx: rebuilding the %s path on NIC %s failed (%s); "
                     "next try in %.0f ms", (unsigned long long)c->nonce, lg_slot_name(i),
-                    nic_of(c, i), why, sl->delay_ns / 1e6);
+                    lg_conn_nic(c, i), why, sl->delay_ns / 1e6);
         }
         return;
     }
@@ -659,7 +654,7 @@ static void tx_step(struct lg_conn *c, uint64_t now)
             s->leave = local == LG_HB_NIC_LEAVE || peer == LG_HB_NIC_LEAVE;
             /* Its own verdict, or another connection's on the same NIC (nic_gray.h). */
             s->gray = now < fo->slot[i].gray_until ||
-                      now < lg_nic_gray_until(nic_of(c, i), NULL, 0);
+                      now < lg_nic_gray_until(lg_conn_nic(c, i), NULL, 0);
             s->committed = p && p == c->active_path && i == c->active;
         }
         struct lg_fo_decision d = lg_fo_decide(&v);
@@ -716,7 +711,7 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     LG_INFO(NCCL_NET, "recv conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s at epoch "
             "%u (asked by the sender); %d partial receive(s) reset, resuming at message #%llu; "
             "switch took %.2f ms", (unsigned long long)c->nonce, switch_word(from, target),
-            lg_slot_name(from), nic_of(c, from), lg_slot_name(target), p->nic, epoch, reset,
+            lg_slot_name(from), lg_conn_nic(c, from), lg_slot_name(target), p->nic, epoch, reset,
             (unsigned long long)base, lg_ms_since(t0, now));
     census_count(c, from, target);
     fo->trigger_ns = 0;

@@ -43,21 +43,16 @@ static struct {
  * LG_CENSUS_MIN_INTERVAL_MS between reports. */
 #define LG_CENSUS_WALK_MS 5
 
-/* The NIC of slot i: the connection's, which every path of the slot is built on (the name in
- * its `nic`, wrap mode too). Not the path's own copy: a close counting a failure must not
- * read a path the monitor may be replacing. */
-static const char *census_nic(const struct lg_conn *c, int i)
-{
-    return c->nic[i][0] ? c->nic[i] : "?";
-}
-
+/* The NIC of slot i is the connection's (lg_conn_nic), which every path of the slot is built
+ * on, not the path's own copy: a close counting a failure must not read a path the monitor
+ * may be replacing. */
 /* Under mu: c's failure into the census, once (a close counts one the walk has not seen). */
 static void census_failed(struct lg_conn *c)
 {
     if (c->census_counted || !__atomic_load_n(&c->error, __ATOMIC_ACQUIRE))
         return;
     c->census_counted = 1;
-    lg_census_count_failed(census_nic(c, 0), c->fail_reason);
+    lg_census_count_failed(lg_conn_nic(c, 0), c->fail_reason);
 }
 
 /* After a pass: the registry's census, reported by the census rules. Returns when the
@@ -80,8 +75,8 @@ static uint64_t census_pass(uint64_t now)
         }
         int a = __atomic_load_n(&c->active, __ATOMIC_ACQUIRE);
         const struct lg_path *standby = __atomic_load_n(&c->paths[1 - a], __ATOMIC_ACQUIRE);
-        lg_census_tally_conn(&t, census_nic(c, 0), census_nic(c, a), a == 1,
-                             lg_path_up(standby) ? census_nic(c, 1 - a) : NULL);
+        lg_census_tally_conn(&t, lg_conn_nic(c, 0), lg_conn_nic(c, a), a == 1,
+                             lg_path_up(standby) ? lg_conn_nic(c, 1 - a) : NULL);
     }
     pthread_mutex_unlock(&M.mu);
     lg_census_tally_done(&t);

@@ -127,9 +127,5 @@ int lg_spread_move(struct lg_conn *c)
 
 const struct lg_nic *lg_spread_member(const struct lg_conn *c, uint32_t local_ip)
 {
-    const struct lg_device *d = lg_device_get(c->dev);
-    for (int k = 0; d && c->tr->any_backup_nic && k < d->nset; k++)
-        if (d->set[k].ip == local_ip)
-            return &d->set[k];
-    return NULL;
+    return c->tr->any_backup_nic ? lg_device_set_member(lg_device_get(c->dev), local_ip) : NULL;
 }
