@@ -22,6 +22,8 @@ takes, one after the other:
              admin socket (each with a 5 s deadline).
 With --rounds N the two builds take turns N times (before, after; then after, before; ...), so
 a machine whose load drifts weighs on both alike; the JSON has every round under "rounds".
+Each daemon runs at the Nice= of its own build's systemd unit (0 where the unit sets none), as
+systemd would start it; the JSON names it and the 1-minute load average at the round's start.
 Every loop is bounded in count and time; every process started here is ended by its PID.
 """
 from __future__ import annotations
@@ -284,10 +286,23 @@ def outcome(call: Callable[[], Any]) -> str:
     return f"ok in {(time.perf_counter() - start) * 1e3:.1f} ms"
 
 
+def unit_nice(commit: str | None) -> int:
+    """The Nice= of `commit`'s systemd unit (None: this tree's), 0 where it sets none: each
+    build's daemon runs at the priority its own unit gives it."""
+    unit = "systemd/linkguardd.service"
+    text = (REPO / unit).read_text() if commit is None else subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{commit}:{unit}"], check=True, capture_output=True,
+        text=True, timeout=60).stdout
+    values = [ln.split("=", 1)[1] for ln in text.splitlines() if ln.startswith("Nice=")]
+    return int(values[-1]) if values else 0
+
+
 @contextlib.contextmanager
 def build(commit: str | None) -> Iterator[tuple[tuple[str, ...], dict[str, str]]]:
-    """(command, environment) that run linkguardd of `commit` (None: this tree)."""
-    daemon = (sys.executable, "-c", "from linkguardd.main import main; main()")
+    """(command, environment) that run linkguardd of `commit` (None: this tree), at its
+    unit's Nice."""
+    daemon = ("nice", "-n", str(unit_nice(commit)),
+              sys.executable, "-c", "from linkguardd.main import main; main()")
     if commit is None:
         yield daemon, {}
         return
@@ -314,7 +329,8 @@ def run_build(commit: str | None, seconds: float) -> dict[str, Any]:
         try:
             daemon.start()
             time.sleep(1.0)  # past the hold-down: the startup transitions are in the history
-            return {"idle": idle(daemon, seconds), "verdicts": verdict_flood(lab, daemon, seconds),
+            return {"nice": unit_nice(commit), "load_1min": os.getloadavg()[0],
+                    "idle": idle(daemon, seconds), "verdicts": verdict_flood(lab, daemon, seconds),
                     "watchers": abandoned_watchers(daemon, seconds),
                     "fds": fd_flood(daemon)}
         finally:

@@ -128,6 +128,11 @@ def test_the_hardening_is_in_effect_and_the_daemon_works_under_it(machine: Machi
                  "LimitNOFILE")
     assert props["ProtectProc"] == "invisible" and props["LimitNOFILE"] == "4096", props
     assert props["IPAddressDeny"] and "127.0.0.0/8" in props["IPAddressAllow"], props
+    # the heartbeat's priority: ahead of ordinary processes, not realtime (issue 30)
+    sched = show(machine, "Nice", "CPUWeight")
+    assert sched["Nice"] == "-10" and sched["CPUWeight"] == "1000", sched
+    stat = machine.run("cat", f"/proc/{props['MainPID']}/stat").stdout
+    assert stat.rsplit(")", 1)[1].split()[16] == "-10", stat  # field 19, nice (proc(5))
     limits = machine.run("cat", f"/proc/{props['MainPID']}/limits").stdout
     assert [ln.split()[3:5] for ln in limits.splitlines() if ln.startswith("Max open files")] \
         == [["4096", "4096"]]

@@ -21,7 +21,7 @@ from linkguardd.engine_view import EngineView
 from linkguardd.exporters import Exporters, Update
 from linkguardd.exporters.base import EngineState
 from linkguardd.exporters.history import HistoryExporter
-from linkguardd.exporters.shm import ShmExporter
+from linkguardd.exporters.shm import ShmExporter, next_beat
 from linkguardd.facts import LinkFact
 from linkguardd.monitors import MONITORS
 from linkguardd.settings import Settings
@@ -233,3 +233,14 @@ def test_backup_sets_reach_shm_and_the_view(tmp_path: Path) -> None:
         ("rail2", ("rail2", "rail1")), ("rail0", ("rail0",)), ("", ())]
     assert dump["backups"] == {"rail0": "rail2", "rail1": "rail0"}
     assert dump["backup_sets"] == {"rail0": ["rail2", "rail1"], "rail1": ["rail0"]}
+
+
+def test_the_heartbeat_keeps_its_grid_when_a_beat_comes_late() -> None:
+    # on time: the next point of the grid, one period on
+    assert next_beat(10.0, 10.0, 0.05) == pytest.approx(10.05)
+    # woken 30 ms late: the next beat is still at 10.10, not 30 ms later than that
+    assert next_beat(10.05, 10.08, 0.05) == pytest.approx(10.10)
+    # a loop stuck for 1 s: the missed beats are skipped, not written in a burst
+    assert next_beat(10.0, 11.01, 0.05) == pytest.approx(11.05)
+    # woken early (a clock granularity): the grid point still ahead is kept
+    assert next_beat(10.0, 9.99, 0.05) == pytest.approx(10.05)

@@ -86,9 +86,22 @@ class ShmExporter:
         return (state.clock() - last) / 1e9 if last and state is not None else 0.0
 
     async def _heartbeat_loop(self, state: EngineState) -> None:
+        """Beats on a fixed grid of the period, as a periodic timer would: a beat that comes
+        late (a busy loop, a flood) does not push every later beat back, and beats missed
+        while the loop was stuck are skipped, never written in a burst."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:  # the period is read each time: a reload applies it
-            await asyncio.sleep(state.settings.heartbeat_interval_ms / 1000)
+            period = state.settings.heartbeat_interval_ms / 1000
+            due = next_beat(due, loop.time(), period)
+            await asyncio.sleep(due - loop.time())
             self.heartbeat()
+
+
+def next_beat(last_due: float, now: float, period: float) -> float:
+    """The first point of the grid last_due + k*period (k >= 1) that is still ahead of now."""
+    missed = max(0, int((now - last_due) // period))
+    return last_due + (missed + 1) * period
 
 
 def entries(state: EngineState) -> list[NicEntry]:
