@@ -9,7 +9,7 @@ every byte verified. What host a's daemon shows from the plugins' census: before
 3 on each of them; after rail1 is cut too, rail1's 3 rebuilt on rail2 and rail3 (at least 3 on
 each); after both come back, all on rail0 again with a standby each, and the standbys
 re-spread 3 on each of rail1..rail3 again: the surplus of rail2 and rail3 (3 standbys) moves
-back to rail1, each an idle standby closed and rebuilt, and nothing else moves. The pair mode
+back to rail1, each an idle standby closed and rebuilt, never all of them. The pair mode
 is what the other lab tests run (a set of one: nothing spreads). Each wait is bounded;
 nothing is timed."""
 
@@ -82,10 +82,14 @@ def test_a_dead_primary_spreads_over_every_other_rail(lab_factory, daemons: Daem
         # once the data is back on rail0 the surplus moves back, a few at a time, lossless.
         shows(lab, a, fleet, {"rail0": {"primary": CONNS, "away": 0}, **spread_standby},
               "the standbys re-spread 3 each over rail1..rail3 after the restores")
+        # At least the surplus moves, and never every standby. More than the surplus is
+        # right too when a member's UP reaches the plugin after the others' (6/3 on rail2 and
+        # rail3 evens out to 5/4 without rail1, then 3/3/3 with it).
+        surplus = sum(max(0, moved[nic]["backup"] - third) for nic in RAILS[2:])
         moves = fleet.conn_times("respread", restore)
-        assert len(moves) == third, ("only the surplus moves", moves)
+        assert surplus <= len(moves) < CONNS, ("the surplus moves", surplus, moves, moved)
         assert fleet.wait(lambda: len(set(fleet.conn_times("rebuilt-backup", restore))
-                                      & set(moves)) == third, WAIT_S), \
+                                      & set(moves)) == len(moves), WAIT_S), \
             ("each moved standby rebuilt", moves, fleet.warnings[:5])
         results = fleet.finish()
     finally:
