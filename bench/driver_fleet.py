@@ -37,13 +37,16 @@ BASE_PORT = 7400  # pair i exchanges handles on b's management address, port BAS
 # The sender's line when a path of a connection was rebuilt (plugin/src/proto/failover.c).
 _REBUILT = re.compile(r"^send conn (?P<id>[0-9a-f]+): (?P<slot>primary|backup) path on NIC "
                       r"\S+ rebuilt")
+# The sender's line when an idle standby moves to re-spread the backups after a return.
+_RESPREAD = re.compile(r"^send conn (?P<id>[0-9a-f]+): idle standby backup path moves from NIC ")
 _PHASE = re.compile(r"^lg_nccl_driver: (?P<what>connected|traffic) t=(?P<t>\d+\.\d+)")
 
 
 @dataclass(frozen=True)
 class ConnEvent:
     kind: str  # "failover", "reintegration" (sender's lines), "rebuilt" (primary path),
-    #            "rebuilt-backup" (the backup path: a spread backup moved, issue 28)
+    #            "rebuilt-backup" (the backup path: a spread backup moved, issue 28),
+    #            "respread" (an idle standby moves to re-spread the backups after a return)
     pair: int
     conn: str  # the plugin's connection id (hex)
     t_ns: int
@@ -103,6 +106,8 @@ class Fleet:
             elif m := _REBUILT.match(pl.msg):
                 kind = "rebuilt" if m["slot"] == "primary" else "rebuilt-backup"
                 conn = m["id"]
+            elif m := _RESPREAD.match(pl.msg):
+                kind, conn = "respread", m["id"]
             if kind and conn:
                 with self._lock:
                     self.events.append(ConnEvent(kind, pair, conn, when))

@@ -113,7 +113,7 @@ static void give_up_backup(struct lg_connecting *cg, int err, const char *why)
     struct lg_conn *c = cg->conn;
     if (c->spread_held) { /* added later where the listener expects a pair's backup */
         const struct lg_device *d = lg_device_get(c->dev);
-        lg_spread_put(c->nic[1]);
+        lg_spread_put(c->dev, c->nic[1]);
         c->spread_held = 0;
         lg_nic_name_copy(c->nic[1], d->nic[1].name);
         c->local_ip[1] = d->nic[1].ip;
@@ -161,13 +161,14 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
     /* Both ends have a backup set: this connection's backup goes to its least-loaded member,
      * and to the listener's NIC on that member's rail (spread.h). */
     if (npaths > 1 && d->nset > 1 && (h->flags & LG_HANDLE_F_SET) && tr->any_backup_nic) {
-        int j = lg_spread_take(d);
+        int j = lg_spread_take(dev, d);
         if (j >= 0 && lg_spread_peer(&d->set[j], j, h, &c->peer_ip[1], &c->peer_port[1]) == 0) {
             lg_nic_name_copy(c->nic[1], d->set[j].name);
             c->local_ip[1] = d->set[j].ip;
             c->spread_held = 1;
+            c->fo.respread_gen = lg_spread_gen(dev); /* spread now: no return to act on */
         } else if (j >= 0) {
-            lg_spread_put(d->set[j].name); /* the listener names no NIC on that rail */
+            lg_spread_put(dev, d->set[j].name); /* the listener names no NIC on that rail */
         }
     }
     for (int p = 0; p < npaths; p++) {

@@ -354,7 +354,7 @@ void lg_conn_free(struct lg_conn *c)
         if (c->listener[i])
             lg_listener_put(c->listener[i]);
     if (c->spread_held)
-        lg_spread_put(c->nic[1]);
+        lg_spread_put(c->dev, c->nic[1]);
     for (int i = 0; i < LG_WINDOW; i++) {
         free(c->reqs[i].cover_heap);
         free(c->reqs[i].copy);

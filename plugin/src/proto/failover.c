@@ -202,7 +202,9 @@ static int note_failures(struct lg_conn *c, uint64_t now)
             sl->delay_ns = LG_MIN(2 * sl->delay_ns, LG_MS(lg_params.rejoin_max_ms));
         else
             sl->delay_ns = LG_MS(lg_params.rejoin_ms);
-        sl->next_try_ns = rebuild_at(now, sl->delay_ns);
+        /* A standby closed to re-spread it failed nothing: rebuilt on its new member now. */
+        sl->next_try_ns = rebuild_at(now, sl->respread ? 0 : sl->delay_ns);
+        sl->respread = 0;
         lg_path_retire_later(p);
     }
     struct lg_path *p0 = c->paths[0], *p1 = c->paths[1];
@@ -587,6 +589,49 @@ static void tx_rejoin(struct lg_conn *c, int i, uint64_t now)
     }
 }
 
+/* After a return of one of its device's NICs, an idle standby piled on a member with more of
+ * the device's backups than another moves there (spread.h, "Re-spreading"): closed, and
+ * rebuilt on the new member at once. Lossless: only a standby that carries nothing, while the
+ * primary carries and nothing else changes the paths, is touched; one that is not idle looks
+ * again at a later run, and so does one the period's budget refused. */
+static void respread(struct lg_conn *c, uint64_t now)
+{
+    struct lg_fo *fo = &c->fo;
+    if (!c->spread_held)
+        return; /* a pair, or wrap mode: never spread */
+    uint32_t gen = lg_spread_gen(c->dev);
+    if (fo->respread_gen == gen)
+        return;
+    struct lg_path *sb = c->paths[1];
+    struct lg_spread_standby s = {
+        .spread = c->spread_held,
+        .active = c->active,
+        .committed = c->active_path == c->paths[c->active],
+        .primary_works = works(c, 0, now),
+        .standby_up = lg_path_up(sb) && c->tr->carries(sb),
+        .switching = fo->sw_phase != LG_SW_NONE,
+        .rebuilding = fo->slot[0].rj.path || fo->slot[1].rj.path,
+        .held = __atomic_load_n(&c->hold, __ATOMIC_RELAXED) != LG_HOLD_NONE,
+    };
+    if (!lg_spread_may_move(&s))
+        return;
+    char from[IFNAMSIZ];
+    lg_nic_name_copy(from, c->nic[1]);
+    int t = lg_spread_respread(c, now);
+    if (t == LG_SPREAD_LATER)
+        return;
+    fo->respread_gen = gen;
+    if (t < 0)
+        return; /* even already */
+    struct lg_fo_slot *sl = &fo->slot[1];
+    sl->nic_idx = lg_health_find(c->nic[1]);
+    sl->local_state = lg_health_state(sl->nic_idx, NULL);
+    sl->respread = 1;
+    LG_INFO(NCCL_NET, "send conn %016llx: idle standby backup path moves from NIC %s to NIC %s "
+            "(re-spread after a return)", (unsigned long long)c->nonce, from, c->nic[1]);
+    lg_conn_path_failed(sb, 0, "closed to re-spread the backups: rebuilt on another member");
+}
+
 static void tx_step(struct lg_conn *c, uint64_t now)
 {
     struct lg_fo *fo = &c->fo;
@@ -666,6 +711,7 @@ static void tx_step(struct lg_conn *c, uint64_t now)
             c->tr->resume(c->paths[c->active]);
         }
     }
+    respread(c, now);
     for (int i = 0; i < LG_NPATHS; i++)
         tx_rejoin(c, i, now);
 }

@@ -43,6 +43,7 @@ struct lg_fo_slot {
     uint64_t up_since_ns;  /* when the current path came up (flap damping) */
     uint32_t next_gen;
     int noted;             /* its failure was handled (logged, fenced) */
+    int respread;          /* sender: closed to re-spread it (spread.h): rebuilt at once */
     uint32_t local_state;  /* our daemon's state of our NIC (enum lg_nic_state) */
     int nic_idx;           /* index in the daemon's table, -1 if absent */
     /* sender: goodput health of the path in this slot (gray_watch) */
@@ -68,6 +69,7 @@ struct lg_fo {
     struct lg_fo_slot slot[LG_NPATHS];
     uint64_t health_gen;   /* daemon table generation last evaluated */
     int daemon;            /* a live daemon was seen at the last evaluation */
+    uint32_t respread_gen; /* sender: the device's re-spread generation last acted on */
     uint8_t hb_flags;      /* what our last heartbeat said */
     uint64_t hb_force;     /* send a heartbeat on every path at the next run */
     uint32_t hb_epoch;     /* the epoch and generations the last heartbeat said */

@@ -17,6 +17,7 @@
 #include "proto/conn.h"
 #include "proto/failover.h"
 #include "proto/reconnect.h"
+#include "proto/spread.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "runtime/sock.h"
@@ -180,6 +181,7 @@ static void *monitor_main(void *arg)
         now = lg_now_ns();
         lg_health_tick(now);
         lg_monitor_health_poll();
+        lg_spread_watch(now); /* a NIC back: its devices' standbys re-spread */
         lg_acceptor_progress(); /* NCCL's accept() progresses it too */
         for (int i = 0; i < n; i++)
             if (!evs[i].data.ptr)

@@ -201,6 +201,8 @@ int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t
     if (moved) { /* the connector moved its backup: the slot is on that member from now on */
         c->local_ip[1] = local_ip;
         lg_nic_name_copy(c->nic[1], moved->name);
+        c->fo.slot[1].nic_idx = lg_health_find(moved->name); /* its daemon state, not the old's */
+        c->fo.slot[1].local_state = lg_health_state(c->fo.slot[1].nic_idx, NULL);
     }
     if (rj->path && rj->gen != h->gen) {
         if (h->gen < rj->gen)
