@@ -155,7 +155,7 @@ static void check_lgtcp(int version)
     const ncclNetProperties_v12_t *p = &in->dev[0].props;
     CHECK(!strcmp(p->name, "lo"));
     CHECK_EQ(p->ptrSupport, NCCL_PTR_HOST);
-    CHECK_EQ(p->maxRecvs, 1); /* lgtcp is the native transport: LINKGUARD_MAX_RECVS, 1 */
+    CHECK_EQ(p->maxRecvs, 8); /* lgtcp is the native transport: LINKGUARD_MAX_RECVS, 8 */
     CHECK_EQ(p->maxP2pBytes, 1ull << 30);
     CHECK_EQ(p->vProps.ndevs, 1);
 

@@ -2,7 +2,7 @@
  * 127.0.0.1 and whose backup is 127.0.0.2 (both on lo), so both paths are built. Covers
  * connect/accept progress, every byte of messages of many sizes, receive larger than send,
  * zero-byte messages, back-pressure, the 32-request window, grouped receives (n = 1..8,
- * mixed sizes and tags; a send no buffer of its group expects), garbage handles, many comms,
+ * mixed sizes and tags; tags matched across posted groups), garbage handles, many comms,
  * close with requests in flight or after the peer vanished, and an accept that can never
  * complete. */
 #include <arpa/inet.h>
@@ -244,33 +244,102 @@ static void test_grouped(void *s, void *r)
     gflow_free(&f);
 }
 
-/* A grouped receive whose sends do not fit it: more than maxRecvs buffers is refused; a
- * send with a tag that no buffer of its group expects fails the connection (NCCL's IB
- * transport would hold it back; misplacing it would corrupt data). */
-static void test_grouped_mismatch(void)
+/* Sends of `n` messages, message k of tags[k] and 10 + tags[k] bytes of fill(seed tags[k]);
+ * each completes. */
+static void send_tagged(void *s, int n, const int *tags, char (*sb)[64])
+{
+    void *req[16] = {0};
+    for (int k = 0; k < n; k++) {
+        fill(sb[k], (size_t)(10 + tags[k]), (uint64_t)tags[k]);
+        uint64_t t0 = lg_now_ns();
+        while (!req[k] && lg_now_ns() - t0 < 10000000000ull)
+            CHECK_EQ(lg_core_isend(s, sb[k], 10 + tags[k], tags[k], NULL, &req[k]), ncclSuccess);
+        CHECK(req[k] != NULL);
+    }
+    for (int k = 0; k < n; k++)
+        CHECK_EQ(wait_done(req[k], NULL), 0);
+}
+
+/* Buffer i of a receive holds the message of tag tags[i], whole, and its size was reported. */
+static void check_tagged(void *rreq, int n, const int *tags, char (*rb)[64])
+{
+    int sizes[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    CHECK_EQ(wait_done(rreq, sizes), 0);
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(sizes[i], 10 + tags[i]);
+        CHECK(verify(rb[i], (size_t)(10 + tags[i]), (uint64_t)tags[i]));
+    }
+}
+
+/* Tags match across posted groups, as NCCL's IB transport matches them: aws-ofi-nccl's
+ * grouped_recv Multi-Tag sequence (receives of tag 8, then of tags 0..7; sends of 0, 8, 1..7)
+ * lands each message in the buffer of its tag; a tag posted twice fills its buffers in send
+ * order; a message whose tag no posted buffer expects waits (the later ones behind it) until
+ * a receive of its tag is posted. More than maxRecvs buffers is refused. */
+static void test_grouped_across_posts(void)
 {
     void *s, *r;
     CHECK_EQ(pair_connect(&s, &r), 0);
-    char rb[2][64], sb[64] = {0};
-    void *d[9] = {rb[0], rb[1], rb[0], rb[1], rb[0], rb[1], rb[0], rb[1], rb[0]};
-    size_t sz[9] = {64, 64, 64, 64, 64, 64, 64, 64, 64};
-    int tags[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-    void *rreq = NULL, *s1 = NULL, *s2 = NULL;
-    CHECK_EQ(lg_core_irecv(r, 9, d, sz, tags, NULL, &rreq), ncclInternalError);
-    CHECK_EQ(lg_core_irecv(r, 2, d, sz, tags, NULL, &rreq), ncclSuccess);
-    CHECK_EQ(lg_core_isend(s, sb, 10, 1, NULL, &s1), ncclSuccess);
-    CHECK_EQ(lg_core_isend(s, sb, 10, 3, NULL, &s2), ncclSuccess);
-    int done = 0, sizes[2] = {-1, -1};
-    ncclResult_t rc = ncclSuccess;
+    char rb[9][64], sb[16][64];
+    void *d[9];
+    size_t sz[9];
+    for (int i = 0; i < 9; i++) {
+        d[i] = rb[i];
+        sz[i] = 64;
+    }
+    int nine[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    void *rreq = NULL, *g8 = NULL;
+    CHECK_EQ(lg_core_irecv(r, 9, d, sz, nine, NULL, &rreq), ncclInternalError);
+
+    int eight = 8, zero_to_7[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    CHECK_EQ(lg_core_irecv(r, 1, &d[8], sz, &eight, NULL, &rreq), ncclSuccess);
+    CHECK_EQ(lg_core_irecv(r, 8, d, sz, zero_to_7, NULL, &g8), ncclSuccess);
+    int order[9] = {0, 8, 1, 2, 3, 4, 5, 6, 7};
+    send_tagged(s, 9, order, sb);
+    check_tagged(rreq, 1, &eight, &rb[8]);
+    check_tagged(g8, 8, zero_to_7, rb);
+
+    /* a tag posted twice: its buffers in send order (the payloads differ by their sizes) */
+    int twice[2] = {5, 5};
+    CHECK_EQ(lg_core_irecv(r, 2, d, sz, twice, NULL, &rreq), ncclSuccess);
+    void *s5[2] = {0};
+    fill(sb[0], 11, 1);
+    fill(sb[1], 12, 2);
+    for (int k = 0; k < 2; k++) {
+        uint64_t t0 = lg_now_ns();
+        while (!s5[k] && lg_now_ns() - t0 < 10000000000ull)
+            CHECK_EQ(lg_core_isend(s, sb[k], 11 + k, 5, NULL, &s5[k]), ncclSuccess);
+    }
+    int sizes[2] = {-1, -1};
+    CHECK_EQ(wait_done(rreq, sizes), 0);
+    CHECK(sizes[0] == 11 && sizes[1] == 12);
+    CHECK(verify(rb[0], 11, 1) && verify(rb[1], 12, 2));
+    CHECK(wait_done(s5[0], NULL) == 0 && wait_done(s5[1], NULL) == 0);
+
+    /* tag 3 is posted nowhere yet: it waits, and tag 2 behind it, until a receive of 3 */
+    int one_two[2] = {1, 2}, three = 3;
+    CHECK_EQ(lg_core_irecv(r, 2, d, sz, one_two, NULL, &rreq), ncclSuccess);
+    void *sq[3] = {0};
+    int late[3] = {1, 3, 2};
+    for (int k = 0; k < 3; k++) {
+        fill(sb[k], (size_t)(10 + late[k]), (uint64_t)late[k]);
+        uint64_t t0 = lg_now_ns();
+        while (!sq[k] && lg_now_ns() - t0 < 10000000000ull)
+            CHECK_EQ(lg_core_isend(s, sb[k], 10 + late[k], late[k], NULL, &sq[k]), ncclSuccess);
+    }
+    int done = 0;
     uint64_t t0 = lg_now_ns();
-    while (rc == ncclSuccess && !done && lg_now_ns() - t0 < 5000000000ull)
-        rc = lg_core_test(rreq, &done, sizes);
-    CHECK_EQ(rc, ncclInternalError);
-    CHECK_EQ(done, 0);
-    /* The receiver first: its goodbye ends the sender's wait for acks of kept sends that the
-     * failed receiver will never place (else the sender's close waits out the dead timeout). */
-    CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+    while (lg_now_ns() - t0 < 200000000ull) /* long enough for the sends to arrive */
+        CHECK_EQ(lg_core_test(rreq, &done, NULL), ncclSuccess);
+    CHECK_EQ(done, 0); /* buffer 1 (tag 2) waits behind the tag-3 message */
+    void *r3 = NULL;
+    CHECK_EQ(lg_core_irecv(r, 1, &d[8], sz, &three, NULL, &r3), ncclSuccess);
+    check_tagged(r3, 1, &three, &rb[8]);
+    check_tagged(rreq, 2, one_two, rb);
+    for (int k = 0; k < 3; k++)
+        CHECK_EQ(wait_done(sq[k], NULL), 0);
     CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+    CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
 }
 
 /* An accept that can never complete fails after LINKGUARD_CONNECT_TIMEOUT_MS, never answers
@@ -351,7 +420,7 @@ int main(void)
     CHECK(!strcmp(props.name, "lo"));
     CHECK(props.pciPath == NULL);
     CHECK(props.maxP2pBytes > 0 && props.maxP2pBytes <= NCCL_MAX_NET_SIZE_BYTES);
-    CHECK_EQ(props.maxRecvs, 1); /* LINKGUARD_MAX_RECVS: groups (below) are taken, not advertised */
+    CHECK_EQ(props.maxRecvs, 8); /* LINKGUARD_MAX_RECVS' default, NCCL's IB transport's figure */
     CHECK(lg_core_get_properties(1, &props) != ncclSuccess);
 
     test_garbage_handle();
@@ -377,7 +446,7 @@ int main(void)
         CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
     }
     test_close_inflight();
-    test_grouped_mismatch();
+    test_grouped_across_posts();
     test_peer_vanishes();
     test_accept_never_completes();
     test_many_comms(100);

@@ -86,7 +86,7 @@ def test_properties_every_version(version: int) -> None:
     assert dev["rc"] == 0 and dev["name"] == "lo"
     assert dev["pciPath"] is None  # virtual NIC
     assert dev["ptrSupport"] == 1 and dev["netDeviceType"] == 0
-    assert dev["maxRecvs"] == 1 and dev["maxComms"] > 0 and dev["guid"] != 0  # LINKGUARD_MAX_RECVS
+    assert dev["maxRecvs"] == 8 and dev["maxComms"] > 0 and dev["guid"] != 0  # LINKGUARD_MAX_RECVS
     assert dev["speed"] > 0
     assert 0 < dev["maxP2pBytes"] <= 1 << 40
     if version >= 9:
@@ -137,13 +137,12 @@ def test_driver_catches_a_corrupted_byte() -> None:
     assert "wrong byte at 2048" in srv.stderr
 
 
-@pytest.mark.parametrize("value,advertised", [("8", 8), ("3", 3), ("9", 1), ("none", 1)])
-def test_grouped_receives_are_advertised_only_when_asked_for(value: str, advertised: int) -> None:
-    """maxRecvs is 1 unless LINKGUARD_MAX_RECVS asks for grouping (conn.h: a group is the next
-    n messages, which a sender running a group ahead breaks); a bad value is named and the
-    default kept."""
+@pytest.mark.parametrize("value,advertised", [("1", 1), ("3", 3), ("9", 8), ("none", 8)])
+def test_grouped_receives_are_advertised_as_set(value: str, advertised: int) -> None:
+    """maxRecvs is LINKGUARD_MAX_RECVS, 8 by default (conn.h: tags match across every posted
+    group, as NCCL's IB transport matches them); a bad value is named and the default kept."""
     report, proc = props({**LOOPBACK, "LINKGUARD_MAX_RECVS": value})
     assert proc.returncode == 0, proc.stderr
     assert report["devices"][0]["maxRecvs"] == advertised
-    if advertised == 1:
+    if value in ("9", "none"):
         assert "LINKGUARD_MAX_RECVS" in proc.stderr and value in proc.stderr

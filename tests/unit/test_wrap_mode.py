@@ -42,10 +42,10 @@ def test_device_is_named_after_its_inner_members() -> None:
     assert proc.returncode == 0, proc.stderr
     dev = report["devices"][0]
     assert dev["name"] == "lo+none"  # the inner's device name (native mode says "lo")
-    assert dev["ptrSupport"] == 1 and dev["maxRecvs"] == 1  # LINKGUARD_MAX_RECVS' default
-    report, proc = props({**WRAP, "LINKGUARD_MAX_RECVS": "8"})
+    assert dev["ptrSupport"] == 1 and dev["maxRecvs"] == 8  # the inner lgtcp's, LINKGUARD_MAX_RECVS'
+    report, proc = props({**WRAP, "LINKGUARD_MAX_RECVS": "1"})
     assert proc.returncode == 0, proc.stderr
-    assert report["devices"][0]["maxRecvs"] == 8  # what the inner lgtcp then offers
+    assert report["devices"][0]["maxRecvs"] == 1  # at most LINKGUARD_MAX_RECVS
 
 
 @pytest.mark.parametrize("version", VERSIONS)

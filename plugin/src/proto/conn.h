@@ -21,15 +21,19 @@
  * only after NCCL has seen its request complete, so `*request = NULL` is the back-pressure
  * answer when the slot for the next seq is still taken.
  *
- * Grouped receives. An irecv of n buffers (n <= LG_MAX_RECVS) takes the next n seqs, one per
- * sub-receive; its first slot is NCCL's request. A message is bound to a buffer of its group
- * by tag when its first chunk is matched (the k-th message of the group with tag T fills the
- * k-th buffer posted with tag T, as NCCL's IB transport matches them; n = 1 takes any tag),
- * and stays bound across resyncs; placement, acks and replay are per message as before. The
- * request completes when all n are placed; test() reports each buffer's size. A message that
- * no free buffer of its group expects fails the connection (the sender cannot know the groups,
- * so it cannot hold such a send back as the IB transport does); chunks of one message that
- * disagree on the tag are a lie. Wrap mode hands the group to the inner plugin as one irecv.
+ * Grouped receives. An irecv of n buffers (n <= LG_MAX_RECVS) takes the next n seqs; its
+ * first slot is NCCL's request and holds the n buffers (sub[]). Tags match across every posted
+ * group, as NCCL's IB transport matches them: the messages are bound in seq order, each at its
+ * first chunk, to the earliest posted free buffer with its tag, whichever group it belongs to
+ * (so with receives (tag 8) then (tags 0..7), sends 0, 8, 1, ..., 7 all land right). A message
+ * whose tag no posted buffer expects yet waits for a receive that does; the later messages
+ * wait behind it (they are bound in order). A binding stays across resyncs; placement, acks and
+ * replay are per message, in the message's own slot, as before. A request completes when each
+ * of its buffers holds its message (sub[].done); test() reports each buffer's size. A slot is
+ * free again once both its post was reported (LG_REQ_REPORTED) and its message placed
+ * (LG_REQ_DONE): the two may belong to different groups. Chunks of one message that disagree
+ * on the tag are a lie. A transport that matches tags itself (wrap mode: the inner plugin's
+ * grouping) binds the k-th message of a group to its k-th buffer at post.
  *
  * Failover protocol (DESIGN.md "Lossless failover"; failover.c runs it, fo_policy.c decides,
  * resync.c does the accounting, reconnect.c rebuilds paths). Control frames (wire.h), each on
@@ -196,6 +200,8 @@ enum lg_conn_kind { LG_CONN_SEND = 1, LG_CONN_RECV = 2 };
 #define LG_REQ_DONE 0x2u   /* recv: every byte placed */
 #define LG_REQ_KEPT 0x4u   /* send: NCCL saw it complete (a kept copy); the slot is taken
                             * until the receiver acks it (lg_send_slot_free) */
+#define LG_REQ_REPORTED 0x8u /* recv: test() reported the group posted here, whose message
+                              * (bound to a buffer of another group) is not placed yet */
 #define LG_TOTAL_UNKNOWN UINT64_MAX /* lg_req.total before a chunk header said it */
 
 struct lg_conn;
@@ -295,12 +301,14 @@ struct lg_req {
     uint64_t cover_heap_words;
     uint64_t cover_words; /* words in use for this post */
     uint64_t chunks;      /* chunks wholly placed (atomic) */
-    /* Grouped receive (proto_post.c, tcp_recv.c): one irecv of n buffers posts n sub-receives on seqs
-     * g_head .. g_head + n - 1, each taking one message; the head slot is NCCL's request,
-     * holds the buffers (sub[]) and completes once every message of the group is placed. */
+    /* Grouped receive (proto_post.c, tcp_recv.c; conn.h's top): one irecv of n buffers posts
+     * the slots of seqs g_head .. g_head + n - 1; the head slot is NCCL's request, holds the
+     * buffers (sub[]) and completes once each of them holds its message. The message of seq s
+     * (slot s) fills buffer g_sub of the group headed at b_head, which may be another group. */
     uint64_t g_head; /* every slot: seq of its group's head */
     int g_n;         /* head: sub-receives in the group (1..LG_MAX_RECVS); others 0 */
-    int g_sub;       /* the sub-receive this message fills, -1 until bound (under mu) */
+    uint64_t b_head; /* the message's buffer: its group's head seq ... (under mu) */
+    int g_sub;       /* ... and index there, -1 until bound (under mu; release once bound) */
     int g_tag;       /* the message's tag, from its chunk headers (under mu) ... */
     int g_tag_known; /* ... once one was read (under mu) */
     struct lg_subrecv {
@@ -308,7 +316,8 @@ struct lg_req {
         size_t cap;
         int tag;
         int bound;     /* a message was bound to it (under mu) */
-        uint64_t size; /* bytes received, for test()'s sizes[] (written before DONE) */
+        uint64_t size; /* bytes received, for test()'s sizes[] (written before done) */
+        int done;      /* its message is placed (atomic, release) */
     } sub[LG_MAX_RECVS]; /* head only */
 };
 
@@ -344,6 +353,8 @@ struct lg_conn {
     pthread_mutex_t mu;
     struct lg_req reqs[LG_WINDOW];
     uint64_t next_seq; /* next seq to post (NCCL's thread) */
+    uint64_t bind_next;  /* recv: the next message to bind to a buffer (under mu) */
+    uint64_t unbound_lo; /* recv: the head seq of the oldest group with a free buffer (mu) */
     uint64_t posted;   /* messages posted (atomic) */
     /* send side */
     uint64_t acked;        /* messages the receiver placed (atomic, from acks) */
@@ -362,7 +373,8 @@ struct lg_conn {
     uint64_t ack_sent;     /* highest placement count acknowledged to the sender (atomic) */
     uint64_t ack_need;     /* acks up to here are awaited: messages not kept by the sender,
                             * or what its POSTED asked for (atomic; raised under mu) */
-    uint32_t rx_waiting;   /* data streams waiting for a receive to be posted (atomic bits) */
+    uint32_t rx_waiting;   /* data streams waiting for a receive to be posted or a message
+                            * before theirs to be bound (atomic bits) */
     int polled;            /* NCCL's thread called test() since the monitor last looked
                             * (atomic): small chunks are placed by those calls, so no
                             * progress without them is no sign of a stalled path (wrap
@@ -594,10 +606,10 @@ static inline void lg_nic_name_copy(char out[IFNAMSIZ], const char *name)
     out[n] = 0;
 }
 
-/* The head slot of the group that message slot r belongs to. */
-static inline struct lg_req *lg_req_group(struct lg_conn *c, const struct lg_req *r)
+/* The head slot of the group whose buffer message slot r's message fills (bound). */
+static inline struct lg_req *lg_req_bound_group(struct lg_conn *c, const struct lg_req *r)
 {
-    return &c->reqs[r->g_head % LG_WINDOW];
+    return &c->reqs[r->b_head % LG_WINDOW];
 }
 
 static inline struct lg_stream *lg_stream_of(struct lg_task *t)

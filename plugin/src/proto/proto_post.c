@@ -100,9 +100,11 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
         r->g_head = seq;
         r->g_n = i ? 0 : n;
         r->g_tag_known = 0;
-        /* A single receive takes the next message whatever its tag (as NCCL's socket
-         * transport does); so does a transport that matches them itself. */
-        int bound = n == 1 || c->tr->matches_tags;
+        /* A transport that matches tags itself takes the group's messages in its order;
+         * otherwise the receive path binds each message by tag across the posted groups
+         * (conn.h, "Grouped receives"). */
+        int bound = c->tr->matches_tags;
+        r->b_head = seq;
         __atomic_store_n(&r->g_sub, bound ? i : -1, __ATOMIC_RELAXED);
         r->buf = bound ? data[i] : NULL;
         r->cap = bound ? sizes[i] : 0;

@@ -65,6 +65,17 @@ void lg_recv_ack_asked(struct lg_path *p, uint64_t n)
     lg_recv_flush_due(p);
 }
 
+/* A receive slot is free once its post was reported and its message placed, whichever of
+ * the two comes last (they may belong to different groups): the one that finds the other's
+ * bit frees the slot, else it sets its own. */
+static void slot_settle(struct lg_req *r, uint32_t other, uint32_t mine)
+{
+    uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+    while (!__atomic_compare_exchange_n(&r->state, &st, (st & other) ? 0 : st | mine, 1,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        ;
+}
+
 /* Inside a placement step. -1 on a protocol error (the path failed). */
 int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size, int kept)
 {
@@ -84,9 +95,13 @@ int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size, int kep
         lg_conn_path_failed(p, 0, "message completed twice");
         return -1;
     }
-    /* What test() reports for the buffer the message filled (bound before any placement). */
-    lg_req_group(c, r)->sub[__atomic_load_n(&r->g_sub, __ATOMIC_ACQUIRE)].size = size;
-    __atomic_fetch_or(&r->state, LG_REQ_DONE, __ATOMIC_RELEASE);
+    /* What test() reports for the buffer the message filled (bound before any placement),
+     * then the slot: free if its own post was reported already, else placed. */
+    struct lg_subrecv *sub = &lg_req_bound_group(c, r)->sub[__atomic_load_n(&r->g_sub,
+                                                                              __ATOMIC_ACQUIRE)];
+    sub->size = size;
+    __atomic_store_n(&sub->done, 1, __ATOMIC_RELEASE);
+    slot_settle(r, LG_REQ_REPORTED, LG_REQ_DONE);
     if (adv > 0 && (size >= LG_ACK_NOW_BYTES ||
                     placed - __atomic_load_n(&c->ack_sent, __ATOMIC_ACQUIRE) >=
                         (kept ? LG_ACK_LAZY_MSGS : LG_ACK_NOW_MSGS)))
@@ -204,11 +219,9 @@ static int req_complete(struct lg_req *r)
                 (r->conn->tr->hold_is_request &&
                  __atomic_load_n(&r->conn->peer_closed, __ATOMIC_ACQUIRE)));
     }
-    /* A grouped receive: every message of the group is placed. */
-    struct lg_conn *c = r->conn;
+    /* A grouped receive: each of its buffers holds its message. */
     for (int i = 0; i < r->g_n; i++)
-        if (!(__atomic_load_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state,
-                              __ATOMIC_ACQUIRE) & LG_REQ_DONE))
+        if (!__atomic_load_n(&r->sub[i].done, __ATOMIC_ACQUIRE))
             return 0;
     return 1;
 }
@@ -240,8 +253,8 @@ ncclResult_t lg_req_test(struct lg_req *r, int *done, int *sizes)
         for (int i = r->g_n - 1; i >= 0; i--) {
             if (sizes)
                 sizes[i] = (int)r->sub[i].size;
-            __atomic_store_n(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW].state, 0,
-                             __ATOMIC_RELEASE);
+            slot_settle(&c->reqs[(r->seq + (uint64_t)i) % LG_WINDOW], LG_REQ_DONE,
+                        LG_REQ_REPORTED);
         }
         return ncclSuccess;
     }

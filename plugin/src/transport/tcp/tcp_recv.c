@@ -49,8 +49,8 @@ static int cover_prepare(struct lg_req *r, uint64_t nchunks)
     return 0;
 }
 
-/* Wakes the data streams waiting for a receive to be posted or for a tag to be known
- * (from NCCL's thread: irecv). */
+/* Wakes the data streams waiting for a receive to be posted (from NCCL's thread: irecv) or
+ * for an earlier message to be bound (bind_message). */
 static void kick_waiters(struct lg_conn *c)
 {
     uint32_t waiting = __atomic_exchange_n(&c->rx_waiting, 0, __ATOMIC_SEQ_CST);
@@ -85,43 +85,57 @@ static inline void gate_exit(struct lg_stream *s)
 
 enum { MATCH_WAIT = 0, MATCH_PLACE = 1, MATCH_DROP = 2, MATCH_FAILED = -1 };
 
-/* Under mu: the sub-receive of group `g` that message slot r takes, -1 when the tags of the
- * group's earlier messages are needed and not all known yet, -2 when none expects it. The
- * k-th message of the group with tag T fills the k-th buffer posted with tag T (so the
- * group's sends may come in any order, as with NCCL's IB transport); a tag posted once needs
- * no look at the other messages. */
-static int pick_sub(struct lg_conn *c, const struct lg_req *g, const struct lg_req *r)
+/* Under mu: binds message slot r (tag `tag`) to the earliest posted free buffer with its tag,
+ * in whichever group (conn.h, "Grouped receives"). 1 once bound, 0 while no posted buffer
+ * expects the tag, -1 without memory for the message's coverage of that buffer. Every slot
+ * from unbound_lo to next_seq is held: a group with a free buffer is not reported, so the
+ * window cannot have moved past it. */
+static int bind_to_posted(struct lg_conn *c, struct lg_req *r, int tag)
 {
-    int first = -1, count = 0;
-    for (int i = 0; i < g->g_n; i++)
-        if (g->sub[i].tag == r->g_tag && count++ == 0)
-            first = i;
-    if (count <= 1)
-        return count && !g->sub[first].bound ? first : -2;
-    int rank = 0;
-    for (uint64_t seq = g->seq; seq < r->seq; seq++) {
-        const struct lg_req *m = &c->reqs[seq % LG_WINDOW];
-        if (!m->g_tag_known)
-            return -1;
-        rank += m->g_tag == r->g_tag;
+    int lead = 1; /* every group before this one has all its buffers bound */
+    for (uint64_t g = c->unbound_lo; g < c->next_seq;) {
+        struct lg_req *h = &c->reqs[g % LG_WINDOW];
+        int open = 0, hit = -1;
+        for (int i = 0; i < h->g_n; i++) {
+            if (h->sub[i].bound)
+                continue;
+            open++;
+            if (hit < 0 && h->sub[i].tag == tag)
+                hit = i;
+        }
+        if (hit >= 0) {
+            /* coverage of this buffer's size: the group posted at r may have had smaller ones */
+            if (cover_prepare(r, lg_chunk_count(h->sub[hit].cap, c->chunk_size)) != 0)
+                return -1;
+            h->sub[hit].bound = 1;
+            open--;
+            r->buf = h->sub[hit].buf;
+            r->cap = h->sub[hit].cap;
+            r->b_head = g;
+            __atomic_store_n(&r->g_sub, hit, __ATOMIC_RELEASE); /* after buf, cap, tag */
+        }
+        if (lead && open == 0)
+            c->unbound_lo = g + (uint64_t)h->g_n;
+        else
+            lead = 0;
+        if (hit >= 0)
+            return 1;
+        g += (uint64_t)h->g_n;
     }
-    for (int i = 0; i < g->g_n; i++)
-        if (g->sub[i].tag == r->g_tag && rank-- == 0)
-            return g->sub[i].bound ? -2 : i;
-    return -2;
+    return 0;
 }
 
-/* Inside a placement step: binds the message of the chunk in s->rx.h to a buffer of its
- * grouped receive (once; the binding outlives a resync, a replay brings the same tags). */
+/* Inside a placement step: binds the message of the chunk in s->rx.h to a posted buffer
+ * (once; the binding outlives a resync, a replay brings the same tags). Messages are bound in
+ * seq order, so a tag posted twice fills its buffers in the order the sender sent it. */
 static int bind_message(struct lg_stream *s, struct lg_req *r, const struct lg_chunk_hdr *h)
 {
     struct lg_conn *c = s->path->conn;
     int tag = (int)h->tag;
-    struct lg_req *g = lg_req_group(c, r);
-    /* Bound already (at post for a single receive, else by an earlier chunk: its buffer and
-     * tag were written before g_sub): no lock on the hot path. */
+    /* Bound already (by an earlier chunk: its buffer and tag were written before g_sub; or
+     * at post, by a transport that matches tags itself): no lock on the hot path. */
     if (__atomic_load_n(&r->g_sub, __ATOMIC_ACQUIRE) >= 0 &&
-        (g->g_n == 1 || r->g_tag == tag))
+        (c->tr->matches_tags || r->g_tag == tag))
         return MATCH_PLACE;
     pthread_mutex_lock(&c->mu);
     if (r->g_tag_known && r->g_tag != tag) {
@@ -131,46 +145,30 @@ static int bind_message(struct lg_stream *s, struct lg_req *r, const struct lg_c
                           (unsigned long long)h->seq, was, tag);
         return MATCH_FAILED;
     }
-    int learned = !r->g_tag_known;
-    if (learned) { /* written once per post: the lock-free path above reads it */
+    if (!r->g_tag_known) { /* written once per post: the lock-free path above reads it */
         r->g_tag = tag;
         r->g_tag_known = 1;
     }
-    int sub = r->g_sub >= 0 ? r->g_sub : pick_sub(c, g, r);
-    if (sub >= 0 && r->g_sub < 0) {
-        g->sub[sub].bound = 1;
-        r->buf = g->sub[sub].buf;
-        r->cap = g->sub[sub].cap;
-        __atomic_store_n(&r->g_sub, sub, __ATOMIC_RELEASE);
+    int bound = r->g_sub >= 0;
+    if (!bound && c->bind_next == r->seq) {
+        bound = bind_to_posted(c, r, tag);
+        if (bound > 0)
+            c->bind_next++;
     }
-    if (sub == -1)
+    if (!bound) /* an earlier message is not bound yet, or no posted buffer has the tag */
         __atomic_fetch_or(&c->rx_waiting, waiter_bit(s), __ATOMIC_SEQ_CST);
-    char tags[LG_MAX_RECVS * 12 + 1] = "";
-    for (int i = 0, o = 0; sub == -2 && i < g->g_n; i++)
-        o += snprintf(tags + o, sizeof(tags) - (size_t)o, "%s%d", i ? "," : "", g->sub[i].tag);
-    uint64_t gseq = g->seq;
-    int gn = g->g_n;
     pthread_mutex_unlock(&c->mu);
-    if (learned && __atomic_load_n(&c->rx_waiting, __ATOMIC_SEQ_CST))
-        kick_waiters(c); /* a stream may wait for this tag (pick_sub) */
-    if (sub == -1)
-        return MATCH_WAIT;
-    if (sub == -2) {
-        /* NCCL's IB transport would hold such a send back until the group is full; here the
-         * sender cannot know the groups, so the connection fails rather than misplace it. */
-        lg_conn_fail(c, LG_FAIL_OTHER, ncclInternalError,
-                     "message #%llu has tag %d, which no free buffer of its grouped receive "
-                     "(messages #%llu..#%llu, tags %s) expects", (unsigned long long)h->seq,
-                     tag, (unsigned long long)gseq, (unsigned long long)(gseq + (uint64_t)gn - 1),
-                     tags);
-        LG_WARN("recv conn %016llx: message #%llu has tag %d, which no free buffer of its "
-                "grouped receive (messages #%llu..#%llu, tags %s) expects: the sender posted "
-                "sends out of the order of the receiver's groups",
-                (unsigned long long)c->nonce, (unsigned long long)h->seq, tag,
-                (unsigned long long)gseq, (unsigned long long)(gseq + (uint64_t)gn - 1), tags);
+    if (bound < 0) {
+        lg_conn_fail(c, LG_FAIL_OTHER, ncclSystemError,
+                     "no memory to track message #%llu in its receive buffer",
+                     (unsigned long long)h->seq);
         __atomic_store_n(&s->path->state, LG_PATH_FAILED, __ATOMIC_RELEASE);
         return MATCH_FAILED;
     }
+    if (!bound)
+        return MATCH_WAIT;
+    if (__atomic_load_n(&c->rx_waiting, __ATOMIC_SEQ_CST))
+        kick_waiters(c); /* the next message may wait for this one's binding */
     return MATCH_PLACE;
 }
 
@@ -431,7 +429,8 @@ void lg_tcp_recv_handler(struct lg_task *t, uint32_t events)
 
 int lg_tcp_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
 {
-    /* Any sub-receive's message may be bound to any buffer: track the largest. */
+    /* Covers the group's largest buffer; a message bound to a buffer of another group is
+     * covered again for that buffer at its binding (bind_to_posted). */
     return cover_prepare(r, lg_chunk_count(maxcap, c->chunk_size));
 }
 
@@ -453,7 +452,7 @@ void lg_tcp_recv_progress(struct lg_conn *c, const struct lg_req *r)
         struct lg_stream *s = &p->data[(first + i) % n];
         if (!__atomic_load_n(&s->rx.big, __ATOMIC_ACQUIRE))
             lg_task_run(&s->task, 0);
-        if (r->g_n == 1 && (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) & LG_REQ_DONE))
+        if (r->g_n == 1 && __atomic_load_n(&r->sub[0].done, __ATOMIC_ACQUIRE))
             break;
     }
     lg_conn_exit(c, ph);
