@@ -5,6 +5,9 @@
  *  - close before accept (grouped_recv's setup): two listen comms, a connect/accept loop, the
  *    connector closing everything while the second accept is still pending (its control
  *    sessions end with it): that accept completes, and its comm reports the close in test();
+ *  - close before connect returns (nccl_connection's threads): the acceptor closes its comm
+ *    as soon as accept gives it, while the peer's connect is still pending (wrap mode: its
+ *    inner comms being built); that connect still gives its comm, whose test() reports it;
  *  - in-flight close (inflight_close): 32 x 1 MiB isends retried while NULL, 32 irecvs, the
  *    receiver deregistering and closing first; every later isend is taken (or NULL), never
  *    refused for the peer's departure, and deregMr and close with requests in flight are
@@ -77,6 +80,55 @@ static void contract_close_before_accept(const struct lg_contract *k)
         lg_core_close_recv(r0);
     lg_core_close_listen(l0);
     lg_core_close_listen(l1);
+}
+
+static void contract_close_before_connect_returns(const struct lg_contract *k)
+{
+    char h[NCCL_NET_HANDLE_MAXSIZE];
+    void *l = NULL, *s = NULL, *r = NULL;
+    CHECK_EQ(lg_core_listen_ctx(NULL, 0, h, &l), ncclSuccess);
+    if (!l)
+        return;
+    ncclResult_t rc = ncclSuccess;
+    uint64_t t0 = lg_now_ns();
+    /* The connector stops calling once its handshake is done, as a rank busy elsewhere. */
+    while (rc == ncclSuccess && !r && lg_now_ns() - t0 < CALLERS_BOUND_NS) {
+        if (!s && !lg_core_connect_started(h))
+            rc = lg_core_connect_ctx(NULL, 0, h, &s);
+        if (rc == ncclSuccess)
+            rc = lg_core_accept(l, &r);
+    }
+    CHECK(rc == ncclSuccess && r);
+    if (r) /* at once: the connect may still be pending */
+        CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+    int pending = !s; /* wrap mode: it is; native mode gave the comm at its handshake */
+    struct lg_conn *c = s;
+    for (t0 = lg_now_ns(); rc == ncclSuccess && !s && lg_now_ns() - t0 < CALLERS_BOUND_NS;) {
+        rc = lg_core_connect_ctx(NULL, 0, h, &s);
+        c = s;
+    }
+    if (rc != ncclSuccess || !s)
+        fprintf(stderr, "contract %s: close before connect returns (pending %d): connect rc %d, "
+                "comm %p\n", k->transport, pending, (int)rc, s);
+    CHECK_EQ(rc, ncclSuccess);
+    CHECK(s != NULL);
+    if (s) { /* the close shows in test(), never as a refused post or a hang */
+        while (!__atomic_load_n(&c->error, __ATOMIC_ACQUIRE) && lg_now_ns() - t0 < CALLERS_BOUND_NS)
+            sched_yield();
+        char b[64] = {0};
+        void *req = NULL;
+        int done = 0;
+        rc = ncclSuccess;
+        for (t0 = lg_now_ns(); !req && rc == ncclSuccess && lg_now_ns() - t0 < CALLERS_BOUND_NS;)
+            rc = lg_core_isend(s, b, sizeof(b), 1, NULL, &req);
+        CHECK_EQ(rc, ncclSuccess);
+        rc = ncclSuccess;
+        while (req && rc == ncclSuccess && !done && lg_now_ns() - t0 < CALLERS_BOUND_NS)
+            rc = lg_core_test(req, &done, NULL);
+        CHECK(req && rc != ncclSuccess && !done);
+        CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+    }
+    lg_core_close_listen(l);
 }
 
 enum { INFLIGHT_N = 32, INFLIGHT_SIZE = 1 << 20 };

@@ -234,6 +234,12 @@ static int connect_progress(struct lg_connecting *cg)
     return rc;
 }
 
+int lg_core_connect_started(const void *handle)
+{
+    struct lg_connecting *cg = lg_handle_stage_get(handle);
+    return cg && registry_has(cg) && cg->magic == LG_CONNECTING_MAGIC && cg->started;
+}
+
 ncclResult_t lg_core_connect_ctx(void *ctx, int dev, void *handle, void **send_comm)
 {
     *send_comm = NULL;
@@ -278,13 +284,16 @@ ncclResult_t lg_core_connect_ctx(void *ctx, int dev, void *handle, void **send_c
     int started = cg->started;
     cg->magic = 0;
     free(cg);
-    if (usable < 0 && started) {
-        LG_WARN("connect on device %d: the connection failed before its inner comms were up",
-                dev);
+    /* A peer that accepted and closed before our inner comms were up: NCCL gets the comm,
+     * whose test() reports the close (as accept does, and NCCL's transports). */
+    int peer_closed = __atomic_load_n(&c->peer_closed, __ATOMIC_ACQUIRE);
+    if (usable < 0 && started && !peer_closed) {
+        LG_WARN("connect on device %d: the connection failed before its inner comms were up "
+                "(%s)", dev, c->errmsg[0] ? c->errmsg : "no reason recorded");
         lg_core_close_send(c);
         return ncclSystemError;
     }
-    if (usable < 0) {
+    if (usable < 0 && !started) {
         lg_conn_free(c);
         return ncclSystemError;
     }

@@ -11,4 +11,9 @@ static inline ncclResult_t lg_core_connect(int dev, void *handle, void **send_co
     return lg_core_connect_ctx(NULL, dev, handle, send_comm);
 }
 
+/* Whether the pending connect on `handle` has done its handshake (its connection is with the
+ * monitor; wrap mode: its inner comms being built), so that connect's next call may give the
+ * comm. For tests that act between the two, as a peer may (NCCL never asks). */
+int lg_core_connect_started(const void *handle);
+
 #endif

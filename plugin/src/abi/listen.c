@@ -336,8 +336,8 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
         /* A peer that closed since its connect returned: NCCL gets the comm, whose test()
          * reports the close (as native mode and NCCL's transports do). */
         if (usable < 0 && !__atomic_load_n(&c->peer_closed, __ATOMIC_ACQUIRE)) {
-            LG_WARN("accept on device %d: the connection failed before its inner comms were up",
-                    l->dev);
+            LG_WARN("accept on device %d: the connection failed before its inner comms were up "
+                    "(%s)", l->dev, c->errmsg[0] ? c->errmsg : "no reason recorded");
             lg_core_close_recv(c);
             return ncclSystemError;
         }
