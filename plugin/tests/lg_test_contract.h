@@ -11,7 +11,8 @@
  *  - break: a path breaks under traffic with sends in flight, on either side: the traffic
  *    moves without a loss, the path is rebuilt and the traffic comes back to it;
  *  - close: a sender closes with sends in flight; every receive then completes with its bytes
- *    or fails, none hangs;
+ *    or fails, none hangs; a sender that closes once its sends completed: every receive
+ *    completes whole;
  *  - callers: a third-party suite's call sequences (lg_test_callers.h): a close before the
  *    peer's accept, a close with requests in flight (also from 4 threads). */
 #ifndef LG_TEST_CONTRACT_H
@@ -25,6 +26,9 @@ struct lg_contract {
     /* a transport failure on path `slot` of `comm`, as seen from that end */
     void (*break_path)(void *comm, int slot);
     int grouped; /* grouped receives are matched by tag */
+    /* a send completes only once the receiver's test() saw its receive complete (wrap mode,
+     * acknowledged completion: the receiver's inner completions are seen only there) */
+    int sends_wait_for_receiver;
 };
 
 #include "lg_test_callers.h"
@@ -168,6 +172,72 @@ static void contract_close(const struct lg_contract *k)
     lg_core_close_recv(r);
 }
 
+/* Whether receive i is done (once), keeping its size; 0 while not, -1 failed. */
+static int recv_settle(void *req, int *done, int *size)
+{
+    if (*done)
+        return 1;
+    if (!req || lg_core_test(req, done, size) != ncclSuccess)
+        return -1;
+    return *done;
+}
+
+/* The sender closes right after its last send completed, before the receiver ever called
+ * test() (where its sends can complete without one): a completed send was delivered, so every
+ * receive completes whole (wrap mode with placed completion: the receiver has not seen the
+ * inner completions when the BYE comes). */
+static void contract_close_after_sends_complete(const struct lg_contract *k)
+{
+    void *s, *r;
+    CHECK_EQ(pair_connect(&s, &r), 0);
+    enum { N = 4 };
+    static char sb[N][4096], rb[N][4096];
+    void *sreq[N] = {0}, *rreq[N] = {0};
+    int rdone[N] = {0}, rsize[N] = {0};
+    for (int i = 0; i < N; i++) {
+        void *d = rb[i];
+        size_t sz = sizeof(rb[i]);
+        memset(rb[i], 0, sizeof(rb[i]));
+        CHECK_EQ(lg_core_irecv(r, 1, &d, &sz, NULL, NULL, &rreq[i]), ncclSuccess);
+    }
+    for (int i = 0; i < N; i++) {
+        memset(sb[i], 'K' + i, sizeof(sb[i]));
+        uint64_t t0 = lg_now_ns();
+        while (!sreq[i] && lg_now_ns() - t0 < 20000000000ull)
+            CHECK_EQ(lg_core_isend(s, sb[i], sizeof(sb[i]), 0, NULL, &sreq[i]), ncclSuccess);
+    }
+    int sent = 0, failed = 0;
+    uint64_t t0 = lg_now_ns();
+    for (int i = 0; i < N && !failed && lg_now_ns() - t0 < 20000000000ull;) {
+        int done = 0;
+        if (!sreq[i] || lg_core_test(sreq[i], &done, NULL) != ncclSuccess)
+            break;
+        if (done) {
+            sent++;
+            i++;
+        }
+        for (int j = 0; j < N && k->sends_wait_for_receiver; j++)
+            failed |= recv_settle(rreq[j], &rdone[j], &rsize[j]) < 0;
+    }
+    CHECK_EQ(sent, N);
+    CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+    int good = 0;
+    for (int i = 0; i < N && lg_now_ns() - t0 < 20000000000ull;) {
+        int st = recv_settle(rreq[i], &rdone[i], &rsize[i]);
+        if (st < 0)
+            break;
+        if (st > 0) {
+            good += rsize[i] == (int)sizeof(rb[i]) && memcmp(rb[i], sb[i], sizeof(rb[i])) == 0;
+            i++;
+        }
+    }
+    if (good != N)
+        fprintf(stderr, "contract %s: close after sends complete: %d of %d receives whole\n",
+                k->transport, good, N);
+    CHECK_EQ(good, N);
+    lg_core_close_recv(r);
+}
+
 static __attribute__((unused)) void lg_contract_run(const struct lg_contract *k)
 {
     contract_sizes(k);
@@ -176,7 +246,9 @@ static __attribute__((unused)) void lg_contract_run(const struct lg_contract *k)
     contract_break(k, 1);
     contract_break(k, 0);
     contract_close(k);
+    contract_close_after_sends_complete(k);
     contract_close_before_accept(k);
+    contract_close_before_connect_returns(k);
     contract_inflight_close(k, 1);
     contract_inflight_close(k, 4);
 }

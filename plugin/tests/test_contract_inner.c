@@ -39,7 +39,8 @@ int main(void)
             .transport = placed ? "inner (completion means placed)" : "inner",
             /* the fake's loop mode takes single receives only; wrap mode hands a group to
              * the inner plugin whole, which test_inner.c checks */
-            .break_path = contract_shutdown_path, .grouped = 0});
+            .break_path = contract_shutdown_path, .grouped = 0,
+            .sends_wait_for_receiver = !placed});
     }
     lg_wrap->placed = 0;
     CHECK_EQ(lg_core_finalize(), ncclSuccess);

@@ -197,8 +197,9 @@ int main(void)
     lg_transport_test_force(lg_fake_transport(&lg_tcp_transport));
     CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, test_print_logger), ncclSuccess);
     /* The transport contract first (lg_test_contract.h; the fake matches no tags). */
+    /* (the fake moves data only in its receiver's calls: its sends wait for the receiver) */
     lg_contract_run(&(struct lg_contract){.transport = "fake", .break_path = fake_break_path,
-                                          .grouped = 0});
+                                          .grouped = 0, .sends_wait_for_receiver = 1});
     test_nic_hold();
     uint64_t epochs = 0;
     int passed = 0;

@@ -379,10 +379,13 @@ static ncclResult_t close_conn(void *comm, enum lg_conn_kind kind, const char *c
     lg_monitor_remove(c); /* from here on, no path changes under us */
     /* Say goodbye first, so the peer logs a close, not a failure. A receiver's BYE carries
      * what it placed: the sender completes those sends, whatever ACK it has not read yet (a
-     * receiver may close right after its last receive, as NCCL's own transports allow). The
+     * receiver may close right after its last receive, as NCCL's own transports allow). A
+     * sender's carries what completed: the receiver completes those receives (wrap mode: an
+     * inner plugin placed them, whatever completion its receiver has not seen yet). The
      * goodbye is written out before the sockets close, not left in a full queue. */
-    uint64_t placed = c->kind == LG_CONN_RECV ? __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) : 0;
-    struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_CLOSE, .value = placed};
+    uint64_t count = __atomic_load_n(c->kind == LG_CONN_RECV ? &c->placed : &c->acked,
+                                     __ATOMIC_ACQUIRE);
+    struct lg_ctrl bye = {.type = LG_CTRL_BYE, .flags = LG_BYE_CLOSE, .value = count};
     for (int p = 0; p < LG_NPATHS; p++)
         if (c->paths[p] && __atomic_load_n(&c->paths[p]->state, __ATOMIC_ACQUIRE) == LG_PATH_UP) {
             lg_path_ctrl_send(c->paths[p], &bye);

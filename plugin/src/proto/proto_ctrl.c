@@ -116,6 +116,11 @@ int lg_proto_on_frame(struct lg_path *p, const struct lg_ctrl *f)
          * complete even if its last ACK is still unread on another path. */
         if (f->flags == LG_BYE_CLOSE && send && lg_conn_take_ack(c, f->value) != 0)
             return -1;
+        /* A closing sender's carries what completed there (a count beyond our posts is a
+         * lie that only bounds the wait): complete those before the close is taken. */
+        if (f->flags == LG_BYE_CLOSE && !send && c->tr->drain_delivered &&
+            f->value > __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE))
+            c->tr->drain_delivered(c, f->value);
         lg_path_note_bye(p, f->flags);
         return 0;
     case LG_CTRL_ACK:

@@ -125,6 +125,10 @@ struct lg_transport {
      * runs before its RESYNC goes out. */
     void (*commit_begin)(struct lg_conn *c, struct lg_path *from, struct lg_path *to);
     void (*commit_end)(struct lg_conn *c, struct lg_path *from, struct lg_path *to);
+    /* Receiver, optional: a closing sender's BYE says `delivered` of its sends completed
+     * (their data placed, by a plugin that places them itself): complete those, for a
+     * bounded while, before the close fails the rest. On the thread reading the session. */
+    void (*drain_delivered)(struct lg_conn *c, uint64_t delivered);
 };
 
 #endif

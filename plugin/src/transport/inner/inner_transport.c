@@ -443,4 +443,5 @@ const struct lg_transport lg_inner_transport = {
     .switching = lg_wrap_tx_switching,
     .commit_begin = inner_commit_begin,
     .commit_end = inner_commit_end,
+    .drain_delivered = lg_wrap_drain_delivered,
 };

@@ -296,6 +296,42 @@ void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered)
     }
 }
 
+/* How long a receiver completes what a closing sender's inner plugin delivered: those
+ * completions are due (placed before the sender saw them), so a short bound suffices. */
+#define LG_CLOSE_DRAIN_MS 200
+
+void lg_wrap_drain_delivered(struct lg_conn *c, uint64_t delivered)
+{
+    /* On the session's reader, which holds the path busy: wmu only by trylock (its holder may
+     * wait for that path), never past the bound. */
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+    if (delivered > posted)
+        delivered = posted;
+    uint64_t t0 = lg_now_ns();
+    while (__atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) < delivered &&
+           lg_now_ns() - t0 < LG_MS(LG_CLOSE_DRAIN_MS)) {
+        if (pthread_mutex_trylock(&e->wmu) == 0) {
+            uint32_t ph = lg_conn_enter(c);
+            pthread_mutex_lock(&c->mu);
+            struct lg_path *p = c->active_path;
+            pthread_mutex_unlock(&c->mu);
+            int rc = 0;
+            if (p && lg_path_up(p) && lg_wrap_carries(p)) {
+                lg_inner_path_calls(1);
+                rc = rx_complete(c, e, p);
+                lg_inner_path_calls(0);
+            }
+            lg_conn_exit(c, ph);
+            pthread_mutex_unlock(&e->wmu);
+            if (rc != 0 || !p || !lg_path_up(p))
+                return;
+        }
+        if (__atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) < delivered)
+            sched_yield();
+    }
+}
+
 static void rx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
     struct lg_inner *in = lg_wrap->in;

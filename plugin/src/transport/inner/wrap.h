@@ -78,6 +78,9 @@ void lg_wrap_tx_forget(struct lg_conn *c);
  * many, so that its RESYNC covers every send NCCL may have reused. */
 void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target);
 void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered);
+/* Receiver: a closing sender's BYE says `delivered` of its sends completed; completes those
+ * receives first (transport.h, drain_delivered). */
+void lg_wrap_drain_delivered(struct lg_conn *c, uint64_t delivered);
 
 /* connect/accept hand a connection to NCCL only once its inner comms are there, so that
  * regMr registers with them for real (or fails) at once: 1 ready (the active path carries,
