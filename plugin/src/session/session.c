@@ -124,10 +124,14 @@ static void sess_end(struct lg_session *s, int err, const char *why, int alive)
     if (__atomic_exchange_n(&s->state, LG_SESS_FAILED, __ATOMIC_ACQ_REL) == LG_SESS_FAILED)
         return;
     snprintf(s->why, sizeof(s->why), "%s%s%s", why, err ? ": " : "", err ? strerror(err) : "");
-    LG_INFO(NCCL_NET, "control session %016llx to %s via NIC %s ended (%s); failing its %d "
-            "path(s)", (unsigned long long)s->id,
-            lg_addr_format(s->peer_ip, s->peer_port).s,
-            s->nic[0] ? s->nic : "?", s->why, __atomic_load_n(&s->nchan, __ATOMIC_RELAXED));
+    /* An accepted one knows its local address, not its NIC's name. */
+    char local[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &(struct in_addr){.s_addr = s->local_ip}, local, sizeof(local));
+    LG_INFO(NCCL_NET, "control session %016llx to %s %s %s ended (%s); failing its %d path(s)",
+            (unsigned long long)s->id, lg_addr_format(s->peer_ip, s->peer_port).s,
+            s->nic[0] ? "via NIC" : "from local address",
+            s->nic[0] ? s->nic : local, s->why,
+            __atomic_load_n(&s->nchan, __ATOMIC_RELAXED));
     if (s->task.fd >= 0)
         shutdown(s->task.fd, SHUT_RDWR);
     char what[128];
