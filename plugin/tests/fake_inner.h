@@ -26,6 +26,9 @@ struct fake_inner_stats {
     int placed_dev;        /* device of the receive comm that placed the newest message */
     int stall_dev;         /* set by a test: 1 + the device whose pairs stop copying (a hung
                             * queue pair: requests stay posted, nothing completes); 0 none */
+    int early_send;        /* set by a test: a send completes at once, its data copied aside
+                            * (a provider's injection completion: the buffer is free, nothing
+                            * is placed yet); closing its comm loses what is not placed */
 };
 
 #endif

@@ -2,7 +2,8 @@
  * that wrap mode can run whole connections over it (tests/test_wrap.c). Listen, connect and
  * accept pair a send comm with a receive comm; messages match in posted order and are copied
  * into the posted buffer when both sides are there. A send completes only once its data is
- * copied, i.e. placed at the receiver, as RC queue pairs guarantee; closing either comm
+ * copied, i.e. placed at the receiver, as RC queue pairs guarantee (unless a test asks for
+ * early completion, fake_inner.h: early_send); closing either comm
  * fences the pair (nothing is copied afterwards) and drops its requests. One mutex guards
  * everything: the tests run both sides of every connection in one process. */
 #ifndef LG_FAKE_INNER_LOOP_H
@@ -10,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fake_inner.h"
@@ -24,6 +26,7 @@ enum { LOOP_LISTEN = 1, LOOP_SEND, LOOP_RECV };
 
 struct loop_req {
     int used, done;
+    int early, tested; /* an early send: buf is its own copy; test() saw it done */
     struct loop_comm *comm;
     void *buf;
     size_t size; /* send: bytes; receive: capacity, then bytes placed */
@@ -64,6 +67,17 @@ static struct loop_comm *loop_comm_new(int kind, int dev, uint64_t ctx_id)
     return NULL;
 }
 
+/* An early send is freed by whichever comes last, its placement or its test(); its copy
+ * goes with its placement (or its comm's close). Under loop_mu. */
+static void loop_req_free_early(struct loop_req *a)
+{
+    free(a->buf);
+    a->buf = NULL;
+    a->early = 0;
+    if (a->tested)
+        a->used = 0;
+}
+
 /* Copies matching messages of a pair while both comms are open (under loop_mu). */
 static void loop_match(struct loop_comm *s)
 {
@@ -76,6 +90,8 @@ static void loop_match(struct loop_comm *s)
         memcpy(b->buf, a->buf, n);
         b->size = n;
         b->done = a->done = 1;
+        if (a->early)
+            loop_req_free_early(a);
         __atomic_store_n(&loop_st->placed_dev, r->dev, __ATOMIC_RELAXED);
     }
 }
@@ -155,6 +171,14 @@ static ncclResult_t loop_post(void *comm, int kind, void *buf, size_t size, void
     if (!c || c->kind != kind) {
         rc = ncclInternalError;
     } else if (c->tail - c->head < LOOP_DEPTH && (*request = loop_req_new(c, buf, size))) {
+        struct loop_req *q = *request;
+        char *copy = kind == LOOP_SEND && __atomic_load_n(&loop_st->early_send, __ATOMIC_RELAXED)
+                         ? malloc(size ? size : 1) : NULL;
+        if (copy) { /* else (no memory) an ordinary send */
+            memcpy(copy, buf, size);
+            q->buf = copy;
+            q->early = q->done = 1;
+        }
         c->q[c->tail++ % LOOP_DEPTH] = *request;
         loop_match(kind == LOOP_SEND ? c : c->peer);
     }
@@ -173,7 +197,9 @@ static int loop_test(void *request, int *done, int *size)
     if (*done) {
         if (size)
             *size = (int)q->size;
-        q->used = 0;
+        q->tested = 1;
+        if (!q->early) /* an early send not placed yet stays queued */
+            q->used = 0;
     }
     pthread_mutex_unlock(&loop_mu);
     return 1;
@@ -202,8 +228,11 @@ static void loop_close(void *comm)
     struct loop_comm *c = loop_comm_of(comm);
     if (c) {
         for (int i = 0; i < LOOP_REQS; i++)
-            if (loop_reqs[i].used && loop_reqs[i].comm == c)
-                loop_reqs[i].used = 0;
+            if (loop_reqs[i].used && loop_reqs[i].comm == c) {
+                if (loop_reqs[i].early)
+                    free(loop_reqs[i].buf); /* never placed: lost with the comm */
+                loop_reqs[i] = (struct loop_req){0};
+            }
         if (c->peer)
             c->peer->peer = NULL;
         if (c->pending) { /* never accepted */

@@ -278,9 +278,9 @@ static void test_forged_switch(void)
     free(buf);
 }
 
-/* 5c. A DELIVERED frame (wrap mode's placed completion) to a receiver of linkguard's own
- * transport: no honest sender sends it there. */
-static void test_delivered_outside_wrap_mode(void)
+/* 5c. A DELIVERED frame (wrap mode's placed completion) or a KEEPS (its kept sends) to a
+ * receiver of linkguard's own transport: no honest sender sends them there. */
+static void test_wrap_frame_outside_wrap_mode(uint8_t type)
 {
     struct lg_peer pe;
     CHECK_EQ(peer_open(&pe, LG_CONN_RECV, 2, 1, CHUNK), 0);
@@ -288,7 +288,7 @@ static void test_delivered_outside_wrap_mode(void)
     void *data[1] = {buf}, *r = NULL;
     size_t size[1] = {64};
     CHECK_EQ(lg_core_irecv(pe.c, 1, data, size, NULL, NULL, &r), ncclSuccess);
-    CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_DELIVERED, .value = 1}), 0);
+    CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = type, .value = 1}), 0);
     ncclResult_t rc;
     CHECK_EQ(peer_poll(&pe, r, 2000, &rc), -1);
     CHECK_EQ(rc, ncclRemoteError);
@@ -571,7 +571,8 @@ int main(void)
     test_ack_after_rewind_covers_held_messages();
     test_forged_heartbeat();
     test_forged_switch();
-    test_delivered_outside_wrap_mode();
+    test_wrap_frame_outside_wrap_mode(LG_CTRL_DELIVERED);
+    test_wrap_frame_outside_wrap_mode(LG_CTRL_KEEPS);
     test_honest_switch();
     test_goodbye_carries_the_final_count();
     test_unprotected_silent_peer();

@@ -92,10 +92,14 @@ static void test_ctrl(void)
     CHECK(lg_ctrl_decode(buf, &d) != 0);
     buf[0] = LG_CTRL_TYPE_MAX;
     CHECK(lg_ctrl_decode(buf, &d) != 0);
-    struct lg_ctrl s = {.type = LG_CTRL_STALLED, .value = 41}; /* the newest (wire version 4) */
+    struct lg_ctrl s = {.type = LG_CTRL_STALLED, .value = 41}; /* wire version 4 */
     lg_ctrl_encode(buf, &s);
     CHECK_EQ(lg_ctrl_decode(buf, &d), 0);
     CHECK(d.type == LG_CTRL_STALLED && d.value == 41);
+    s = (struct lg_ctrl){.type = LG_CTRL_KEEPS, .value = 16384}; /* the newest (version 5) */
+    lg_ctrl_encode(buf, &s);
+    CHECK_EQ(lg_ctrl_decode(buf, &d), 0);
+    CHECK(d.type == LG_CTRL_KEEPS && d.value == 16384);
     lg_ctrl_encode(buf, &c);
     buf[2] = 1; /* reserved must be zero */
     CHECK(lg_ctrl_decode(buf, &d) != 0);

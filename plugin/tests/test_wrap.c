@@ -361,12 +361,14 @@ static void test_placed_completion(int placed)
            lg_now_ns() - t0 < 5000000000ull)
         usleep(1000);
     CHECK_EQ(__atomic_load_n(peer_placed, __ATOMIC_ACQUIRE), placed);
-    void *r = post_recv(&p, 0), *s = post_send(&p, 0, 20);
+    /* Acknowledged: a send too big to keep in a copy (test_kept_sends has the small ones). */
+    uint64_t msg = placed ? 20 : 23;
+    void *r = post_recv(&p, 0), *s = post_send(&p, 0, msg);
     int done = 0, size = -1;
     CHECK(r && s && lg_core_test(s, &done, &size) == ncclSuccess);
     CHECK_EQ(done, placed);
     CHECK_EQ(__atomic_load_n(&C(p.r)->ack_sent, __ATOMIC_ACQUIRE), 0);
-    CHECK(wait_done(r, &size, 10) == 1 && received_ok(&p, 0, 20, size));
+    CHECK(wait_done(r, &size, 10) == 1 && received_ok(&p, 0, msg, size));
     CHECK(placed || wait_done(s, &size, 10) == 1);
     /* The receive's completion acked it at once only for a sender that waits for acks. */
     CHECK_EQ(__atomic_load_n(&C(p.r)->ack_sent, __ATOMIC_ACQUIRE), !placed);
@@ -401,6 +403,62 @@ static void test_placed_resync(int kill_receiver)
     CHECK(roundtrip(&p, 0, 40)); /* and on from there */
     pair_close(&p);
     lg_wrap->placed = 0;
+}
+
+/* ---- sends kept in a copy (acknowledged completion) ---------------------------------------- */
+
+/* Over an inner plugin whose send completes before placement (the fake's early completion),
+ * a small host send completes on the inner completion alone, kept in a copy: no ack yet.
+ * NCCL then overwrites its buffer, and the sender's primary dies before the message is placed
+ * (the inner send is lost with its comm): the replay on the backup brings the bytes the send
+ * had when posted, from the copy, registered on the backup for it. A send too big to keep, or
+ * one of device memory, still waits for its ack. */
+static void test_kept_sends(void)
+{
+    struct pair p;
+    int size = -1, done = 0;
+    lg_wrap->placed = 0;
+    __atomic_store_n(&fst->early_send, 1, __ATOMIC_RELAXED);
+    CHECK_EQ(pair_open(&p, NULL), 0);
+    /* The sender says so as its comms come up (KEEPS): its receiver may then batch the acks
+     * of messages up to that size. */
+    uint64_t *keeps = &lg_inner_ep(C(p.r)->ep)->peer_keeps, t0 = lg_now_ns();
+    while (!__atomic_load_n(keeps, __ATOMIC_ACQUIRE) && lg_now_ns() - t0 < 5000000000ull)
+        usleep(1000);
+    CHECK_EQ(__atomic_load_n(keeps, __ATOMIC_ACQUIRE), (uint64_t)lg_params.send_copy);
+    uint32_t e0 = epoch_of(p.s);
+    void *s = post_send(&p, 0, 2); /* 4096 bytes, no receive posted */
+    CHECK(s && wait_done(s, &size, 10) == 1 && size == 4096);
+    CHECK_EQ(__atomic_load_n(&C(p.s)->acked, __ATOMIC_ACQUIRE), 0);
+    memset(p.sb[0], 0x5a, BUFSZ); /* NCCL reuses the completed send's buffer */
+    void *big = post_send(&p, 1, 3); /* BUFSZ bytes: waits for its ack */
+    CHECK(big && lg_core_test(big, &done, &size) == ncclSuccess && done == 0);
+    kill_path(p.s, 0);
+    CHECK(wait_moved(&p, e0, 15));
+    void *r0 = post_recv(&p, 0), *r1 = post_recv(&p, 1);
+    CHECK(r0 && wait_done(r0, &size, 10) == 1 && received_ok(&p, 0, 2, size));
+    CHECK(r1 && wait_done(r1, &size, 10) == 1 && received_ok(&p, 1, 3, size));
+    CHECK(wait_done(big, &size, 10) == 1 && size == BUFSZ);
+    /* Device memory: the CPU cannot copy it, so the send waits for its ack, and asks for it
+     * (its receiver batches the acks of that size). */
+    void *dmh = NULL, *ds = NULL;
+    CHECK_EQ(lg_core_reg_mr(p.s, p.sb[2], BUFSZ, NCCL_PTR_CUDA, &dmh), ncclSuccess);
+    for (size_t i = 0; i < size_of(2); i++)
+        p.sb[2][i] = pattern(2, i);
+    t0 = lg_now_ns();
+    while (dmh && !ds && lg_now_ns() - t0 < 2000000000ull)
+        if (lg_core_isend(p.s, p.sb[2], size_of(2), 0, dmh, &ds) != ncclSuccess)
+            break;
+    CHECK(ds && lg_core_test(ds, &done, &size) == ncclSuccess && done == 0);
+    CHECK(__atomic_load_n(&C(p.s)->ack_asked, __ATOMIC_ACQUIRE) >= 3); /* messages 0..2 */
+    void *r2 = post_recv(&p, 2);
+    CHECK(r2 && wait_done(r2, &size, 10) == 1 && received_ok(&p, 2, 2, size));
+    CHECK(ds && wait_done(ds, &size, 10) == 1);
+    if (dmh)
+        lg_core_dereg_mr(p.s, dmh);
+    CHECK(roundtrip(&p, 3, 4)); /* and on from there */
+    pair_close(&p);
+    __atomic_store_n(&fst->early_send, 0, __ATOMIC_RELAXED);
 }
 
 /* ---- a hung inner path -------------------------------------------------------------------- */
@@ -539,9 +597,15 @@ int main(void)
     test_placed_resync(0);
     test_placed_resync(1);
     test_inner_stall();
+    test_kept_sends();
     test_traffic(0, 0);
     test_traffic(1, 1);
     test_traffic(1, 0);
+    /* Early inner completion: the small sends complete kept, and a replay reads the copies. */
+    __atomic_store_n(&fst->early_send, 1, __ATOMIC_RELAXED);
+    test_traffic(0, 0);
+    test_traffic(0, 1);
+    __atomic_store_n(&fst->early_send, 0, __ATOMIC_RELAXED);
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }

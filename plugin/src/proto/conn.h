@@ -16,7 +16,10 @@
  * buffer is intact until the data is placed: that is what makes replay possible. A small send
  * (LINKGUARD_SEND_COPY) is copied into its slot's buffer instead and completes at once (kept):
  * the slot and its copy stay taken until the ack (LG_REQ_KEPT), a replay reads the copy, and
- * the receiver batches the acks of kept messages (chunk flag LG_CHUNK_F_KEPT; window.c).
+ * the receiver batches the acks of kept messages (chunk flag LG_CHUNK_F_KEPT; window.c). The
+ * inner transport keeps small host sends too (acknowledged completion): its first send reads
+ * NCCL's buffer, and the send completes once that is done (lg_req.released), its replays
+ * reading the copy (transport.h, sends_copies).
  * Requests live in a window of LG_WINDOW slots indexed by seq % LG_WINDOW; a slot is reused
  * only after NCCL has seen its request complete, so `*request = NULL` is the back-pressure
  * answer when the slot for the next seq is still taken.
@@ -281,7 +284,9 @@ struct lg_req {
     /* send */
     const char *data; /* NCCL's buffer, or `copy` */
     size_t size;
-    int kept;         /* the message is in `copy` (LINKGUARD_SEND_COPY): done for NCCL at once */
+    int kept;         /* the message is in `copy` too (LINKGUARD_SEND_COPY) */
+    int released;     /* kept, and NCCL's buffer is not read again (a replay reads the copy):
+                       * done for NCCL (atomic; at isend when the transport sends the copy) */
     char *copy;       /* the slot's copy buffer, kept across posts */
     size_t copy_cap;
     uint64_t nchunks; /* chunks the message is cut into */

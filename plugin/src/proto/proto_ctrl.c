@@ -87,6 +87,8 @@ static const char *frame_name(uint8_t type)
         return "DELIVERED";
     case LG_CTRL_POSTED:
         return "POSTED";
+    case LG_CTRL_KEEPS:
+        return "KEEPS";
     case LG_CTRL_STALLED:
         return "STALLED";
     default:
@@ -156,6 +158,7 @@ int lg_proto_on_frame(struct lg_path *p, const struct lg_ctrl *f)
         return transport_frame(p, f);
     case LG_CTRL_DELIVERED: /* the transport's: receiver side */
     case LG_CTRL_POSTED:
+    case LG_CTRL_KEEPS:
         if (send)
             break;
         return transport_frame(p, f);

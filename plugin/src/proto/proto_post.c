@@ -34,7 +34,7 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
     r->data = data;
     r->size = size;
     r->tag = tag;
-    lg_send_keep(c, r, data, size);
+    lg_send_keep(c, r, data, size, imr);
     r->nchunks = lg_chunk_count(size, c->chunk_size);
     __atomic_store_n(&r->writers, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);

@@ -148,31 +148,45 @@ int lg_send_slot_free(struct lg_conn *c, const struct lg_req *r)
                        __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0);
 }
 
-void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t size)
+void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t size,
+                  const struct lg_inner_mr *mr)
 {
     r->kept = 0;
-    if (!lg_params.send_copy || size > (size_t)lg_params.send_copy || !c->tr->sends_copies)
+    __atomic_store_n(&r->released, 0, __ATOMIC_RELAXED);
+    int how = c->tr->sends_copies;
+    if (!lg_params.send_copy || size > (size_t)lg_params.send_copy || how == LG_COPY_NONE ||
+        (c->tr->may_keep && !c->tr->may_keep(c, mr)))
         return;
-    if (size > r->copy_cap || !r->copy) {
-        char *m = realloc(r->copy, size ? size : 1);
+    /* A transport that registers the copy for its replays gets it at full size once, so
+     * that it never moves under a registration. */
+    size_t want = how == LG_COPY_REPLAYS ? (size_t)lg_params.send_copy : size;
+    if (want > r->copy_cap || !r->copy) {
+        char *m = realloc(r->copy, want ? want : 1);
         if (!m)
             return; /* no copy: the send waits for its ack, as a big one does */
         r->copy = m;
-        r->copy_cap = size;
+        r->copy_cap = want;
     }
     memcpy(r->copy, data, size);
-    r->data = r->copy;
     r->kept = 1;
+    if (how == LG_COPY_SENDS) {
+        r->data = r->copy;
+        __atomic_store_n(&r->released, 1, __ATOMIC_RELAXED);
+    }
     __atomic_store_n(&c->kept_hi, r->seq + 1, __ATOMIC_RELEASE);
 }
 
 void lg_send_ask_ack(struct lg_conn *c)
 {
-    uint64_t n = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
-    uint64_t asked = __atomic_load_n(&c->ack_asked, __ATOMIC_ACQUIRE);
-    /* Only kept sends have their acks batched (and only chunk transports keep any). */
+    /* Only kept sends have their acks batched, unless the transport asks for others. */
     if (__atomic_load_n(&c->kept_hi, __ATOMIC_ACQUIRE) <= __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE))
         return;
+    lg_send_ask_ack_upto(c, __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE));
+}
+
+void lg_send_ask_ack_upto(struct lg_conn *c, uint64_t n)
+{
+    uint64_t asked = __atomic_load_n(&c->ack_asked, __ATOMIC_ACQUIRE);
     do {
         if (asked >= n)
             return; /* asked for this much already */
@@ -209,7 +223,7 @@ void lg_send_settle(struct lg_conn *c)
 static int req_complete(struct lg_req *r)
 {
     if (r->conn->kind == LG_CONN_SEND) {
-        if (r->kept)
+        if (r->kept && __atomic_load_n(&r->released, __ATOMIC_ACQUIRE))
             return 1; /* NCCL's buffer is not read again: the copy is */
         /* Placed at the receiver (acked), and no writer reads its buffer any more (so NCCL
          * may reuse it as soon as we say done), or the writer's hold is a transport request

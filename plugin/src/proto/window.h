@@ -11,6 +11,7 @@
 struct lg_conn;
 struct lg_path;
 struct lg_req;
+struct lg_inner_mr;
 
 /* Receiver: a receive is complete (`size` bytes placed, on path p; `kept`: its chunks said
  * LG_CHUNK_F_KEPT): marks it, advances the placed count, acks when due. -1 on a protocol
@@ -27,12 +28,16 @@ void lg_recv_ack_asked(struct lg_path *p, uint64_t n);
 /* Sender, isend under mu: the slot may take the next message (free, or a kept send acked and
  * written out). */
 int lg_send_slot_free(struct lg_conn *c, const struct lg_req *r);
-/* Sender, isend under mu, slot r filled but for its data: copies a small message into the
- * slot's buffer (LINKGUARD_SEND_COPY; chunk transports), so that its send completes at once;
- * else leaves it to complete on its ack. */
-void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t size);
-/* Sender, any thread: asks the receiver to ack what was posted (POSTED), once per count. */
+/* Sender, isend under mu, slot r filled but for its data (mr: NCCL's registration of it, or
+ * NULL): copies a small message into the slot's buffer (LINKGUARD_SEND_COPY), so that its
+ * send completes before its ack (transport.h, sends_copies); else leaves it to complete on
+ * its ack. */
+void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t size,
+                  const struct lg_inner_mr *mr);
+/* Sender, any thread: asks the receiver to ack what was posted (POSTED), once per count;
+ * lg_send_ask_ack only while kept sends wait for theirs. */
 void lg_send_ask_ack(struct lg_conn *c);
+void lg_send_ask_ack_upto(struct lg_conn *c, uint64_t n);
 /* Sender, close: waits until the kept sends are acked (the monitor may fail over meanwhile
  * and replay them from their copies), the connection failed, or the peer closed. */
 void lg_send_settle(struct lg_conn *c);

@@ -8,7 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LG_WIRE_VERSION 4 /* 2: failover frames, rejoin hellos; 3: control sessions; 4: STALLED */
+#define LG_WIRE_VERSION 5 /* 2: failover frames, rejoin hellos; 3: control sessions; 4: STALLED;
+                           * 5: KEEPS */
 
 /* ---- hello: first bytes the connector writes on each socket -------------------------- */
 #define LG_HELLO_MAGIC 0x4548474cu /* "LGHE" */
@@ -64,11 +65,16 @@ enum lg_ctrl_type {
     LG_CTRL_POSTED = 9, /* send->recv, wrap mode, on the active path with its heartbeats while
                          * a message is unacknowledged: value = messages handed to the inner
                          * plugin; the receiver's progress watchdog (failover.c). TCP
-                         * transport: "ack the first `value` messages as they are placed" (a
-                         * sender waiting on kept sends: window.c) */
+                         * transport, and wrap mode after KEEPS: "ack the first `value`
+                         * messages as they are placed" (a sender waiting: window.c) */
     LG_CTRL_STALLED = 10, /* recv->send, TCP transport, on the active path: message `value` got
                            * no data for LINKGUARD_STALL_MS while data around it arrived; the
                            * sender judges from its data sockets' TCP view (tcp_watch.c) */
+    LG_CTRL_KEEPS = 11, /* send->recv, wrap mode with acknowledged completion, on each path
+                         * as its inner comm comes up: value = LINKGUARD_SEND_COPY, the size up
+                         * to which the sender keeps a send in a copy and does not wait for its
+                         * ack: the receiver acks such messages in batches, and at once what a
+                         * POSTED asks for (a small send the sender could not keep) */
     LG_CTRL_TYPE_MAX
 };
 #define LG_BYE_CLOSE 0 /* the connection is being closed */

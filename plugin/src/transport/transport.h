@@ -37,6 +37,8 @@ struct lg_inner_ctx;
 struct lg_endpoint; /* a transport's own object for one connection (c->ep) */
 struct lg_ep_path;  /* a transport's own state of one path object (p->tp) */
 
+enum { LG_COPY_NONE = 0, LG_COPY_SENDS = 1, LG_COPY_REPLAYS = 2 };
+
 struct lg_transport {
     const char *name; /* in logs */
     /* Properties: how it moves data, where the protocol must know (each 0 or 1). */
@@ -45,7 +47,11 @@ struct lg_transport {
      * whole messages, one transport request each, in sequence order on the committed path,
      * and the data streams idle. */
     uint8_t chunks;
-    uint8_t sends_copies;    /* can send a kept copy (LINKGUARD_SEND_COPY; unregistered memory) */
+    /* A small send may be kept in a copy (LINKGUARD_SEND_COPY) and complete before its ack:
+     * LG_COPY_SENDS sends the copy (unregistered memory: done at isend); LG_COPY_REPLAYS
+     * sends NCCL's buffer and keeps the copy for a replay (done once the transport no longer
+     * reads NCCL's buffer); LG_COPY_NONE (0) never keeps one. */
+    uint8_t sends_copies;
     uint8_t matches_tags;    /* matches a grouped receive's messages to its buffers itself */
     /* A commit onto the path already committed replays nothing: what it carries still
      * arrives, in order. */
@@ -103,6 +109,9 @@ struct lg_transport {
      * data only from them has r's registrations before it moves r. */
     void (*posted)(struct lg_conn *c, const struct lg_req *r, struct lg_inner_mr *const *mrs,
                    uint32_t wake);
+    /* isend under c->mu, optional (NULL: always): this send, of NCCL's registration mr, may
+     * be kept in a copy (LG_COPY_REPLAYS: host memory, and a completion that needs one). */
+    int (*may_keep)(const struct lg_conn *c, const struct lg_inner_mr *mr);
     /* test() of request r, not complete yet: move data now. */
     void (*progress)(struct lg_conn *c, struct lg_req *r);
 

@@ -45,6 +45,8 @@ struct lg_inner_req {
                               * its deregMr; atomic) */
     void *ireq;              /* the inner request of its current post, NULL: none */
     int slot;                /* receiver: slot of the path whose inner comm placed it */
+    struct lg_inner_mr *copy_mr; /* sender: the slot's kept-copy buffer, registered at its
+                              * first replay (in the endpoint's list, under mr_mu) */
     uint64_t before[2];      /* sender: {seq + 1, bytes posted before it}, a seqlock pair that
                               * the goodput judge reads (inner_transport.c; atomics) */
 };
@@ -60,6 +62,12 @@ struct lg_inner_conn {
     uint64_t since;          /* connect/accept first asked for the inner comms (0: not yet) */
     int peer_placed;         /* receiver: the sender said its sends complete on placement
                               * (a DELIVERED came), so acks may wait (atomic) */
+    uint64_t peer_keeps;     /* receiver: the sender keeps sends up to this size and waits
+                              * for no ack of them (a KEEPS came), so acks may wait (atomic) */
+    int keeps_told;          /* sender: a KEEPS went out, so a small send it could not keep
+                              * asks for its ack (POSTED) (atomic) */
+    uint64_t ask_upto;       /* sender: such a send was handed to the inner: ask for the acks
+                              * up to here once wmu is released (under wmu) */
     uint64_t bytes[2];       /* sender: {messages posted, their bytes}, likewise */
     uint64_t busy_ns;        /* sender: NCCL's thread last saw a send unfinished (atomic) */
     uint64_t idle_ns;        /* sender: time it had nothing unacknowledged, summed (atomic) */

@@ -270,6 +270,14 @@ static void inner_posted(struct lg_conn *c, const struct lg_req *r, struct lg_in
     lg_wrap_pump(c);
 }
 
+/* A kept copy spares a send our ack's round trip only where the inner's completion is not
+ * placement already, and the CPU can read only host memory. */
+static int inner_may_keep(const struct lg_conn *c, const struct lg_inner_mr *mr)
+{
+    (void)c;
+    return !lg_wrap->placed && mr && mr->type == NCCL_PTR_HOST;
+}
+
 static void inner_progress(struct lg_conn *c, struct lg_req *r)
 {
     if (c->kind == LG_CONN_SEND) /* goodput health: the connection is not drained */
@@ -289,10 +297,25 @@ static int inner_carries(const struct lg_path *p) { return lg_wrap_carries(p); }
  * (inner completions are seen by its test() calls), and still nothing completes for
  * LINKGUARD_STALL_MS: the inner path is stalled (a hung queue pair, a blackholed flow) and
  * fails like a dead one, long before the inner plugin's own timeouts give up. */
+/* Monitor, sender: kept sends are done for NCCL, which may not call us again, so their replay
+ * after a switch, and the inner tests that move it, are the monitor's while NCCL is away (no
+ * unfinished send seen for `idle_ns`, 0: at once, after a commit). */
+static void pump_kept(struct lg_conn *c, uint64_t idle_ns)
+{
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    if (__atomic_load_n(&c->kept_hi, __ATOMIC_ACQUIRE) <= __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE))
+        return;
+    if (idle_ns && coarse_ns() - __atomic_load_n(&e->busy_ns, __ATOMIC_RELAXED) < idle_ns)
+        return;
+    lg_wrap_pump(c);
+}
+
 static void inner_watch(struct lg_conn *c, uint64_t now)
 {
     struct lg_fo *fo = &c->fo;
     struct lg_path *p = c->active_path;
+    if (c->kind == LG_CONN_SEND)
+        pump_kept(c, LG_MS(lg_params.heartbeat_ms));
     if (c->kind != LG_CONN_RECV || !lg_params.stall_ms || !lg_path_up(p) || !lg_wrap_carries(p))
         return;
     uint64_t base = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
@@ -356,11 +379,18 @@ static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
         return 1;
     case LG_CTRL_POSTED:
         /* Not checkable (a sender may run ahead of the receives NCCL posted); a false one
-         * can only make the watchdog fail a path over, never complete or replay anything. */
+         * can only make the watchdog fail a path over, or an ack come sooner, never complete
+         * or replay anything. */
         pthread_mutex_lock(&c->mb_mu);
         if (f->value > mb->peer_posted)
             mb->peer_posted = f->value;
         pthread_mutex_unlock(&c->mb_mu);
+        lg_wrap_ack_asked(p, f->value);
+        return 1;
+    case LG_CTRL_KEEPS:
+        /* Any size is honest (a size only batches acks; POSTED asks for the rest). */
+        __atomic_store_n(&lg_inner_ep(c->ep)->peer_keeps, f->value ? f->value : 1,
+                         __ATOMIC_RELEASE);
         return 1;
     default:
         return 0;
@@ -404,10 +434,13 @@ static void inner_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_
     pthread_mutex_unlock(&lg_inner_ep(c->ep)->wmu);
     if (c->kind == LG_CONN_RECV && from && from != to)
         lg_wrap_fence(from);
+    if (c->kind == LG_CONN_SEND && from != to)
+        pump_kept(c, 0); /* the replay starts now, not when NCCL next calls */
 }
 
 const struct lg_transport lg_inner_transport = {
     .name = "inner",
+    .sends_copies = LG_COPY_REPLAYS,
     .matches_tags = 1,
     .keeps_order_in_place = 1,
     .hold_is_request = 1,
@@ -429,6 +462,7 @@ const struct lg_transport lg_inner_transport = {
     .path_close = inner_path_close,
     .recv_prepare = inner_recv_prepare,
     .posted = inner_posted,
+    .may_keep = inner_may_keep,
     .progress = inner_progress,
     .step = lg_wrap_step,
     .carries = inner_carries,

@@ -146,6 +146,17 @@ static int inner_test(struct lg_path *p, void *ireq, int *size)
     return done;
 }
 
+/* Under wmu: the inner no longer reads message seq's buffer. A kept send's replay reads its
+ * copy from now on, so NCCL may have the buffer back (released before the writer's hold goes,
+ * which test() reads after). */
+static void tx_released(struct lg_conn *c, uint64_t seq)
+{
+    struct lg_req *r = &c->reqs[seq % LG_WINDOW];
+    if (r->kept)
+        __atomic_store_n(&r->released, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->writers, 0, __ATOMIC_RELEASE);
+}
+
 /* Under wmu: inner sends complete in posted order. With LINKGUARD_INNER_PLACED an inner
  * completion means the data is in the receiver's buffer, so it counts as an acknowledgement
  * (the NCCL send completes without waiting for ours); during a switch, once the receiver
@@ -167,7 +178,7 @@ static int tx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_pat
             if (!done)
                 break;
             ir->ireq = NULL;
-            __atomic_store_n(&c->reqs[e->test_seq % LG_WINDOW].writers, 0, __ATOMIC_RELEASE);
+            tx_released(c, e->test_seq);
         }
     }
     if (lg_wrap->placed) {
@@ -194,6 +205,36 @@ void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target)
     lg_path_ctrl_send(target, &f);
 }
 
+/* Under wmu: the handle on path p of slot r's copy buffer, registered at its first replay
+ * there (a replay is rare; the buffer stays put: window.c allocates it whole once). The
+ * registration joins the connection's list, so a fence drops it with the comm and a rebuilt
+ * path registers it again here. NULL if the inner refuses (the path fails over). */
+static void *copy_handle(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p,
+                         const struct lg_req *r, struct lg_inner_req *ir)
+{
+    struct lg_inner *in = lg_wrap->in;
+    void *comm = lg_inner_tp(p->tp)->comm;
+    void *none[LG_INNER_NPATHS] = {NULL, NULL};
+    pthread_mutex_lock(&e->mr_mu);
+    if (!ir->copy_mr &&
+        lg_inner_mr_reg(in, none, r->copy, r->copy_cap, NCCL_PTR_HOST, &ir->copy_mr) ==
+            ncclSuccess) {
+        ir->copy_mr->next = e->mrs;
+        e->mrs = ir->copy_mr;
+    }
+    struct lg_inner_mr *mr = ir->copy_mr;
+    if (mr && mr->comm[p->index] != comm &&
+        (lg_inner_mr_drop(in, mr, p->index) != ncclSuccess ||
+         lg_inner_mr_add(in, mr, p->index, comm) != ncclSuccess))
+        mr = NULL;
+    pthread_mutex_unlock(&e->mr_mu);
+    if (!mr)
+        LG_WARN("send conn %016llx: the inner plugin refused to register the copy of message "
+                "#%llu for its replay", (unsigned long long)c->nonce,
+                (unsigned long long)r->seq);
+    return lg_inner_mr_handle(mr, p->index);
+}
+
 static void tx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
     struct lg_inner *in = lg_wrap->in;
@@ -217,9 +258,14 @@ static void tx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *
         pthread_mutex_lock(&c->mu);
         c->cursor_seq = seq + 1;
         pthread_mutex_unlock(&c->mu);
-        ncclResult_t rc = in->ops->isend(in, comm, (void *)r->data, r->size, r->tag,
-                                         lg_inner_mr_handle(__atomic_load_n(&ir->imr, __ATOMIC_ACQUIRE),
-                                                            p->index), NULL, &ireq);
+        /* NCCL's buffer with its registration, or a released kept send's copy with ours. */
+        int copy = r->kept && __atomic_load_n(&r->released, __ATOMIC_ACQUIRE);
+        void *mh = copy ? copy_handle(c, e, p, r, ir)
+                        : lg_inner_mr_handle(__atomic_load_n(&ir->imr, __ATOMIC_ACQUIRE),
+                                             p->index);
+        ncclResult_t rc = copy && !mh ? ncclSystemError
+                                      : in->ops->isend(in, comm, copy ? r->copy : (void *)r->data,
+                                                       r->size, r->tag, mh, NULL, &ireq);
         if (rc != ncclSuccess || !ireq) {
             pthread_mutex_lock(&c->mu);
             c->cursor_seq = seq;
@@ -238,6 +284,11 @@ static void tx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *
             return; /* NULL: the inner's back-pressure, try again at the next call */
         }
         ir->ireq = ireq;
+        /* A small send we could not keep (GPU memory): our receiver batches the acks of
+         * that size (KEEPS), so this one asks for its own (lg_wrap_pump, once unlocked). */
+        if (!r->kept && r->size <= (size_t)lg_params.send_copy &&
+            __atomic_load_n(&e->keeps_told, __ATOMIC_ACQUIRE))
+            e->ask_upto = seq + 1;
     }
 }
 
@@ -267,8 +318,10 @@ static int rx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_pat
             e->req[(r->seq + (uint64_t)i) % LG_WINDOW].slot = p->index; /* its flush: that NIC */
             __atomic_store_n(&m->total, (uint64_t)sizes[i], __ATOMIC_RELAXED);
             __atomic_store_n(&m->placed, (uint64_t)sizes[i], __ATOMIC_RELAXED);
-            if (lg_recv_complete(p, m, (uint64_t)sizes[i],
-                                 __atomic_load_n(&e->peer_placed, __ATOMIC_ACQUIRE)) != 0)
+            uint64_t keeps = __atomic_load_n(&e->peer_keeps, __ATOMIC_ACQUIRE);
+            int lazy = __atomic_load_n(&e->peer_placed, __ATOMIC_ACQUIRE) ||
+                       (keeps && (uint64_t)sizes[i] <= keeps); /* its sender waits for no ack */
+            if (lg_recv_complete(p, m, (uint64_t)sizes[i], lazy) != 0)
                 return -1;
         }
         e->test_seq += (uint64_t)n;
@@ -366,9 +419,15 @@ static void rx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *
         e->req[e->post_seq % LG_WINDOW].ireq = ireq;
         e->post_seq += (uint64_t)r->g_n;
     }
-    /* A sender that completes on placement needs no ack: those when due (window.c) do. */
-    if (!__atomic_load_n(&e->peer_placed, __ATOMIC_ACQUIRE))
-        lg_recv_flush_ack(p);
+    /* The acks a sender waits for go now; those of messages it completed without one
+     * (placed, or kept: lg_recv_complete's `kept`) when due (window.c). */
+    lg_recv_flush_due(p);
+}
+
+void lg_wrap_ack_asked(struct lg_path *p, uint64_t n)
+{
+    if (__atomic_load_n(&lg_inner_ep(p->conn->ep)->peer_keeps, __ATOMIC_ACQUIRE))
+        lg_recv_ack_asked(p, n); /* else every ack goes at once anyway */
 }
 
 void lg_wrap_pump(struct lg_conn *c)
@@ -390,7 +449,11 @@ void lg_wrap_pump(struct lg_conn *c)
         lg_inner_path_calls(0);
     }
     lg_conn_exit(c, ph);
+    uint64_t ask = e->ask_upto;
+    e->ask_upto = 0;
     pthread_mutex_unlock(&e->wmu);
+    if (ask)
+        lg_send_ask_ack_upto(c, ask);
 }
 
 /* ---- switches (monitor) ------------------------------------------------------------------ */
@@ -404,7 +467,7 @@ void lg_wrap_tx_forget(struct lg_conn *c)
         struct lg_inner_req *ir = &e->req[s % LG_WINDOW];
         if (ir->ireq) {
             ir->ireq = NULL;
-            __atomic_store_n(&c->reqs[s % LG_WINDOW].writers, 0, __ATOMIC_RELEASE);
+            tx_released(c, s);
         }
     }
     e->test_seq = c->cursor_seq;
@@ -534,6 +597,12 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_
          * then (an ack is a syscall on its way to NCCL's completion), never making us wait. */
         struct lg_ctrl f = {.type = LG_CTRL_DELIVERED,
                             .value = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)};
+        lg_path_ctrl_send(p, &f);
+    } else if (c->kind == LG_CONN_SEND && lg_params.send_copy) {
+        /* Our small host sends are kept (window.c) and complete without the ack: the
+         * receiver may batch their acks too. */
+        __atomic_store_n(&e->keeps_told, 1, __ATOMIC_RELEASE);
+        struct lg_ctrl f = {.type = LG_CTRL_KEEPS, .value = (uint64_t)lg_params.send_copy};
         lg_path_ctrl_send(p, &f);
     }
     lg_monitor_wake(c);

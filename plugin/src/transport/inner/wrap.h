@@ -15,7 +15,8 @@
  *    isend/irecv each, on the committed path only, in sequence order; the receiver posts
  *    receives in order and acknowledges placed messages on the control channel as in native
  *    mode. A send completes when the ack covers it AND its inner send completed (the inner no
- *    longer reads the buffer), or with LINKGUARD_INNER_PLACED on the inner completion alone
+ *    longer reads the buffer), on its inner completion alone when it is kept in a copy (small,
+ *    host memory: a replay sends the copy), or with LINKGUARD_INNER_PLACED on the inner completion alone
  *    (conn.h: what each transport guarantees); the optional-receive-completion marker is never
  *    passed on, so every receive completes only once its data is placed. A flush goes to the
  *    comm of the NIC that placed the receive.
@@ -56,6 +57,9 @@ extern const struct lg_transport lg_inner_transport;
 int lg_wrap_carries(const struct lg_path *p);
 /* NCCL's thread: post and complete inner sends/receives on the committed path. */
 void lg_wrap_pump(struct lg_conn *c);
+/* Receiver, a POSTED(n): a sender that keeps sends (KEEPS) asks for the acks up to n, of
+ * messages whose acks would otherwise wait for a batch. */
+void lg_wrap_ack_asked(struct lg_path *p, uint64_t n);
 /* Handlers: an INNER frame on the sender's side; 1 taken, -1 the path failed. */
 int lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f);
 /* Monitor: drives the handshakes; 1 while one is in progress (run again soon). */

@@ -169,7 +169,7 @@ static void tcp_commit(struct lg_conn *c, struct lg_path *from, struct lg_path *
 const struct lg_transport lg_tcp_transport = {
     .name = "tcp",
     .chunks = 1,
-    .sends_copies = 1,
+    .sends_copies = LG_COPY_SENDS,
     .any_backup_nic = 1,
     .hello_flags = 0,
     .stream_fn = {lg_tcp_send_handler, lg_tcp_recv_handler},
