@@ -1,7 +1,8 @@
 """Wrap-mode overhead: linkguard over an inner plugin against that inner plugin alone.
 
     python -m bench.wrap_bw [--trials 5] [--sizes 256K,1M,4M] [--gib 2] [--rtt-sizes 8,64K,1M]
-                            [--rtt-count 2000] [--json out.json]
+                            [--rtt-count 2000] [--json out.json] [--inner-placed auto|1|0]
+                            [--no-copy-too]
 
 A throw-away 2-host x 2-rail lab. The inner plugin is the standalone build of linkguard's own
 TCP transport (libnccl-net-lgtcp.so, devices rail0 and rail1). Each trial measures, back to
@@ -41,7 +42,11 @@ MODES = {
 }
 BW_GOAL = 0.98
 RTT_GOAL = ("p50", 1.05)
-LABELS = {"direct": "lgtcp direct", "wrap": "linkguard wrap"}
+LABELS = {"direct": "lgtcp direct", "wrap": "linkguard wrap",
+          "wrap-nocopy": "linkguard wrap, no kept copies"}
+# --no-copy-too: round trips also with LINKGUARD_SEND_COPY=0, the acknowledged completion
+# that every small send got before kept copies in wrap mode (the before, in the same trials).
+NOCOPY = "wrap-nocopy"
 
 
 def gbps(lab: Lab, mode: str, size: int, total: int, port: int) -> float:
@@ -59,7 +64,7 @@ def gbps(lab: Lab, mode: str, size: int, total: int, port: int) -> float:
 
 
 def run(trials: int, sizes: list[int], gib: float, rtt_sizes: list[int],
-        rtt_count: int) -> dict[str, Any]:
+        rtt_count: int, nocopy: bool = False) -> dict[str, Any]:
     build_plugin()
     total = int(gib * (1 << 30))
     samples: dict[str, list[float]] = {}
@@ -67,8 +72,12 @@ def run(trials: int, sizes: list[int], gib: float, rtt_sizes: list[int],
     ports = itertools.count(7301)
     with Lab(unique_prefix("lgwb"), 2, 2) as lab:
         lab.up()
+        modes = dict(MODES)
+        if nocopy:
+            so, env = MODES["wrap"]
+            modes[NOCOPY] = (so, {**env, "LINKGUARD_SEND_COPY": "0"})
         runners = {mode: rtt.lab_runner(lab, "plugin", ports, rtt_count, env=env, plugin=so)
-                   for mode, (so, env) in MODES.items()}
+                   for mode, (so, env) in modes.items()}
         for t in range(trials):
             print(f"trial {t + 1}/{trials}", file=sys.stderr, flush=True)
             for size in sizes:
@@ -88,9 +97,13 @@ def run(trials: int, sizes: list[int], gib: float, rtt_sizes: list[int],
         ratios = sorted(a / b for a, b in pairs)
         table.append({"size": size, "direct_gbps": d, "wrap_gbps": w, "ratio": w / d,
                       "ratio_min": ratios[0], "ratio_max": ratios[-1]})
-    return {"machine": machine(), "trials": trials, "bytes_per_run": total,
-            "samples": samples, "table": table,
-            "rtt": rtt.result(rtts, rtt_count, "wrap", "direct")}
+    res = {"machine": machine(), "trials": trials, "bytes_per_run": total,
+           "samples": samples, "table": table,
+           "rtt": rtt.result(rtts, rtt_count, "wrap", "direct")}
+    if nocopy and rtts:
+        res["rtt_nocopy"] = rtt.result(rtts, rtt_count, NOCOPY, "direct")
+        res["rtt_copy_gain"] = rtt.result(rtts, rtt_count, "wrap", NOCOPY)
+    return res
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -99,6 +112,9 @@ def markdown(res: dict[str, Any]) -> str:
         lines += [*bw_lines(res), ""]
     if res["rtt"]["table"]:
         lines.append(rtt.markdown(res["rtt"], LABELS, RTT_GOAL))
+    if res.get("rtt_nocopy"):
+        lines += ["", rtt.markdown(res["rtt_nocopy"], LABELS, RTT_GOAL), "",
+                  rtt.markdown(res["rtt_copy_gain"], LABELS, None)]
     return "\n".join(lines)
 
 
@@ -129,11 +145,14 @@ def main() -> None:
                     help="wrap mode's LINKGUARD_INNER_PLACED: auto (the default) gives lgtcp "
                          "placed completion (sends complete on the inner plugin's completion); "
                          "0 measures the acknowledged one every unknown plugin gets")
+    ap.add_argument("--no-copy-too", action="store_true",
+                    help="round trips also with LINKGUARD_SEND_COPY=0 (no kept copies: every "
+                         "send of an acknowledged completion waits for linkguard's ack)")
     a = ap.parse_args()
     if a.trials < 1 or a.rtt_count < 1:
         ap.error("--trials and --rtt-count must be at least 1")
     MODES["wrap"][1]["LINKGUARD_INNER_PLACED"] = a.inner_placed
-    res = run(a.trials, a.sizes, a.gib, a.rtt_sizes, a.rtt_count)
+    res = run(a.trials, a.sizes, a.gib, a.rtt_sizes, a.rtt_count, a.no_copy_too)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     print(markdown(res))
