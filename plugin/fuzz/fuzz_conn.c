@@ -16,8 +16,9 @@
  * above its seq);
  * a receive of N bytes completes only after the peer wrote, whole, every chunk of those N bytes
  * as the sender cuts them (header and payload); a completed size never exceeds the posted one.
- * Receives may be grouped (1..3 buffers, tags 0 or 1, chunks tagged 0 or 1): each message of a
- * completed group filled exactly one buffer, one whose tag it carried (when it carried one).
+ * Receives may be grouped (1..3 buffers, tags 0 or 1, chunks tagged 0 or 1): each buffer of a
+ * completed group holds exactly one message (of any group: tags bind across groups), one that
+ * carried its tag (when it carried one).
  * Needs no daemon (LINKGUARD_SHM points nowhere) and opens sockets on 127.0.0.1 only.
  * FUZZ_CONN_TRACE=1 prints each operation and completion (to read a crash input). Threads and
  * timing make a crash input racy to replay: run it a few times (-runs=50 FILE). */
@@ -195,19 +196,26 @@ static void check_done(const struct req *q, const int *sizes)
         FUZZ_ASSERT(q->seq < st.acked_by_peer); /* never completed without the peer's ack */
         return;
     }
-    /* Which buffer each message filled: the plugin's binding, read once the group is done. */
-    int used = 0;
-    for (int j = 0; j < q->n; j++) {
-        uint64_t m = q->seq + (uint64_t)j;
-        int b = st.pe.c->reqs[m % LG_WINDOW].g_sub;
-        FUZZ_ASSERT(b >= 0 && b < q->n && !(used & (1 << b)));
+    /* Which message filled each buffer: the plugin's binding, read once the group is done.
+     * Tags bind across groups (conn.h, "Grouped receives"), so any message in the window may
+     * have filled this group's buffers; one whose slot a later post took is gone from view. */
+    int used = 0, found = 0;
+    uint64_t lo = st.posted > LG_WINDOW ? st.posted - LG_WINDOW : 0;
+    for (uint64_t m = lo; m < st.posted; m++) {
+        const struct lg_req *r = &st.pe.c->reqs[m % LG_WINDOW];
+        int b = __atomic_load_n(&r->g_sub, __ATOMIC_ACQUIRE);
+        if (r->seq != m || b < 0 || r->b_head != q->seq)
+            continue;
+        FUZZ_ASSERT(b < q->n && !(used & (1 << b))); /* one message per buffer */
         used |= 1 << b;
+        found++;
         FUZZ_ASSERT(sizes[b] >= 0 && (size_t)sizes[b] <= q->sizes[b]);
         uint8_t t = m < MAX_MSGS ? st.tags_written[m] : 0;
         if (q->n > 1 && !st.chunks_unjudged && (t == 1 || t == 2))
             FUZZ_ASSERT(t == 1u << q->tags[b]);
         check_placed(m, sizes[b]);
     }
+    FUZZ_ASSERT(found == q->n || st.posted > LG_WINDOW); /* every buffer holds a message */
 }
 
 /* test() on every outstanding request, as NCCL polls; a done one's buffer is freed at once. */

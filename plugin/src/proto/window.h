@@ -34,9 +34,11 @@ int lg_send_slot_free(struct lg_conn *c, const struct lg_req *r);
  * its ack. */
 void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t size,
                   const struct lg_inner_mr *mr);
-/* Sender, any thread: asks the receiver to ack what was posted (POSTED), once per count;
- * lg_send_ask_ack only while kept sends wait for theirs. */
+/* Sender, any thread: while kept sends wait for their acks (their receiver batches them),
+ * asks it to ack every message posted so far (lg_send_ask_ack_upto). */
 void lg_send_ask_ack(struct lg_conn *c);
+/* Sender, any thread: asks the receiver to ack the messages below n (POSTED), unless a
+ * request reached that far already. */
 void lg_send_ask_ack_upto(struct lg_conn *c, uint64_t n);
 /* Sender, close: waits until the kept sends are acked (the monitor may fail over meanwhile
  * and replay them from their copies), the connection failed, or the peer closed. */

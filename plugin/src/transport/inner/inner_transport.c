@@ -388,9 +388,9 @@ static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
         lg_wrap_ack_asked(p, f->value);
         return 1;
     case LG_CTRL_KEEPS:
-        /* Any size is honest (a size only batches acks; POSTED asks for the rest). */
-        __atomic_store_n(&lg_inner_ep(c->ep)->peer_keeps, f->value ? f->value : 1,
-                         __ATOMIC_RELEASE);
+        /* Any size is honest (a size only batches acks; POSTED asks for the rest), and
+         * KEEPS(0) keeps nothing: every ack goes at once. */
+        __atomic_store_n(&lg_inner_ep(c->ep)->peer_keeps, f->value, __ATOMIC_RELEASE);
         return 1;
     default:
         return 0;
