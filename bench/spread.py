@@ -42,11 +42,20 @@ FAIL_WAIT_S = 10.0  # cut -> every device-0 connection's failover line
 BACK_WAIT_S = 5.0  # issue 28: every connection back on its primary within 5 s of the UP
 UP_WAIT_S = 10.0  # restore -> the daemon's UP (hold-down 300 ms)
 CONNECT_S = 30.0  # drivers started -> every server received data
-GAP_LIST_MS = 20
+GAP_LIST_MS = 20  # every gap >= this is listed by the client driver
 # Every rail is policed, so TCP retransmits several percent on all of them: the plugin's lossy
 # judge (LINKGUARD_GRAY_RETRANS_PCT) would move connections off full-but-working rails before
 # any cut (24 of 32 did in a first run). Here a full rail is healthy; the judge is off.
-PLUGIN_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "NET", "LINKGUARD_GRAY_RETRANS_PCT": "0"}  # every gap >= this is listed by the client driver
+PLUGIN_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "NET", "LINKGUARD_GRAY_RETRANS_PCT": "0"}
+
+
+def env_setting(text: str) -> tuple[str, str]:
+    """--env NAME=VALUE: a plugin setting for every driver (LINKGUARD_* or NCCL_*)."""
+    name, eq, value = text.partition("=")
+    if not eq or not name.startswith(("LINKGUARD_", "NCCL_")):
+        raise argparse.ArgumentTypeError(f"--env wants LINKGUARD_NAME=VALUE or NCCL_NAME=VALUE, "
+                                         f"not {text!r}")
+    return name, value
 
 
 def driver_args(size: str, depth: int) -> list[str]:
@@ -185,7 +194,11 @@ def main() -> None:
     p.add_argument("--second-s", type=float, default=20.0, help="0: no second cut")
     p.add_argument("--rounds", type=int, default=1, help="spread then pair, this many times")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--env", type=env_setting, action="append", default=[],
+                   help="NAME=VALUE, a plugin setting on top of the bench's own (repeatable), "
+                        "e.g. LINKGUARD_STALL_MS=2000")
     a = p.parse_args()
+    PLUGIN_ENV.update(a.env)
     if a.conns < 1 or a.rounds < 1 or a.control_s <= 1 or a.after_s <= 1:
         p.error("--conns and --rounds >= 1, --control-s and --after-s > 1")
 
@@ -202,7 +215,7 @@ def main() -> None:
             for mode in MODES:
                 log(f"round {r + 1}: {mode}")
                 runs.append(run_mode(lab, mode, a, log))
-    result = {"rate": a.rate, "conns": a.conns, "size": a.size, "depth": a.depth,
+    result = {"env": PLUGIN_ENV, "rate": a.rate, "conns": a.conns, "size": a.size, "depth": a.depth,
               "control_s": a.control_s, "after_s": a.after_s, "second_s": a.second_s,
               "runs": runs, "seconds": round(time.monotonic() - t0, 1),
               "load_after": Path("/proc/loadavg").read_text().split()[:3]}
