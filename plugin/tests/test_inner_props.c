@@ -220,6 +220,24 @@ static void test_pairs(void)
     CHECK(strstr(err, "virt0") != NULL);
 }
 
+/* Wrap mode's spread: each member of a backup set on its own inner device; those the inner
+ * plugin does not list once, or whose inner device carries the primary or an earlier member,
+ * have none (and leave the set). */
+static void test_set_map(void)
+{
+    /* dev 0 = rail0 (inner 0) backup rail1 (inner 2); the set rail1, eth9, rail2 (ambiguous:
+     * both ports of mlx5_0), virt0 (not listed), a second rail1, eth9 again. */
+    const struct lg_nic_id set[] = {nics[1], nics[2], nics[3], nics[4], nics[1], nics[2]};
+    int out[6];
+    CHECK_EQ(lg_inner_set_map(devs, NDEV, set, 6, 0, 2, out), 2);
+    CHECK(out[0] == 2 && out[1] == 3);
+    CHECK(out[2] == LG_MATCH_AMBIGUOUS && out[3] == LG_MATCH_NONE);
+    CHECK(out[4] == LG_MATCH_CLASH && out[5] == LG_MATCH_CLASH);
+    /* A member on the primary's inner device (eth9 primary, inner 3). */
+    CHECK_EQ(lg_inner_set_map(devs, NDEV, set, 2, 3, 2, out), 1);
+    CHECK(out[0] == 2 && out[1] == LG_MATCH_CLASH);
+}
+
 /* aws-ofi-nccl over tcp;ofi_rxm: each NIC listed 4 times, identical (same name, no PCI path,
  * same port and speed). The lowest index stands for each; devices that differ stay apart. */
 static void test_duplicates(void)
@@ -292,6 +310,7 @@ int main(void)
     test_names();
     test_match();
     test_pairs();
+    test_set_map();
     test_duplicates();
     test_sysfs();
     LG_TEST_DONE();

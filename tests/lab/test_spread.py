@@ -11,10 +11,13 @@ each); after both come back, all on rail0 again with a standby each, and the sta
 re-spread 3 on each of rail1..rail3 again: the surplus of rail2 and rail3 (3 standbys) moves
 back to rail1, each an idle standby closed and rebuilt, never all of them. The pair mode
 is what the other lab tests run (a set of one: nothing spreads). Each wait is bounded;
-nothing is timed."""
+nothing is timed. It runs on linkguard's own TCP transport and in wrap mode over the
+standalone build of that transport (one inner device per rail: each backup's inner comm on
+its member's inner device)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -26,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from test_scale import WAIT_S, built  # noqa: F401  (autouse here too: the plugin is built)
 
 from bench.driver_fleet import Fleet
+from bench.plugin_driver import LGTCP_SO
 from linkguard_lab.lab import Lab
 
 pytestmark = pytest.mark.lab
@@ -34,14 +38,33 @@ RAILS = ["rail0", "rail1", "rail2", "rail3"]
 CONNS = 9
 ARGS = ["--size", "4K", "--depth", "2", "--pace-us", "20000", "--idle-us", "200",
         "--gap-list-ms", "-1"]
+TRANSPORTS = {
+    "native": {},
+    "wrap": {"LINKGUARD_INNER": str(LGTCP_SO), "LGTCP_IFS": ",".join(RAILS)},
+}
 
 
-def test_a_dead_primary_spreads_over_every_other_rail(lab_factory, daemons: Daemons) -> None:
+# Wrap mode: each inner comm that came up, the linkguard path's NIC and its inner device.
+INNER_READY = re.compile(r"(?P<slot>primary|backup) path on NIC (?P<nic>\S+) \(gen \d+\): "
+                         r"inner '[^']*' (?:send|recv) comm #\d+ ready in [\d.]+ ms on inner "
+                         r"dev \d+ \((?P<inner>[^)]*)\)")
+
+
+def inner_comms(fleet: Fleet) -> list[tuple[str, str, str]]:
+    """(role slot, path NIC, inner device name) of every inner comm that came up."""
+    return [(f"{ln.role} {m['slot']}", m["nic"], m["inner"])
+            for ln in fleet.pairs[0].stderr_lines() if (m := INNER_READY.search(ln.text))]
+
+
+@pytest.mark.parametrize("transport", list(TRANSPORTS))
+def test_a_dead_primary_spreads_over_every_other_rail(lab_factory, daemons: Daemons,
+                                                      transport: str) -> None:
     lab: Lab = lab_factory(rails=4)
     config = {"pairs": {"*": "all"}, "locality": "any"}
     d = {h: daemons.start(lab, h, "--interfaces", ",".join(RAILS), "--hold-down-ms", "300",
                           config=config) for h in ("a", "b")}
-    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "NET"}  # the fleet reads the moves
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "NET",  # the fleet reads the moves
+           **TRANSPORTS[transport]}
     fleet = Fleet(lab, 1, CONNS, 10 * WAIT_S, ARGS, env=env,
                   server_env={"LINKGUARD_SHM": str(d["b"].shm_path),
                               "LINKGUARD_VERDICT_SOCKET": str(d["b"].verdict_socket)},
@@ -92,6 +115,14 @@ def test_a_dead_primary_spreads_over_every_other_rail(lab_factory, daemons: Daem
                                       & set(moves)) == len(moves), WAIT_S), \
             ("each moved standby rebuilt", moves, fleet.warnings[:5])
         results = fleet.finish()
+        comms = inner_comms(fleet)
     finally:
         fleet.kill()
     assert_all_verified(results)
+    if transport == "wrap":
+        # Each backup's inner comm runs on its own member's inner device, at both ends, and
+        # the standbys came up on every other rail (lgtcp names its devices by netdev).
+        assert comms and all(nic == inner for _, nic, inner in comms), comms
+        for role in ("client", "server"):
+            assert {nic for who, nic, _ in comms if who == f"{role} backup"} == set(RAILS[1:]), \
+                (role, comms)

@@ -62,9 +62,9 @@ struct lg_transport {
     /* A path left by a switch, even one that stays up, is fenced and gets a fresh transport
      * comm (receives posted on a standby comm could match a later replay into stale buffers). */
     uint8_t fresh_on_leave;
-    /* A backup path may be on any NIC of the device's backup set, its data on that NIC's
-     * sockets (proto/spread.h); else always on the device's own backup (the inner transport's
-     * inner devices are paired per slot). */
+    /* A backup path may be on any NIC of the device's backup set, its data on that NIC
+     * (proto/spread.h: TCP's sockets, the inner comm of that member's inner device); else
+     * always on the device's own backup. */
     uint8_t any_backup_nic;
     uint8_t hello_flags; /* what a hello says of the transport; both ends must agree */
     lg_task_fn stream_fn[2]; /* handler of a data stream socket: [send, recv] */

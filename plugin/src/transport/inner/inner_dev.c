@@ -113,6 +113,45 @@ static int translate_pairs(const struct lg_inner *in, char *err, size_t len)
     return 0;
 }
 
+/* Device d's backup set, each member on an inner device of its own (lg_inner_set_map); a
+ * member without one leaves the set (INFO), so that the spread never puts a backup path where
+ * no inner comm can follow. */
+static void map_set(struct lg_wrap *w, struct lg_device *d, int dev,
+                    const struct lg_inner_devid *devs, int ndev)
+{
+    static struct nic_ids bufs[LG_MAX_BACKUP_SET];
+    struct lg_nic_id ids[LG_MAX_BACKUP_SET];
+    int out[LG_MAX_BACKUP_SET], kept = 0;
+    for (int k = 0; k < d->nset; k++)
+        nic_id(d->set[k].name, &bufs[k], &ids[k]);
+    lg_inner_set_map(devs, ndev, ids, d->nset, w->inner_dev[dev][0], w->inner_dev[dev][1], out);
+    for (int k = 0; k < d->nset; k++) {
+        if (out[k] < 0) {
+            LG_INFO(NCCL_INIT | NCCL_NET, "dev %d: NIC %s leaves its backup set in wrap mode: "
+                    "%s", dev, d->set[k].name, out[k] == LG_MATCH_CLASH
+                    ? "its inner device carries another NIC of the device"
+                    : "the inner plugin does not list it once");
+            continue;
+        }
+        d->set[kept] = d->set[k];
+        w->set_dev[dev][kept++] = out[k];
+    }
+    d->nset = kept;
+}
+
+int lg_wrap_inner_dev(int dev, const char *nic)
+{
+    const struct lg_device *d = lg_device_get(dev);
+    if (!lg_wrap || !d)
+        return -1;
+    if (!strcmp(nic, d->nic[0].name))
+        return lg_wrap->inner_dev[dev][0];
+    for (int k = 0; k < d->nset; k++)
+        if (!strcmp(nic, d->set[k].name))
+            return lg_wrap->set_dev[dev][k];
+    return d->has_backup && !strcmp(nic, d->nic[1].name) ? lg_wrap->inner_dev[dev][1] : -1;
+}
+
 static int map_devices(struct lg_wrap *w, struct lg_device_table *t, char *err, size_t len)
 {
     struct lg_inner *in = w->in;
@@ -134,6 +173,7 @@ static int map_devices(struct lg_wrap *w, struct lg_device_table *t, char *err, 
         const ncclNetProperties_v12_t *pb = p->has_backup ? &in->dev[p->m[1].dev].props : NULL;
         w->inner_dev[d][0] = p->m[0].dev;
         w->inner_dev[d][1] = p->has_backup ? p->m[1].dev : -1;
+        map_set(w, &t->dev[d], d, devs, in->ndev);
         if (lg_inner_vdev_name(w->name[d], sizeof(w->name[d]), in->dev[p->m[0].dev].props.name,
                                pb ? pb->name : NULL) < 0 ||
             lg_inner_props_merge(&in->dev[p->m[0].dev].props, pb, d, w->name[d], &w->props[d],

@@ -14,6 +14,7 @@ struct lg_wrap {
     struct lg_inner *in;
     struct lg_inner_ctx *ctx;
     int inner_dev[LG_MAX_DEVS][2]; /* inner device of the primary / backup NIC (-1: none) */
+    int set_dev[LG_MAX_DEVS][LG_MAX_BACKUP_SET]; /* ... of each member of the backup set */
     char name[LG_MAX_DEVS][2 * 64 + 2];
     ncclNetProperties_v12_t props[LG_MAX_DEVS];
     int placed; /* an inner send completion means placed (inner_completion.h) */
@@ -30,6 +31,9 @@ extern struct lg_wrap *lg_wrap;
 ncclResult_t lg_wrap_open(ncclDebugLogger_t logger);
 ncclResult_t lg_wrap_start(struct lg_device_table *t);
 ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props);
+/* The inner device that carries a path of linkguard device `dev` on NIC `nic` (its primary,
+ * or any member of its backup set: a spread backup, proto/spread.h), -1 when none does. */
+int lg_wrap_inner_dev(int dev, const char *nic);
 
 /* Contexts (ctx.h): the inner plugin's init for one NCCL communicator, with its
  * commId and trafficClass, and the finalize once the last comm made with it is closed. */

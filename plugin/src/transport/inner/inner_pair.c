@@ -179,6 +179,23 @@ int lg_inner_pairs_from_table(const struct lg_device_table *t, const struct lg_i
     return t->count;
 }
 
+int lg_inner_set_map(const struct lg_inner_devid *devs, int ndev, const struct lg_nic_id *ids,
+                     int n, int primary, int first, int *out)
+{
+    int own = 0;
+    for (int k = 0; k < n; k++) {
+        int m = k ? lg_inner_dev_match(devs, ndev, &ids[k]) : first;
+        for (int j = 0; j < k && m >= 0; j++)
+            if (m == out[j])
+                m = LG_MATCH_CLASH;
+        if (m >= 0 && m == primary)
+            m = LG_MATCH_CLASH;
+        out[k] = m;
+        own += m >= 0;
+    }
+    return own;
+}
+
 int lg_nic_rdma_id(const char *sysfs_root, const char *ifname, char *dev, size_t len, int *port)
 {
     char path[PATH_MAX];

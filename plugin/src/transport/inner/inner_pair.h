@@ -70,6 +70,15 @@ int lg_inner_pairs_from_table(const struct lg_device_table *t, const struct lg_i
                               int ndev, const struct lg_nic_id *nics, int nnic,
                               struct lg_inner_pair *out, int max, char *err, size_t errlen);
 
+/* Wrap mode's spread (proto/spread.h): the inner device of each member k of a backup set of
+ * n, from its NIC ids[k], into out[k]: LG_MATCH_NONE or LG_MATCH_AMBIGUOUS when the inner
+ * plugin does not list it once, LG_MATCH_CLASH when that inner device already carries the
+ * device's primary (`primary`) or an earlier member. Member 0 is the pair's backup, matched
+ * by lg_inner_pairs_from_table: out[0] = first. Returns how many members have one of their own. */
+#define LG_MATCH_CLASH (-3)
+int lg_inner_set_map(const struct lg_inner_devid *devs, int ndev, const struct lg_nic_id *ids,
+                     int n, int primary, int first, int *out);
+
 /* The RDMA device behind a netdev (<sysfs_root>/class/net/<ifname>/device/infiniband/<dev>)
  * and its port (dev_port + 1; 0 if unknown); -1 if it has none. */
 int lg_nic_rdma_id(const char *sysfs_root, const char *ifname, char *dev, size_t len, int *port);

@@ -445,6 +445,7 @@ const struct lg_transport lg_inner_transport = {
     .keeps_order_in_place = 1,
     .hold_is_request = 1,
     .fresh_on_leave = 1,
+    .any_backup_nic = 1, /* each member of a set on its own inner device (lg_wrap_inner_dev) */
     .hello_flags = LG_HELLO_F_WRAP,
     .stream_fn = {lg_stream_idle_handler, lg_stream_idle_handler},
     .get_properties = lg_wrap_get_properties,

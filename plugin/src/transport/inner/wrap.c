@@ -565,7 +565,7 @@ int lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 }
 
 /* The comm is there: register every buffer on it, then let the path carry. */
-static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_t now)
+static void comm_ready(struct lg_conn *c, struct lg_path *p, int dev, void *comm, uint64_t now)
 {
     struct lg_inner *in = lg_wrap->in;
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
@@ -584,9 +584,10 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, void *comm, uint64_
         return;
     }
     LG_INFO(NCCL_NET, "%s conn %016llx: %s path on NIC %s (gen %u): inner '%s' %s comm #%u "
-            "ready in %.1f ms", lg_conn_kind_str(c), (unsigned long long)c->nonce, lg_slot_name(p->index),
-            p->nic, p->gen, lg_wrap->in->name, c->kind == LG_CONN_SEND ? "send" : "recv",
-            w->igen, (now - w->t0) / 1e6);
+            "ready in %.1f ms on inner dev %d (%s)", lg_conn_kind_str(c),
+            (unsigned long long)c->nonce, lg_slot_name(p->index), p->nic, p->gen, in->name,
+            c->kind == LG_CONN_SEND ? "send" : "recv", w->igen, (now - w->t0) / 1e6, dev,
+            in->dev[dev].props.name);
     if (w->ready_owed) {
         w->ready_owed = 0;
         struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
@@ -635,7 +636,7 @@ static int rx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t 
         return 1;
     in->ops->closeListen(in, w->lcomm);
     w->lcomm = NULL;
-    comm_ready(c, p, comm, now);
+    comm_ready(c, p, dev, comm, now);
     return 0;
 }
 
@@ -663,7 +664,7 @@ static int tx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t 
     void *comm = w->cg->comm;
     free(w->cg);
     w->cg = NULL;
-    comm_ready(c, p, comm, now);
+    comm_ready(c, p, dev, comm, now);
     return 0;
 }
 
@@ -685,7 +686,7 @@ static int handshake(struct lg_conn *c, struct lg_path *p, uint64_t now)
         lg_conn_path_failed(p, 0, why);
         return 0;
     }
-    int dev = lg_wrap->inner_dev[c->dev][p->index];
+    int dev = lg_wrap_inner_dev(c->dev, p->nic); /* a spread backup: its member's */
     if (dev < 0) {
         lg_conn_path_failed(p, 0, "no inner device for this NIC");
         return 0;
