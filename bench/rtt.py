@@ -206,13 +206,16 @@ def checked(pair: tuple[DriverResult, DriverResult], what: str) -> dict[str, Any
     return cli.report
 
 
+RAIL0 = ("rail0", "rail0+rail1")  # what dev 0 is called when it is rail0 (native, wrapped)
+
+
 def lab_runner(lab: Any, kind: str, ports: Iterator[int], count: int = COUNT,
                warmup: int = WARMUP, env: dict[str, str] | None = None,
-               plugin: Path = LINKGUARD_SO) -> Runner:
+               plugin: Path = LINKGUARD_SO, dev0: tuple[str, ...] = RAIL0) -> Runner:
     """A Runner for rtt_trial on rail0, host a (client) to host b (server): `kind` "tcp" or
     "tcp-spin" (lg_tcp_pingpong between the rail0 addresses, blocking or polling) or "plugin"
     (`plugin` with `env`, handles over the management network). Each run takes the next port
-    of `ports`."""
+    of `ports`. A plugin's dev 0 must be one of `dev0`."""
     def run(size: int) -> dict[str, Any]:
         port = next(ports)
         srv, cli = lab_starter(lab, "b"), lab_starter(lab, "a")
@@ -223,7 +226,7 @@ def lab_runner(lab: Any, kind: str, ports: Iterator[int], count: int = COUNT,
             pair = plugin_report(srv, cli, f"{lab.mgmt_address('b')}:{port}", size, env or {},
                                  plugin, count, warmup)
         report = checked(pair, f"{kind} ping-pong of {size} B")
-        if kind == "plugin" and report["device"] not in ("rail0", "rail0+rail1"):
+        if kind == "plugin" and report["device"] not in dev0:
             raise RuntimeError(f"ping-pong: dev 0 is {report['device']}, not rail0")
         return report
     return run

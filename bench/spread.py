@@ -50,11 +50,11 @@ PLUGIN_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "NET", "LINKGUARD_GRAY_
 
 
 def env_setting(text: str) -> tuple[str, str]:
-    """--env NAME=VALUE: a plugin setting for every driver (LINKGUARD_* or NCCL_*)."""
+    """--env NAME=VALUE: a plugin setting for every driver (LINKGUARD_*, LGTCP_* or NCCL_*)."""
     name, eq, value = text.partition("=")
-    if not eq or not name.startswith(("LINKGUARD_", "NCCL_")):
-        raise argparse.ArgumentTypeError(f"--env wants LINKGUARD_NAME=VALUE or NCCL_NAME=VALUE, "
-                                         f"not {text!r}")
+    if not eq or not name.startswith(("LINKGUARD_", "LGTCP_", "NCCL_")):
+        raise argparse.ArgumentTypeError(f"--env wants NAME=VALUE with a LINKGUARD_, LGTCP_ or "
+                                         f"NCCL_ name, not {text!r}")
     return name, value
 
 
@@ -196,7 +196,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--env", type=env_setting, action="append", default=[],
                    help="NAME=VALUE, a plugin setting on top of the bench's own (repeatable), "
-                        "e.g. LINKGUARD_STALL_MS=2000")
+                        "e.g. LINKGUARD_STALL_MS=2000; wrap mode over lgtcp: "
+                        "LINKGUARD_INNER=plugin/build/libnccl-net-lgtcp.so "
+                        "LGTCP_IFS=rail0,rail1,rail2,rail3")
     a = p.parse_args()
     PLUGIN_ENV.update(a.env)
     if a.conns < 1 or a.rounds < 1 or a.control_s <= 1 or a.after_s <= 1:

@@ -2,7 +2,7 @@
 
     python -m bench.wrap_bw [--trials 5] [--sizes 256K,1M,4M] [--gib 2] [--rtt-sizes 8,64K,1M]
                             [--rtt-count 2000] [--json out.json] [--inner-placed auto|1|0]
-                            [--no-copy-too]
+                            [--no-copy-too] [--inner PATH --inner-env NAME=VALUE ...]
 
 A throw-away 2-host x 2-rail lab. The inner plugin is the standalone build of linkguard's own
 TCP transport (libnccl-net-lgtcp.so, devices rail0 and rail1). Each trial measures, back to
@@ -17,6 +17,13 @@ The two alternate within a trial (which one goes first alternates too), so that 
 other tenants hits both alike; the report gives medians and wrap / direct per size, against
 the goals: bandwidth >= 0.98 and round trip (p50) <= 1.05 of the inner plugin alone.
 An empty --sizes or --rtt-sizes skips that part.
+
+--inner PATH measures another inner plugin the same way (a third-party one built by hand, e.g.
+aws-ofi-nccl over libfabric's `net` provider), with --inner-env settings for both the direct
+and the wrap runs (its provider, LD_LIBRARY_PATH); its dev 0 must be rail0, and wrap mode pairs
+rail0:rail1 as for lgtcp unless --inner-pairs says otherwise ("rail0": no backup path, for a
+plugin that lists one NIC only: aws-ofi-nccl over a socket provider keeps one fabric, and the
+lab's rails are in different subnets). Nothing of it is built or fetched here.
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ MODES = {
     "wrap": (LINKGUARD_SO, {"LGTCP_IFS": "rail0,rail1", "LINKGUARD_INNER": str(LGTCP_SO),
                             "LINKGUARD_PAIRS": "rail0:rail1,rail1:rail0"}),
 }
+# dev 0's names when it is rail0; --inner adds its plugin's (aws-ofi-nccl reports none to the
+# driver, whose FI_NET_IFACE=rail0 makes it rail0) and a wrapped one without backup's
+DEV0 = list(rtt.RAIL0)
 BW_GOAL = 0.98
 RTT_GOAL = ("p50", 1.05)
 LABELS = {"direct": "lgtcp direct", "wrap": "linkguard wrap",
@@ -58,7 +68,7 @@ def gbps(lab: Lab, mode: str, size: int, total: int, port: int) -> float:
     if not (srv.ok and cli.ok):
         raise RuntimeError(f"{mode} run failed: {srv.report} {srv.stderr[-800:]} "
                            f"{cli.report} {cli.stderr[-800:]}")
-    if srv.report["device"] not in ("rail0", "rail0+rail1"):
+    if srv.report["device"] not in DEV0:
         raise RuntimeError(f"{mode}: dev 0 is {srv.report['device']}, not rail0")
     return float(srv.report["gbps"])
 
@@ -76,7 +86,8 @@ def run(trials: int, sizes: list[int], gib: float, rtt_sizes: list[int],
         if nocopy:
             so, env = MODES["wrap"]
             modes[NOCOPY] = (so, {**env, "LINKGUARD_SEND_COPY": "0"})
-        runners = {mode: rtt.lab_runner(lab, "plugin", ports, rtt_count, env=env, plugin=so)
+        runners = {mode: rtt.lab_runner(lab, "plugin", ports, rtt_count, env=env, plugin=so,
+                                        dev0=tuple(DEV0))
                    for mode, (so, env) in modes.items()}
         for t in range(trials):
             print(f"trial {t + 1}/{trials}", file=sys.stderr, flush=True)
@@ -119,7 +130,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def bw_lines(res: dict[str, Any]) -> list[str]:
-    lines = [("| message | lgtcp direct Gbit/s | linkguard wrap Gbit/s | wrap / direct "
+    lines = [(f"| message | {LABELS['direct']} Gbit/s | linkguard wrap Gbit/s | wrap / direct "
               "| per-trial ratio min .. max |"), "|---|---|---|---|---|"]
     for r in res["table"]:
         lines.append(f"| {rtt.size_label(r['size'])} | {r['direct_gbps']:.2f} | "
@@ -129,6 +140,25 @@ def bw_lines(res: dict[str, Any]) -> list[str]:
     lines.append(f"\nGoal wrap / direct bandwidth >= {BW_GOAL:g} at every size: "
                  f"**{'met' if met else 'NOT met'}**.")
     return lines
+
+
+def inner_env_setting(text: str) -> tuple[str, str]:
+    """--inner-env NAME=VALUE."""
+    name, eq, value = text.partition("=")
+    if not eq or not name or not name.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"--inner-env wants NAME=VALUE, not {text!r}")
+    return name, value
+
+
+def use_inner(path: Path, env: dict[str, str], pairs: str) -> None:
+    """MODES over `path` instead of lgtcp: direct loads it, wrap wraps it; both get `env`."""
+    if not path.is_file():
+        raise SystemExit(f"--inner {path}: no such file")
+    MODES["direct"] = (path, dict(env))
+    MODES["wrap"] = (LINKGUARD_SO, {**env, "LINKGUARD_INNER": str(path),
+                                    "LINKGUARD_PAIRS": pairs})
+    LABELS["direct"] = f"{path.name} direct"
+    DEV0.extend(("", "rail0+none"))
 
 
 def main() -> None:
@@ -148,9 +178,18 @@ def main() -> None:
     ap.add_argument("--no-copy-too", action="store_true",
                     help="round trips also with LINKGUARD_SEND_COPY=0 (no kept copies: every "
                          "send of an acknowledged completion waits for linkguard's ack)")
+    ap.add_argument("--inner", type=Path, help="another inner plugin than lgtcp (see above)")
+    ap.add_argument("--inner-env", type=inner_env_setting, action="append", default=[],
+                    help="NAME=VALUE for the inner plugin, direct and wrapped (repeatable)")
+    ap.add_argument("--inner-pairs", default="rail0:rail1,rail1:rail0",
+                    help="wrap mode's LINKGUARD_PAIRS over --inner")
     a = ap.parse_args()
     if a.trials < 1 or a.rtt_count < 1:
         ap.error("--trials and --rtt-count must be at least 1")
+    if a.inner_env and not a.inner:
+        ap.error("--inner-env needs --inner")
+    if a.inner:
+        use_inner(a.inner, dict(a.inner_env), a.inner_pairs)
     MODES["wrap"][1]["LINKGUARD_INNER_PLACED"] = a.inner_placed
     res = run(a.trials, a.sizes, a.gib, a.rtt_sizes, a.rtt_count, a.no_copy_too)
     if a.json:
