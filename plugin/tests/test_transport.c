@@ -72,7 +72,7 @@ static void transfer(void *s, void *r, int depth, size_t extra)
             int k = posted_r % depth;
             void *d = rb[k];
             size_t sz = cap;
-            int tag = 1;
+            int tag = 0; /* the pair's sends keep one tag until test_grouped's (sendmatch.h) */
             void *req = NULL;
             CHECK_EQ(lg_core_irecv(r, 1, &d, &sz, &tag, NULL, &req), ncclSuccess);
             if (req)
@@ -83,7 +83,7 @@ static void transfer(void *s, void *r, int depth, size_t extra)
             size_t sz = sizes[posted_s % nsz];
             fill(sb[k], sz, (uint64_t)posted_s);
             void *req = NULL;
-            CHECK_EQ(lg_core_isend(s, sb[k], sz, 1, NULL, &req), ncclSuccess);
+            CHECK_EQ(lg_core_isend(s, sb[k], sz, 0, NULL, &req), ncclSuccess);
             if (req)
                 sreq[k] = req, posted_s++;
         }
@@ -271,11 +271,11 @@ static void check_tagged(void *rreq, int n, const int *tags, char (*rb)[64])
     }
 }
 
-/* Tags match across posted groups, as NCCL's IB transport matches them: aws-ofi-nccl's
+/* Tags match across posted groups (docs/failover.md "Grouped receives"): aws-ofi-nccl's
  * grouped_recv Multi-Tag sequence (receives of tag 8, then of tags 0..7; sends of 0, 8, 1..7)
  * lands each message in the buffer of its tag; a tag posted twice fills its buffers in send
- * order; a message whose tag no posted buffer expects waits (the later ones behind it) until
- * a receive of its tag is posted. More than maxRecvs buffers is refused. */
+ * order; a send whose tag no posted buffer expects gets NULL until a receive of its tag is
+ * posted, and later sends go ahead of it. More than maxRecvs buffers is refused. */
 static void test_grouped_across_posts(void)
 {
     void *s, *r;
@@ -316,28 +316,100 @@ static void test_grouped_across_posts(void)
     CHECK(verify(rb[0], 11, 1) && verify(rb[1], 12, 2));
     CHECK(wait_done(s5[0], NULL) == 0 && wait_done(s5[1], NULL) == 0);
 
-    /* tag 3 is posted nowhere yet: it waits, and tag 2 behind it, until a receive of 3 */
+    /* Tag 3 is posted nowhere yet: the sender, whose tags vary since the second send,
+     * matches at its end (proto/sendmatch.h) as NCCL's IB sender does. The send of tag 3 gets
+     * NULL, tag 2 goes ahead of it, and it goes once a receive of 3 is posted. */
     int one_two[2] = {1, 2}, three = 3;
     CHECK_EQ(lg_core_irecv(r, 2, d, sz, one_two, NULL, &rreq), ncclSuccess);
     void *sq[3] = {0};
-    int late[3] = {1, 3, 2};
-    for (int k = 0; k < 3; k++) {
+    int late[3] = {1, 2, 3};
+    for (int k = 0; k < 3; k++)
         fill(sb[k], (size_t)(10 + late[k]), (uint64_t)late[k]);
-        uint64_t t0 = lg_now_ns();
-        while (!sq[k] && lg_now_ns() - t0 < 10000000000ull)
-            CHECK_EQ(lg_core_isend(s, sb[k], 10 + late[k], late[k], NULL, &sq[k]), ncclSuccess);
-    }
-    int done = 0;
     uint64_t t0 = lg_now_ns();
-    while (lg_now_ns() - t0 < 200000000ull) /* long enough for the sends to arrive */
-        CHECK_EQ(lg_core_test(rreq, &done, NULL), ncclSuccess);
-    CHECK_EQ(done, 0); /* buffer 1 (tag 2) waits behind the tag-3 message */
+    while (!sq[0] && lg_now_ns() - t0 < 10000000000ull)
+        CHECK_EQ(lg_core_isend(s, sb[0], 11, 1, NULL, &sq[0]), ncclSuccess);
+    int refused = 0;
+    t0 = lg_now_ns();
+    while (lg_now_ns() - t0 < 200000000ull && !sq[2]) { /* long enough for any answer */
+        CHECK_EQ(lg_core_isend(s, sb[2], 13, 3, NULL, &sq[2]), ncclSuccess);
+        refused += !sq[2];
+    }
+    CHECK(sq[2] == NULL && refused > 0);
+    t0 = lg_now_ns();
+    while (!sq[1] && lg_now_ns() - t0 < 10000000000ull)
+        CHECK_EQ(lg_core_isend(s, sb[1], 12, 2, NULL, &sq[1]), ncclSuccess);
+    check_tagged(rreq, 2, one_two, rb);
     void *r3 = NULL;
     CHECK_EQ(lg_core_irecv(r, 1, &d[8], sz, &three, NULL, &r3), ncclSuccess);
+    t0 = lg_now_ns();
+    while (!sq[2] && lg_now_ns() - t0 < 10000000000ull)
+        CHECK_EQ(lg_core_isend(s, sb[2], 13, 3, NULL, &sq[2]), ncclSuccess);
     check_tagged(r3, 1, &three, &rb[8]);
-    check_tagged(rreq, 2, one_two, rb);
     for (int k = 0; k < 3; k++)
-        CHECK_EQ(wait_done(sq[k], NULL), 0);
+        CHECK(sq[k] && wait_done(sq[k], NULL) == 0);
+    CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+    CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+}
+
+/* aws-ofi-nccl's eager_multirecv T17: two receives of tags 0..7, the second posted only once
+ * the first is complete; the sender runs the second group's tag 1 ahead of the first group's
+ * tag 7 and, as that suite and NCCL's proxy do, tries a NULL send again later with other sends
+ * in between. NCCL's IB transport serves it (the early send gets NULL until its group is
+ * posted); so must linkguard, whose eager sender used to deadlock there (the early message
+ * waited for a receive that waited for the message behind it). */
+static void test_sender_matches_tags(void)
+{
+    void *s, *r;
+    CHECK_EQ(pair_connect(&s, &r), 0);
+    static char rb[2][8][64], sb[16][64];
+    static const int order[16][2] = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5},
+                                     {0, 6}, {1, 1}, {0, 7}, {1, 0}, {1, 2}, {1, 3},
+                                     {1, 4}, {1, 5}, {1, 6}, {1, 7}};
+    int tags[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    void *d[2][8], *rq[2] = {0}, *sq[16] = {0};
+    size_t sz[8];
+    for (int i = 0; i < 8; i++) {
+        d[0][i] = rb[0][i];
+        d[1][i] = rb[1][i];
+        sz[i] = 64;
+    }
+    for (int k = 0; k < 16; k++)
+        fill(sb[k], (size_t)(10 + order[k][1]), (uint64_t)(order[k][0] * 8 + order[k][1]));
+    CHECK_EQ(lg_core_irecv(r, 8, d[0], sz, tags, NULL, &rq[0]), ncclSuccess);
+    int pending = 16, early_refused = 0, first_done = 0, sizes[2][8];
+    uint64_t t0 = lg_now_ns();
+    while ((pending || !first_done) && lg_now_ns() - t0 < 20000000000ull) {
+        int blocked[8] = {0};
+        for (int k = 0; k < 16; k++) {
+            int tag = order[k][1];
+            if (sq[k] || blocked[tag])
+                continue;
+            CHECK_EQ(lg_core_isend(s, sb[k], (size_t)(10 + tag), tag, NULL, &sq[k]),
+                     ncclSuccess);
+            if (sq[k])
+                pending--;
+            blocked[tag] |= !sq[k];
+            early_refused += k == 7 && !sq[k];
+        }
+        int done = 0;
+        if (!first_done) {
+            CHECK_EQ(lg_core_test(rq[0], &done, sizes[0]), ncclSuccess);
+            if (done) { /* as the suite: the second receive once the first is complete */
+                first_done = 1;
+                CHECK_EQ(lg_core_irecv(r, 8, d[1], sz, tags, NULL, &rq[1]), ncclSuccess);
+            }
+        }
+    }
+    CHECK_EQ(pending, 0);
+    CHECK(first_done && early_refused > 0);
+    CHECK(rq[1] && wait_done(rq[1], sizes[1]) == 0);
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < 8; i++) {
+            CHECK_EQ(sizes[g][i], 10 + i);
+            CHECK(verify(rb[g][i], (size_t)(10 + i), (uint64_t)(g * 8 + i)));
+        }
+    for (int k = 0; k < 16; k++)
+        CHECK(sq[k] && wait_done(sq[k], NULL) == 0);
     CHECK_EQ(lg_core_close_send(s), ncclSuccess);
     CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
 }
@@ -447,6 +519,7 @@ int main(void)
     }
     test_close_inflight();
     test_grouped_across_posts();
+    test_sender_matches_tags();
     test_peer_vanishes();
     test_accept_never_completes();
     test_many_comms(100);

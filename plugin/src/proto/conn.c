@@ -14,6 +14,7 @@
 
 #include "daemon/verdict.h"
 #include "runtime/ctx.h"
+#include "proto/sendmatch.h"
 #include "proto/spread.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -373,6 +374,7 @@ void lg_conn_put(struct lg_conn *c)
     pthread_mutex_destroy(&c->mb_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->run_mu);
+    lg_match_free(c);
     free(c);
 }
 

@@ -26,7 +26,8 @@
  *
  * Grouped receives. An irecv of n buffers (n <= LG_MAX_RECVS) takes the next n seqs; its
  * first slot is NCCL's request and holds the n buffers (sub[]). Tags match across every posted
- * group, as NCCL's IB transport matches them: the messages are bound in seq order, each at its
+ * group (NCCL's IB sender matches only the oldest: docs/failover.md "Grouped receives" says
+ * where that differs): the messages are bound in seq order, each at its
  * first chunk, to the earliest posted free buffer with its tag, whichever group it belongs to
  * (so with receives (tag 8) then (tags 0..7), sends 0, 8, 1, ..., 7 all land right). A message
  * whose tag no posted buffer expects yet waits for a receive that does; the later messages
@@ -372,6 +373,10 @@ struct lg_conn {
                        * replay does not unsend what was handed to the transport, and the
                        * receiver may hold messages beyond its RESYNC count (out of order) */
     int hold;        /* LG_HOLD_*: chunks held back for a switch (under mu) */
+    int match_mode;  /* sendmatch.c: first send, every tag the same, or matched (under mu) */
+    int match_tag;   /* ... the tag of them all (under mu) */
+    struct lg_match *match; /* sendmatch.h, both sides: NULL until tags vary (set once under
+                             * mu, atomic; freed with the connection) */
     /* receive side */
     struct lg_seqwin win;  /* placement (under mu) */
     uint64_t placed;       /* win.base, readable without mu (atomic) */

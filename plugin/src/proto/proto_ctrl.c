@@ -8,6 +8,7 @@
 
 #include "proto/conn.h"
 #include "proto/resync.h"
+#include "proto/sendmatch.h"
 #include "proto/window.h"
 #include "runtime/log.h"
 #include "runtime/util.h"
@@ -89,6 +90,10 @@ static const char *frame_name(uint8_t type)
         return "POSTED";
     case LG_CTRL_KEEPS:
         return "KEEPS";
+    case LG_CTRL_TAGS:
+        return "TAGS";
+    case LG_CTRL_GROUP:
+        return "GROUP";
     case LG_CTRL_STALLED:
         return "STALLED";
     default:
@@ -156,6 +161,16 @@ int lg_proto_on_frame(struct lg_path *p, const struct lg_ctrl *f)
         if (!send)
             break;
         return transport_frame(p, f);
+    case LG_CTRL_TAGS: /* matching at the sender (sendmatch.h): the question, the answer */
+        if (!send) {
+            lg_match_on_ask(p, f);
+            return 0;
+        }
+        return lg_match_on_frame(p, f);
+    case LG_CTRL_GROUP:
+        if (!send)
+            break;
+        return lg_match_on_frame(p, f);
     case LG_CTRL_DELIVERED: /* the transport's: receiver side */
     case LG_CTRL_POSTED:
     case LG_CTRL_KEEPS:

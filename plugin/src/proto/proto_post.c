@@ -6,6 +6,7 @@
 
 #include "daemon/health.h"
 #include "proto/conn.h"
+#include "proto/sendmatch.h"
 #include "proto/window.h"
 #include "runtime/log.h"
 #include "runtime/util.h"
@@ -28,6 +29,14 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
         if (kept)
             lg_send_ask_ack(c); /* the window is full of sends that only wait for their ack */
         *request = NULL; /* window full: NCCL retries */
+        return ncclSuccess;
+    }
+    struct lg_ctrl ask;
+    if (!lg_match_admit(c, seq, tag, &ask)) {
+        pthread_mutex_unlock(&c->mu);
+        if (ask.type)
+            lg_match_send(c, &ask);
+        *request = NULL; /* no posted buffer takes its tag yet (sendmatch.h): NCCL retries */
         return ncclSuccess;
     }
     r->seq = seq;
@@ -123,6 +132,7 @@ ncclResult_t lg_conn_irecv(struct lg_conn *c, int n, void **data, size_t *sizes,
     pthread_mutex_unlock(&c->mu);
     *request = head;
     c->tr->posted(c, head, imrs, 0);
+    lg_match_posted(c, seq); /* a sender whose tags vary learns of the group */
     return ncclSuccess;
 }
 

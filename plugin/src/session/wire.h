@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LG_WIRE_VERSION 5 /* 2: failover frames, rejoin hellos; 3: control sessions; 4: STALLED;
-                           * 5: KEEPS */
+#define LG_WIRE_VERSION 6 /* 2: failover frames, rejoin hellos; 3: control sessions; 4: STALLED;
+                           * 5: KEEPS; 6: TAGS, GROUP */
 
 /* ---- hello: first bytes the connector writes on each socket -------------------------- */
 #define LG_HELLO_MAGIC 0x4548474cu /* "LGHE" */
@@ -75,6 +75,14 @@ enum lg_ctrl_type {
                          * to which the sender keeps a send in a copy and does not wait for its
                          * ack: the receiver acks such messages in batches, and at once what a
                          * POSTED asks for (a small send the sender could not keep) */
+    LG_CTRL_TAGS = 12,  /* send->recv, a sender whose tags vary (proto/sendmatch.h): value =
+                         * k | gen << 48, "your posted groups" (k: its next message);
+                         * recv->send, the answer's first frame: value = lo | gen << 48, the
+                         * head of its oldest group with a free buffer, epoch = how many
+                         * messages it has bound beyond lo (GROUP frames follow) */
+    LG_CTRL_GROUP = 13, /* recv->send: buffer flags & 7 of a group of (flags >> 3 & 7) + 1 at
+                         * head value & (2^48 - 1) (gen: value >> 48), its tag in `epoch`, flags
+                         * & 0x40 when a message is bound to it; one per buffer of each group */
     LG_CTRL_TYPE_MAX
 };
 #define LG_BYE_CLOSE 0 /* the connection is being closed */
