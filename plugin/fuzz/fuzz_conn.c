@@ -5,7 +5,8 @@
  * Input: a configuration byte (bit 0: our side sends, else receives; bit 1: a backup path;
  * bit 2: two data streams; bits 3-4: the chunk size), then operations, one byte each plus its
  * arguments: post a request, test the outstanding ones, wait while draining, send a control
- * frame (ACK, RESYNC, HB, SWITCH, READY, BYE, INNER or any type) with epochs and counts near the
+ * frame (ACK, RESYNC, HB, SWITCH, READY, BYE, INNER, STALLED, TAGS, GROUP or any type) with
+ * epochs and counts near the
  * connection's own or arbitrary, send a chunk header (seq, cut, epoch, total near the posted
  * ones or arbitrary) with all, part or none of its payload, raw bytes on any socket, or
  * shutting a path's sockets down. At most MAX_OPS operations; the connection is closed at the
@@ -303,7 +304,7 @@ static void op_frame(struct input *in)
 {
     static const uint8_t types[] = {LG_CTRL_ACK, LG_CTRL_RESYNC, LG_CTRL_HB, LG_CTRL_SWITCH,
                                     LG_CTRL_READY, LG_CTRL_BYE, LG_CTRL_INNER,
-                                    LG_CTRL_STALLED, 0};
+                                    LG_CTRL_STALLED, LG_CTRL_TAGS, LG_CTRL_GROUP, 0};
     uint8_t a = in_u8(in);
     int path = (a & 1) % st.pe.npaths;
     struct lg_ctrl f = {.type = types[(a >> 1) % sizeof(types)]};

@@ -142,10 +142,10 @@ int lg_match_admit(struct lg_conn *c, uint64_t seq, int tag, struct lg_ctrl *ask
                 (unsigned long long)c->nonce, (unsigned long long)seq, tag, c->match_tag);
     }
     uint32_t epoch = __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE);
-    if (m->gen && m->asked_epoch == epoch)
-        return mirror_place(m, seq, tag);
     if (m->gen && mirror_place(m, seq, tag))
-        return 1; /* what the mirror knows still holds; a switch only loses frames */
+        return 1; /* (after a switch too: what the mirror knows holds, frames may be lost) */
+    if (m->gen && m->asked_epoch == epoch)
+        return 0; /* asked in this epoch: the answer or the group's post is on its way */
     /* First question, or one after a switch (its answer or announcements may be lost). */
     memset(m->g, 0, sizeof(m->g));
     m->lo_known = 0;
