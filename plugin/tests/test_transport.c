@@ -426,6 +426,48 @@ static ncclResult_t accept_until_settled(void *l, void **r)
     return rc;
 }
 
+/* The sender's question about the receiver's groups, asked before the receiver's accept has
+ * attached the connection, is dropped there: the sender asks again (CI's hang in the lab's
+ * grouped test on a busy machine). Tag 0, then tag 1, before the accept. */
+static void test_match_question_before_accept(void)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *l = NULL, *s = NULL, *r = NULL, *sq[2] = {0}, *rq = NULL;
+    static char sb[2][16], rb[2][16];
+    CHECK_EQ(lg_core_listen_ctx(NULL, 0, handle, &l), ncclSuccess);
+    ncclResult_t rc = ncclSuccess;
+    uint64_t t0 = lg_now_ns();
+    while (rc == ncclSuccess && !s && lg_now_ns() - t0 < 5000000000ull)
+        rc = lg_core_connect_ctx(NULL, 0, handle, &s);
+    CHECK(rc == ncclSuccess && s != NULL);
+    for (int k = 0; k < 2; k++)
+        fill(sb[k], 16, (uint64_t)(40 + k));
+    CHECK_EQ(lg_core_isend(s, sb[0], 16, 0, NULL, &sq[0]), ncclSuccess);
+    CHECK(sq[0] != NULL); /* one tag so far: eager */
+    CHECK_EQ(lg_core_isend(s, sb[1], 16, 1, NULL, &sq[1]), ncclSuccess);
+    CHECK(sq[1] == NULL); /* another tag: asked; the question cannot be answered yet */
+    usleep(50000); /* the question reaches the listener's process before the accept */
+    CHECK_EQ(accept_until_settled(l, &r), ncclSuccess);
+    CHECK(r != NULL);
+    int tags[2] = {0, 1}, sizes[2] = {-1, -1};
+    void *d[2] = {rb[0], rb[1]};
+    size_t caps[2] = {16, 16};
+    CHECK_EQ(lg_core_irecv(r, 2, d, caps, tags, NULL, &rq), ncclSuccess);
+    t0 = lg_now_ns();
+    while (rc == ncclSuccess && !sq[1] && lg_now_ns() - t0 < 10000000000ull)
+        rc = lg_core_isend(s, sb[1], 16, 1, NULL, &sq[1]);
+    CHECK(rc == ncclSuccess && sq[1] != NULL);
+    CHECK(rq && wait_done(rq, sizes) == 0);
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(sizes[k], 16);
+        CHECK(verify(rb[k], 16, (uint64_t)(40 + k)));
+        CHECK(wait_done(sq[k], NULL) == 0);
+    }
+    CHECK_EQ(lg_core_close_send(s), ncclSuccess);
+    CHECK_EQ(lg_core_close_recv(r), ncclSuccess);
+    lg_core_close_listen(l);
+}
+
 static void test_accept_never_completes(void) /* (LINKGUARD_CONNECT_TIMEOUT_MS=3000: main) */
 {
     char handle[NCCL_NET_HANDLE_MAXSIZE];
@@ -520,6 +562,7 @@ int main(void)
     test_close_inflight();
     test_grouped_across_posts();
     test_sender_matches_tags();
+    test_match_question_before_accept();
     test_peer_vanishes();
     test_accept_never_completes();
     test_many_comms(100);

@@ -7,6 +7,7 @@
 
 #include "proto/conn.h"
 #include "runtime/log.h"
+#include "runtime/util.h"
 
 #define SEQ_MASK ((1ull << LG_MATCH_GEN_SHIFT) - 1)
 #define ALL(n) ((uint8_t)((1u << (n)) - 1))
@@ -27,6 +28,7 @@ struct lg_match {
     /* sender (under mu) */
     uint32_t gen;         /* of the last question; frames of another are stale */
     uint32_t asked_epoch; /* the connection's epoch when it was asked */
+    uint64_t asked_ns;    /* ... and when */
     int lo_known;         /* the answer came */
     uint64_t lo;   /* head of the oldest group with a free buffer */
     uint64_t next; /* the next message to bind in the mirror (the receiver had bound those
@@ -144,13 +146,17 @@ int lg_match_admit(struct lg_conn *c, uint64_t seq, int tag, struct lg_ctrl *ask
     uint32_t epoch = __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE);
     if (m->gen && mirror_place(m, seq, tag))
         return 1; /* (after a switch too: what the mirror knows holds, frames may be lost) */
-    if (m->gen && m->asked_epoch == epoch)
-        return 0; /* asked in this epoch: the answer or the group's post is on its way */
-    /* First question, or one after a switch (its answer or announcements may be lost). */
+    uint64_t now = lg_now_ns();
+    if (m->gen && m->asked_epoch == epoch && now - m->asked_ns < LG_MS(lg_params.heartbeat_ms))
+        return 0; /* asked lately in this epoch: the answer or the group's post is on its way */
+    /* First question; one after a switch (its answer or announcements may be lost); or one
+     * unanswered for a heartbeat period: a question that reaches the receiver before its
+     * accept has attached the channel is dropped there, and nothing else would ask again. */
     memset(m->g, 0, sizeof(m->g));
     m->lo_known = 0;
     m->gen = (m->gen + 1) & 0xffffu ? m->gen + 1 : 1;
     m->asked_epoch = epoch;
+    m->asked_ns = now;
     *ask = (struct lg_ctrl){.type = LG_CTRL_TAGS, .value = pack(seq, m->gen)};
     return 0;
 }
@@ -220,12 +226,14 @@ int lg_match_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 
 /* ---- receiver ------------------------------------------------------------------------- */
 
-/* Under mu: the frames of the group posted at head (n = its size, 0 when none is). */
-static int group_frames(struct lg_conn *c, uint64_t head, uint32_t gen, struct lg_ctrl *out)
+/* Under mu: the frames of the group posted at head, into out[room] (n = its size; 0 when
+ * none is posted there, or it would not fit). */
+static int group_frames(struct lg_conn *c, uint64_t head, uint32_t gen, struct lg_ctrl *out,
+                        int room)
 {
     const struct lg_req *h = &c->reqs[head % LG_WINDOW];
     int n = h->g_n;
-    if (n < 1 || n > LG_MAX_RECVS || h->g_head != head)
+    if (n < 1 || n > LG_MAX_RECVS || n > room || h->g_head != head)
         return 0;
     for (int i = 0; i < n; i++)
         out[i] = (struct lg_ctrl){.type = LG_CTRL_GROUP,
@@ -237,7 +245,8 @@ static int group_frames(struct lg_conn *c, uint64_t head, uint32_t gen, struct l
 void lg_match_on_ask(struct lg_path *p, const struct lg_ctrl *f)
 {
     struct lg_conn *c = p->conn;
-    struct lg_ctrl out[1 + LG_WINDOW];
+    struct lg_ctrl out[1 + LG_WINDOW]; /* the answer, then the buffers of the groups: from
+                                        * unbound_lo to next_seq, they span a window at most */
     int nf = 0;
     pthread_mutex_lock(&c->mu);
     struct lg_match *m = c->match;
@@ -251,8 +260,8 @@ void lg_match_on_ask(struct lg_path *p, const struct lg_ctrl *f)
         out[nf++] = (struct lg_ctrl){.type = LG_CTRL_TAGS,
                                      .epoch = (uint32_t)(c->bind_next - c->unbound_lo),
                                      .value = pack(c->unbound_lo, gen)};
-        for (uint64_t g = c->unbound_lo; g < c->next_seq && nf + LG_MAX_RECVS <= 1 + LG_WINDOW;) {
-            int n = group_frames(c, g, gen, &out[nf]);
+        for (uint64_t g = c->unbound_lo; g < c->next_seq;) {
+            int n = group_frames(c, g, gen, &out[nf], (int)(sizeof(out) / sizeof(out[0])) - nf);
             if (!n)
                 break;
             nf += n;
@@ -276,7 +285,7 @@ void lg_match_posted(struct lg_conn *c, uint64_t head)
     if (!m)
         return;
     pthread_mutex_lock(&c->mu);
-    int n = m->ann_gen ? group_frames(c, head, m->ann_gen, f) : 0;
+    int n = m->ann_gen ? group_frames(c, head, m->ann_gen, f, LG_MAX_RECVS) : 0;
     pthread_mutex_unlock(&c->mu);
     if (n)
         send_frames(c, f, n);
