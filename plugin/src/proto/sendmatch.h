@@ -19,8 +19,10 @@
  *    groups: first those it had sent that the receiver had not bound yet, then each new send.
  *    A send with no free buffer of its tag in the groups it knows, or whose seq no known group
  *    covers yet, gets NULL. The receiver then binds each message where the mirror did.
- *  - After a switch (the epoch moved) frames may have been lost with the old path: the next
- *    blocked send asks again (gen + 1) and the mirror starts over.
+ *  - After a switch (the epoch moved) frames may have been lost with the old path, and a
+ *    question that came before the receiver's accept attached the connection was dropped
+ *    there: the next blocked send after a switch, or a heartbeat period after the question,
+ *    asks again (gen + 1) and the mirror starts over.
  * A transport that matches tags itself (wrap mode: the inner plugin groups its way) has none
  * of this: its connections stream as before. */
 #ifndef LG_SENDMATCH_H
