@@ -27,7 +27,7 @@ them. The machine's own noise is the spread of the control windows.
 
 --wrap runs the same in wrap mode: LINKGUARD_INNER is the standalone lgtcp build (the lab's
 stand-in for an RDMA plugin), whose flows linkguard does not read, so what moves the traffic
-is the completion-rate judge (plugin/src/proto/rate.c). It has no stall fault: a stalled flow there
+is the completion-rate judge (plugin/src/transport/inner/rate.c). It has no stall fault: a stalled flow there
 is the inner plugin's own, which its own watchdog ends.
 """
 

@@ -11,6 +11,7 @@
 #include "lg_test.h"
 #include "proto/conn.h"
 #include "proto/failover.h"
+#include "transport/tcp/goodput.h"
 
 static void test_epochs(void)
 {
@@ -446,7 +447,7 @@ static void test_goodput_judge(void)
 {
     unsigned pm = 0;
     const uint64_t M = 1 << 20;
-    struct lg_gp_counters d = {.sent = 100 * M, .retrans = 2 * M};
+    struct lg_tcp_counters d = {.sent = 100 * M, .retrans = 2 * M};
     CHECK_EQ(lg_gp_judge(&d, 4 * M, 1, &pm), LG_GP_LOSSY); /* 2 % >= 1 % */
     CHECK_EQ(pm, 20);
     CHECK_EQ(lg_gp_judge(&d, 4 * M, 3, &pm), LG_GP_HEALTHY); /* 2 % < 3 % */
@@ -454,20 +455,20 @@ static void test_goodput_judge(void)
     CHECK_EQ(lg_gp_judge(&d, 4 * M, 1, &pm), LG_GP_HEALTHY);
     d.retrans = M; /* exactly 1 %: lossy */
     CHECK_EQ(lg_gp_judge(&d, 4 * M, 1, &pm), LG_GP_LOSSY);
-    struct lg_gp_counters idle = {.sent = 3 * M, .retrans = 3 * M}; /* all retransmitted ... */
+    struct lg_tcp_counters idle = {.sent = 3 * M, .retrans = 3 * M}; /* all retransmitted ... */
     CHECK_EQ(lg_gp_judge(&idle, 4 * M, 1, &pm), LG_GP_UNKNOWN);    /* ... but too little */
     CHECK_EQ(pm, 1000);
     CHECK_EQ(lg_gp_judge(&d, 4 * M, 0, &pm), LG_GP_UNKNOWN); /* disabled */
-    struct lg_gp_counters none = {0};
+    struct lg_tcp_counters none = {0};
     CHECK_EQ(lg_gp_judge(&none, 0, 1, &pm), LG_GP_UNKNOWN);
     CHECK_EQ(pm, 0);
-    struct lg_gp_counters odd = {.sent = 10 * M, .retrans = 20 * M}; /* retrans > sent */
+    struct lg_tcp_counters odd = {.sent = 10 * M, .retrans = 20 * M}; /* retrans > sent */
     CHECK_EQ(lg_gp_judge(&odd, 0, 1, &pm), LG_GP_LOSSY);
     CHECK_EQ(pm, 1000);
     /* A counter that went backwards (the socket was replaced) moves by nothing. */
-    struct lg_gp_counters a = {.sent = 50, .retrans = 5, .acked = 40, .segs_retrans = 3};
-    struct lg_gp_counters b = {.sent = 20, .retrans = 9, .acked = 60, .segs_retrans = 1};
-    struct lg_gp_counters x = lg_gp_delta(&b, &a);
+    struct lg_tcp_counters a = {.sent = 50, .retrans = 5, .acked = 40, .segs_retrans = 3};
+    struct lg_tcp_counters b = {.sent = 20, .retrans = 9, .acked = 60, .segs_retrans = 1};
+    struct lg_tcp_counters x = lg_gp_delta(&b, &a);
     CHECK_EQ(x.sent, 0);
     CHECK_EQ(x.retrans, 4);
     CHECK_EQ(x.acked, 20);

@@ -9,7 +9,7 @@
 #include "daemon/verdict.h"
 #include "lg_test.h"
 #include "proto/gray.h"
-#include "proto/rate.h"
+#include "transport/inner/rate.h"
 
 #define MB 1000000ull
 #define WIN_NS 400000000ull /* 400 ms */

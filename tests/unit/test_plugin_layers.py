@@ -43,7 +43,6 @@ KNOWN_UPWARD = {
     "transport/fake/fake.c -> proto/window.h",
     "transport/inner/inner_transport.c -> proto/conn.h",
     "transport/inner/inner_transport.c -> proto/gray.h",
-    "transport/inner/inner_transport.c -> proto/rate.h",
     "transport/inner/wrap.c -> proto/conn.h",
     "transport/inner/wrap.c -> proto/window.h",
     "transport/tcp/tcp.c -> proto/conn.h",
@@ -52,7 +51,6 @@ KNOWN_UPWARD = {
     "transport/tcp/tcp_recv.c -> proto/window.h",
     "transport/tcp/tcp_send.c -> proto/conn.h",
     "transport/tcp/tcp_watch.c -> proto/conn.h",
-    "transport/tcp/tcp_watch.c -> proto/goodput.h",
     "transport/tcp/tcp_watch.c -> proto/gray.h",
     "transport/tcp/tcp_watch.c -> proto/window.h",
 }

@@ -71,9 +71,9 @@
  *    heard (both control channels are read first, and a monitor run that was itself starved
  *    judges nothing; a standby silent that long while the active path is heard is lost, and
  *    rebuilt); a stalled stream (the progress watchdogs); a lossy path: the sender's data
- *    sockets retransmit LINKGUARD_GRAY_RETRANS_PCT of what they send (goodput.h), or in wrap
+ *    sockets retransmit LINKGUARD_GRAY_RETRANS_PCT of what they send (tcp/goodput.h), or in wrap
  *    mode a slow one, its inner sends completing under LINKGUARD_GRAY_SLOW_PCT of its own
- *    baseline (rate.h); graceful, held off for a while (gray.h). Either side detects; the sender decides (fo_policy.c); the receiver
+ *    baseline (inner/rate.h); graceful, held off for a while (gray.h). Either side detects; the sender decides (fo_policy.c); the receiver
  *    reports (heartbeat flags) and, for silence or errors on its side, fences the path, which
  *    the sender then sees fail too.
  *  - Switch. Sender: hold chunks back (urgent: at once; graceful: from the next message
@@ -136,8 +136,10 @@
  * pointer per connection (c->ep, the transport's endpoint) and one per path object (p->tp),
  * made and ended by the transport's ops (transport.h). The inner transport's endpoint holds
  * its locks, registrations, the inner request and registration of each window slot and its
- * goodput counters; its path state, the path's inner comm (transport/inner/inner_conn.h).
- * TCP still keeps its data streams (lg_path.data[]) and chunk cursor here (issue 27).
+ * goodput counters and rate windows; its path state, the path's inner comm
+ * (transport/inner/inner_conn.h). The TCP endpoint holds the sender's goodput windows
+ * (transport/tcp/tcp_conn.h); TCP still keeps its data streams (lg_path.data[]) and chunk
+ * cursor here (issue 27).
  *
  * What each transport guarantees, and so when a send completes (NCCL reuses the buffer then,
  * and a replay reads it):

@@ -13,7 +13,7 @@ struct lg_fo_slot_view {
     int peer_failed; /* the peer declared this path (this generation) failed */
     int down;      /* a daemon (ours or the peer's) says a NIC of this slot is DOWN */
     int leave;     /* a daemon says DEGRADED/DRAINED/RECOVERING: carries, but move off */
-    int gray;      /* lossy (goodput.h), or held off since it was: carries, but move off */
+    int gray;      /* lossy or slow (gray.h), or held off since it was: carries, but move off */
     int committed; /* this path object is the one the committed epoch uses */
 };
 struct lg_fo_view {
@@ -38,7 +38,7 @@ enum lg_fo_why {
     LG_WHY_RESYNC,      /* the peer is at a newer epoch */
     LG_WHY_NEW_PATH,    /* the active slot's path was rebuilt: enter it with a new epoch */
     LG_WHY_REINTEGRATE, /* the primary is healthy again */
-    LG_WHY_GRAY,        /* the path loses data or is slow (gray.h: goodput.h, rate.h) */
+    LG_WHY_GRAY,        /* the path loses data or is slow (gray.h) */
 };
 struct lg_fo_decision {
     enum lg_fo_action action;

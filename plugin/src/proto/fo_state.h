@@ -6,15 +6,14 @@
 
 #include <stdint.h>
 
-#include "proto/goodput.h"
-#include "proto/rate.h"
 #include "session/dial.h"
 #include "session/wire.h"
 
 struct lg_path;
 
-/* What a goodput judge found (gray.h): a lossy path (TCP retransmissions, goodput.h) or a
- * slow one (completion rate against its baseline, rate.h). */
+/* What a transport's goodput judge found (gray.h): a lossy path (TCP retransmissions,
+ * transport/tcp/goodput.h) or a slow one (completion rate against its baseline,
+ * transport/inner/rate.h). */
 struct lg_gray_found {
     uint8_t kind;          /* LG_VERDICT_LOSSY or LG_VERDICT_SLOW (verdict.h) */
     unsigned permille;     /* lossy: share of the bytes sent that were retransmitted, 0.1 % */
@@ -46,23 +45,15 @@ struct lg_fo_slot {
     int respread;          /* sender: closed to re-spread it (spread.h): rebuilt at once */
     uint32_t local_state;  /* our daemon's state of our NIC (enum lg_nic_state) */
     int nic_idx;           /* index in the daemon's table, -1 if absent */
-    /* sender: goodput health of the path in this slot (gray_watch) */
-    const struct lg_path *gp_path; /* the path (and generation) the window belongs to */
-    uint32_t gp_gen;
-    uint64_t gp_t0;
-    struct lg_gp_counters gp; /* its data sockets' counters at the window's start */
-    int gp_strikes;           /* lossy windows in a row */
+    /* sender: a path held off after a goodput judge's verdict (gray.h; each transport keeps
+     * its judge's own windows: tcp_conn.h, inner_conn.h) */
     uint64_t gray_until;      /* held off (not taken back) until then */
     uint64_t gray_hold_ns;    /* the current hold; doubles on a repeat */
     uint64_t gray_last_ns;    /* when it was last found lossy */
+    const struct lg_path *probe_path; /* the standby (and generation) probe_retrans is of */
+    uint32_t probe_gen;
     uint64_t probe_retrans;   /* its control channel's retransmitted segments, while held */
     struct lg_gray_found gray_found; /* the verdict's numbers, for the switch's log line */
-    /* sender, wrap mode: the completion-rate window of the path in this slot (rate.h) */
-    struct lg_rate_state rate;     /* its baseline and strikes, kept across rebuilds */
-    const struct lg_path *rw_path; /* the path (and generation) the window belongs to */
-    uint32_t rw_gen;
-    uint64_t rw_t0, rw_seen_ns;    /* the window's start (0: none open); the last look */
-    uint64_t rw_bytes0, rw_idle0;  /* bytes completed and drained time at its start */
 };
 
 struct lg_fo {

@@ -5,10 +5,10 @@
 
 #include "daemon/verdict.h"
 #include "proto/conn.h"
-#include "proto/goodput.h"
 #include "proto/nic_gray.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
+#include "runtime/tcp_counters.h"
 #include "runtime/util.h"
 
 size_t lg_gray_describe(const struct lg_gray_found *f, char *out, size_t len)
@@ -67,16 +67,16 @@ void lg_gray_probe_standby(struct lg_conn *c, int i, uint64_t now)
 {
     struct lg_fo_slot *sl = &c->fo.slot[i];
     struct lg_path *p = c->paths[i];
-    struct lg_gp_counters cc;
-    if (now >= sl->gray_until || lg_gp_read(&(int){lg_path_ctrl_fd(p)}, 1, &cc) != 0)
+    struct lg_tcp_counters cc;
+    if (now >= sl->gray_until || lg_tcp_counters_read(&(int){lg_path_ctrl_fd(p)}, 1, &cc) != 0)
         return;
     if (sl->probe_retrans != UINT64_MAX && cc.segs_retrans > sl->probe_retrans &&
-        sl->gp_path == p && sl->gp_gen == p->gen)
+        sl->probe_path == p && sl->probe_gen == p->gen)
     {
         sl->gray_until = now + sl->gray_hold_ns;
         lg_nic_gray_hold(p->nic, sl->gray_until, NULL);
     }
     sl->probe_retrans = cc.segs_retrans;
-    sl->gp_path = p;
-    sl->gp_gen = p->gen;
+    sl->probe_path = p;
+    sl->probe_gen = p->gen;
 }

@@ -18,6 +18,7 @@
 
 #include "nccl_net_abi.h"
 #include "session/wire.h"
+#include "transport/inner/rate.h"
 #include "transport/transport.h"
 
 struct lg_inner_connecting;
@@ -51,6 +52,15 @@ struct lg_inner_req {
                               * the goodput judge reads (inner_transport.c; atomics) */
 };
 
+/* The sender's completion-rate window of one slot's path (rate.h; monitor thread). */
+struct lg_inner_rate {
+    struct lg_rate_state rate;  /* its baseline and strikes, kept across rebuilds */
+    const struct lg_path *path; /* the path (and generation) the window belongs to */
+    uint32_t gen;
+    uint64_t t0, seen_ns;       /* the window's start (0: none open); the last look */
+    uint64_t bytes0, idle0;     /* bytes completed and drained time at its start */
+};
+
 /* A connection's endpoint (c->ep). */
 struct lg_inner_conn {
     pthread_mutex_t wmu;     /* inner data calls vs commits and fences */
@@ -74,6 +84,7 @@ struct lg_inner_conn {
     int frozen;              /* sender, LINKGUARD_INNER_PLACED: a SWITCH told the receiver
                               * what to hold; no inner send completes until the switch ends
                               * (under wmu) */
+    struct lg_inner_rate rate[LG_NPATHS]; /* sender: the slow judge's windows */
     struct lg_inner_req req[LG_WINDOW];
 };
 

@@ -11,11 +11,11 @@
 #include "daemon/verdict.h"
 #include "proto/conn.h"
 #include "proto/gray.h"
-#include "proto/rate.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "runtime/util.h"
 #include "transport/inner/inner_dev.h"
+#include "transport/inner/rate.h"
 #include "transport/inner/wrap.h"
 
 static int inner_nstreams(void)
@@ -179,52 +179,52 @@ static int bytes_before(const struct lg_inner_conn *e, uint64_t n, uint64_t *out
  * rate, so an application that drains now and then (its pace) still gets its windows. */
 static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
 {
-    struct lg_fo_slot *sl = &c->fo.slot[i];
-    const struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    struct lg_inner_rate *sl = &e->rate[i];
     uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
     uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE), done;
     if (bytes_before(e, acked, &done) != 0 || !accounted(e, posted))
         return; /* NCCL's thread is accounting a post: look again at the next run */
     uint64_t idle = __atomic_load_n(&e->idle_ns, __ATOMIC_ACQUIRE);
     int polled = __atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED);
-    int fresh = sl->rw_path != p || sl->rw_gen != p->gen;
+    int fresh = sl->path != p || sl->gen != p->gen;
     uint64_t gap = LG_RATE_LOOK_GAP_HEARTBEATS * LG_MS(lg_params.heartbeat_ms);
     if (fresh)
         sl->rate.strikes = 0; /* a new path: its windows start a new run */
-    if (posted == acked && !fresh && sl->rw_t0 && now - sl->rw_seen_ns <= gap) {
-        sl->rw_seen_ns = now; /* drained: its length is summed when NCCL posts again */
+    if (posted == acked && !fresh && sl->t0 && now - sl->seen_ns <= gap) {
+        sl->seen_ns = now; /* drained: its length is summed when NCCL posts again */
         return;
     }
     int busy = posted > acked && polled &&
                __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
                c->fo.sw_phase == LG_SW_NONE && lg_wrap_carries(p) &&
                lg_path_heard_recently(p, now);
-    if (fresh || !sl->rw_t0 || !busy || now - sl->rw_seen_ns > gap) {
+    if (fresh || !sl->t0 || !busy || now - sl->seen_ns > gap) {
         /* (re)start: from this look on, if it is backlogged */
-        sl->rw_path = p;
-        sl->rw_gen = p->gen;
-        sl->rw_t0 = busy ? now : 0;
-        sl->rw_bytes0 = done;
-        sl->rw_idle0 = idle;
-        sl->rw_seen_ns = now;
+        sl->path = p;
+        sl->gen = p->gen;
+        sl->t0 = busy ? now : 0;
+        sl->bytes0 = done;
+        sl->idle0 = idle;
+        sl->seen_ns = now;
         return;
     }
-    sl->rw_seen_ns = now;
-    if (now - sl->rw_t0 < LG_MS(lg_params.gray_window_ms))
+    sl->seen_ns = now;
+    if (now - sl->t0 < LG_MS(lg_params.gray_window_ms))
         return;
     const struct lg_device *d = lg_device_get(c->dev); /* its speed: the primary NIC's */
     struct lg_rate_cfg cfg = {.slow_pct = (unsigned)lg_params.gray_slow_pct,
                               .min_bytes = (uint64_t)lg_params.gray_min_bytes,
                               .line_Bps = d && d->speed_mbps > 0 ? (uint64_t)d->speed_mbps * 125000
                                                                  : 0}; /* Mbit/s -> B/s */
-    struct lg_rate_window w = {.bytes = done - sl->rw_bytes0, .ns = now - sl->rw_t0,
-                               .idle_ns = idle - sl->rw_idle0};
+    struct lg_rate_window w = {.bytes = done - sl->bytes0, .ns = now - sl->t0,
+                               .idle_ns = idle - sl->idle0};
     uint64_t rate, expected;
     unsigned learnt = sl->rate.learnt;
     enum lg_rate_verdict v = lg_rate_judge(&sl->rate, &w, &cfg, &rate, &expected);
-    sl->rw_t0 = now; /* the next window follows on */
-    sl->rw_bytes0 = done;
-    sl->rw_idle0 = idle;
+    sl->t0 = now; /* the next window follows on */
+    sl->bytes0 = done;
+    sl->idle0 = idle;
     if (learnt < LG_RATE_WARMUP && sl->rate.learnt == LG_RATE_WARMUP) /* once per slot */
         LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s: healthy baseline %.1f MB/s "
                 "(%d backlogged windows of %lld ms); slow below %d %% of it",

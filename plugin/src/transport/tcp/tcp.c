@@ -1,12 +1,14 @@
 /* The TCP transport (tcp.h): its ops table, and the ops too small for a file of their own. */
 #include "transport/tcp/tcp.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/devices.h"
 #include "proto/conn.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
+#include "transport/tcp/tcp_conn.h"
 
 static ncclResult_t tcp_get_properties(int dev, ncclNetProperties_v12_t *props)
 {
@@ -96,7 +98,24 @@ static int tcp_flush_test(void *request, int *done, ncclResult_t *rc)
     return 0; /* it hands out no flush requests */
 }
 
-static void tcp_nothing(struct lg_conn *c) { (void)c; }
+/* A sender's endpoint holds its goodput windows (tcp_conn.h); a receiver needs none. */
+static int tcp_open(struct lg_conn *c, struct lg_endpoint **out)
+{
+    *out = NULL;
+    if (c->kind != LG_CONN_SEND)
+        return 0;
+    struct lg_tcp_conn *e = calloc(1, sizeof(*e));
+    if (!e)
+        return -1;
+    *out = (struct lg_endpoint *)e;
+    return 0;
+}
+
+static void tcp_release(struct lg_conn *c)
+{
+    free(lg_tcp_ep(c->ep));
+    c->ep = NULL;
+}
 
 static void tcp_posted(struct lg_conn *c, const struct lg_req *r, struct lg_inner_mr *const *mrs,
                        uint32_t wake)
@@ -181,7 +200,8 @@ const struct lg_transport lg_tcp_transport = {
     .dereg_mr = tcp_dereg_mr,
     .iflush = tcp_iflush,
     .flush_test = tcp_flush_test,
-    .release = tcp_nothing,
+    .open = tcp_open,
+    .release = tcp_release,
     .recv_prepare = lg_tcp_recv_prepare,
     .posted = tcp_posted,
     .progress = tcp_progress,

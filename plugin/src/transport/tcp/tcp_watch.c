@@ -1,6 +1,6 @@
 /* The TCP transport's watch over its paths (monitor thread): the progress watchdogs (a data
  * stream that stalls while the peer is still heard) and goodput health (a path that loses
- * data: goodput.h). Their verdicts fail a path (lg_path_stalled) or hold it off (gray.h),
+ * data: goodput.h, its windows in the endpoint: tcp_conn.h). Their verdicts fail a path (lg_path_stalled) or hold it off (gray.h),
  * never switch anything themselves. */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,7 +9,6 @@
 
 #include "daemon/verdict.h"
 #include "proto/conn.h"
-#include "proto/goodput.h"
 #include "proto/gray.h"
 #include "proto/window.h"
 #include "runtime/log.h"
@@ -17,7 +16,9 @@
 #include "runtime/util.h"
 #include "runtime/wake.h"
 #include "session/wire.h"
+#include "transport/tcp/goodput.h"
 #include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_conn.h"
 
 /* A stall the sender does not confirm is judged by the receiver alone once it has lasted this
  * many LINKGUARD_STALL_MS: bounded, never a hang (a sender whose writer gets no CPU for that
@@ -184,11 +185,12 @@ static void tx_watchdog(struct lg_conn *c, uint64_t now)
  * two lossy windows in a row hold the path off (gray.h). */
 void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
 {
-    if (!lg_params.gray_retrans_pct)
+    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
+    if (!lg_params.gray_retrans_pct || !e)
         return;
     for (int i = 0; i < LG_NPATHS; i++) {
         struct lg_path *p = c->paths[i];
-        struct lg_fo_slot *sl = &c->fo.slot[i];
+        struct lg_gp_window *w = &e->gp[i];
         if (!lg_path_up(p))
             continue;
         if (p != c->active_path) { /* standby: held off while its heartbeats are lost */
@@ -198,30 +200,30 @@ void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
         int fds[LG_MAX_STREAMS];
         for (int k = 0; k < p->nstreams; k++)
             fds[k] = p->data[k].task.fd;
-        if (sl->gp_path != p || sl->gp_gen != p->gen || !sl->gp_t0) {
-            if (lg_gp_read(fds, p->nstreams, &sl->gp) == 0) { /* a new window for this path */
-                sl->gp_path = p;
-                sl->gp_gen = p->gen;
-                sl->gp_t0 = now;
-                sl->gp_strikes = 0;
+        if (w->path != p || w->gen != p->gen || !w->t0) {
+            if (lg_tcp_counters_read(fds, p->nstreams, &w->at) == 0) { /* a new window */
+                w->path = p;
+                w->gen = p->gen;
+                w->t0 = now;
+                w->strikes = 0;
             }
             continue;
         }
-        if (now - sl->gp_t0 < LG_MS(lg_params.gray_window_ms))
+        if (now - w->t0 < LG_MS(lg_params.gray_window_ms))
             continue;
-        struct lg_gp_counters cur;
-        if (lg_gp_read(fds, p->nstreams, &cur) != 0)
+        struct lg_tcp_counters cur;
+        if (lg_tcp_counters_read(fds, p->nstreams, &cur) != 0)
             continue;
-        struct lg_gp_counters d = lg_gp_delta(&cur, &sl->gp);
+        struct lg_tcp_counters d = lg_gp_delta(&cur, &w->at);
         unsigned permille;
         enum lg_gp_verdict v = lg_gp_judge(&d, (uint64_t)lg_params.gray_min_bytes,
                                            (int)lg_params.gray_retrans_pct, &permille);
-        sl->gp = cur;
-        sl->gp_t0 = now;
+        w->at = cur;
+        w->t0 = now;
         if (v == LG_GP_HEALTHY)
-            sl->gp_strikes = 0;
-        else if (v == LG_GP_LOSSY && ++sl->gp_strikes >= 2) {
-            sl->gp_strikes = 0;
+            w->strikes = 0;
+        else if (v == LG_GP_LOSSY && ++w->strikes >= 2) {
+            w->strikes = 0;
             uint64_t window_ns = LG_MS(lg_params.gray_window_ms);
             lg_gray_hold(c, i, now, &(struct lg_gray_found){
                                         .kind = LG_VERDICT_LOSSY, .permille = permille,

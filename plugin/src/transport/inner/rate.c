@@ -1,5 +1,5 @@
 /* Goodput health from completion rates (rate.h). */
-#include "proto/rate.h"
+#include "transport/inner/rate.h"
 
 /* After the warm-up the baseline is an EWMA with gain 1/2^LG_RATE_GAIN_SHIFT = 1/8, the gain
  * TCP gives its smoothed RTT (RFC 6298): a lasting change of the link shows within a few

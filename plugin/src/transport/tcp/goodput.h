@@ -5,23 +5,24 @@
  * collapses long before anything times out. A path whose senders retransmit more than
  * LINKGUARD_GRAY_RETRANS_PCT of the bytes they send, over two windows in a row with real
  * traffic, is lossy: it is left like a DEGRADED NIC (graceful switch) and held off for a while
- * (tcp_watch.c, lg_tcp_goodput). */
+ * (tcp_watch.c, lg_tcp_goodput). The window of each slot is the TCP endpoint's (tcp_conn.h). */
 #ifndef LG_GOODPUT_H
 #define LG_GOODPUT_H
 
 #include <stdint.h>
 
-/* Cumulative counters of a set of sockets (sums). */
-struct lg_gp_counters {
-    uint64_t sent;    /* tcpi_bytes_sent: payload bytes sent, retransmissions included */
-    uint64_t retrans; /* tcpi_bytes_retrans */
-    uint64_t acked;   /* tcpi_bytes_acked */
-    uint64_t segs_retrans; /* tcpi_total_retrans: segments, for sockets that carry little */
-};
+#include "runtime/tcp_counters.h"
 
-/* Reads and sums the counters of n sockets (negative fds are skipped). 0, or -1 when none
- * could be read. */
-int lg_gp_read(const int *fds, int n, struct lg_gp_counters *out);
+struct lg_path;
+
+/* The sender's window on one slot's path (in the TCP endpoint, tcp_conn.h). */
+struct lg_gp_window {
+    const struct lg_path *path; /* the path (and generation) the window belongs to */
+    uint32_t gen;
+    uint64_t t0;                /* its start; 0: none open */
+    struct lg_tcp_counters at;  /* its data sockets' counters at the start */
+    int strikes;                /* lossy windows in a row */
+};
 
 enum lg_gp_verdict {
     LG_GP_UNKNOWN = 0, /* too little traffic in the window to say */
@@ -32,10 +33,11 @@ enum lg_gp_verdict {
 /* One window: `d` is what the counters moved by. Lossy when at least min_bytes were sent and
  * retrans_pct percent or more of them were retransmissions. *permille gets the retransmitted
  * share (tenths of a percent) for the log. Pure. */
-enum lg_gp_verdict lg_gp_judge(const struct lg_gp_counters *d, uint64_t min_bytes,
+enum lg_gp_verdict lg_gp_judge(const struct lg_tcp_counters *d, uint64_t min_bytes,
                                int retrans_pct, unsigned *permille);
 
 /* b - a, counter by counter; a counter that went backwards (a socket replaced) gives 0. */
-struct lg_gp_counters lg_gp_delta(const struct lg_gp_counters *b, const struct lg_gp_counters *a);
+struct lg_tcp_counters lg_gp_delta(const struct lg_tcp_counters *b,
+                                   const struct lg_tcp_counters *a);
 
 #endif
