@@ -2,7 +2,7 @@
 
 plugin/src has one folder per layer. A file includes headers of its own folder, of layers
 below it and of plugin/include; never of a layer above (upcalls are function pointers handed
-down), never a transport's own headers unless it chooses the transport (the protocol knows
+down, or, for a transport, the protocol's upcall API: proto/upcall.h), never a transport's own headers unless it chooses the transport (the protocol knows
 the interface only), and no header includes itself back through others.
 The upward reaches left are listed exactly below: each is work of issue 27 (the transports'
 state split out of the protocol's objects), so the list may only shrink."""
@@ -36,23 +36,22 @@ RANKS = {
 IMPLEMENTATIONS = {"transport/tcp", "transport/inner", "transport/fake"}
 CHOOSERS = {"transport/transport_select", "abi", "abi/export"}
 
-# Transports still reach into the protocol's objects (conn.h) and helpers instead of a narrow
-# upcall API, and lg_path embeds the inner transport's per-path state.
+# The protocol's one header made for the transports: the upcalls they may make (a receive
+# placed, a path broken, stalled or gray, a peer's lie) and the epoch rule they apply. It
+# declares functions only, and includes nothing of the protocol (test below).
+UPCALL_API = "proto/upcall.h"
+
+# Transports still read and write the protocol's objects (conn.h) instead of keeping all their
+# state behind the endpoint pointers: TCP's data streams and chunk cursor are lg_path's and
+# lg_conn's fields (issue 27).
 KNOWN_UPWARD = {
     "transport/fake/fake.c -> proto/conn.h",
-    "transport/fake/fake.c -> proto/window.h",
     "transport/inner/inner_transport.c -> proto/conn.h",
-    "transport/inner/inner_transport.c -> proto/gray.h",
     "transport/inner/wrap.c -> proto/conn.h",
-    "transport/inner/wrap.c -> proto/window.h",
     "transport/tcp/tcp.c -> proto/conn.h",
     "transport/tcp/tcp_recv.c -> proto/conn.h",
-    "transport/tcp/tcp_recv.c -> proto/resync.h",
-    "transport/tcp/tcp_recv.c -> proto/window.h",
     "transport/tcp/tcp_send.c -> proto/conn.h",
     "transport/tcp/tcp_watch.c -> proto/conn.h",
-    "transport/tcp/tcp_watch.c -> proto/gray.h",
-    "transport/tcp/tcp_watch.c -> proto/window.h",
 }
 
 
@@ -93,11 +92,34 @@ def test_nothing_includes_a_layer_above_it_or_a_transport_inside_but_the_listed_
             if inc not in files:
                 continue  # plugin/include
             a, b = _layer(rel), _layer(inc)
+            if inc == UPCALL_API and a in IMPLEMENTATIONS:
+                continue  # the upcalls, by design
             private = b in IMPLEMENTATIONS and a not in CHOOSERS
             if a != b and (RANKS[b] >= RANKS[a] or private):
                 upward.add(f"{rel} -> {inc}")
     assert sorted(upward - KNOWN_UPWARD) == [], "a new include up or across the layers"
     assert sorted(KNOWN_UPWARD - upward) == [], "gone: take it off KNOWN_UPWARD"
+
+
+def test_the_upcall_api_includes_nothing_of_the_protocol() -> None:
+    """Else a transport would reach the protocol's objects through it."""
+    incs = _includes()[UPCALL_API]
+    assert [i for i in incs if _layer(i) == "proto"] == []
+    assert "struct lg_conn {" not in (SRC / UPCALL_API).read_text()
+
+
+_PROTOTYPE = re.compile(r"^(?!static)[a-z][^;(]*?\b(lg_\w+)\(", re.MULTILINE)
+
+
+def test_a_transport_calls_the_protocol_only_through_the_upcall_api() -> None:
+    """conn.h still gives the transports the protocol's objects and their inline helpers
+    (issue 27); its other functions (making, starting, retiring objects) are not theirs."""
+    conn_fns = set(_PROTOTYPE.findall((SRC / "proto" / "conn.h").read_text()))
+    assert {"lg_conn_new", "lg_path_retire"} <= conn_fns, "conn.h's prototypes were not found"
+    calls = sorted(f"{path.relative_to(SRC).as_posix()}: {fn}"
+                   for path in SRC.glob("transport/*/*.c")
+                   for fn in conn_fns if re.search(rf"\b{fn}\(", path.read_text()))
+    assert calls == []
 
 
 def test_no_header_includes_itself_back() -> None:

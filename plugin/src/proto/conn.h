@@ -181,6 +181,7 @@
 #include "daemon/census.h"
 #include "nccl_net_abi.h"
 #include "proto/fo_state.h"
+#include "proto/upcall.h"
 #include "runtime/params.h"
 #include "runtime/progress.h"
 #include "runtime/wake.h"
@@ -452,18 +453,6 @@ int lg_path_start(struct lg_path *p);
 void lg_conn_free(struct lg_conn *c);
 void lg_conn_hold(struct lg_conn *c);
 void lg_conn_put(struct lg_conn *c);
-/* A path broke: error (errno `err`, 0 for a protocol error) or EOF. Records why, decides
- * nothing but the obvious (a BYE'd close, an unprotected connection) and wakes the monitor,
- * which fails over. Any thread. */
-void lg_conn_path_failed(struct lg_path *p, int err, const char *why);
-void lg_conn_path_eof(struct lg_path *p, const char *why);
-/* The peer sent something no honest peer sends (an ack, RESYNC or epoch outside what the
- * connection's state allows): WARN with the details and fail the connection (any thread). A
- * lying peer must never get a completion or a replay out of us. */
-void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Sets the connection's error once, and why it failed (census.h); 1 if this call set it. */
-int lg_conn_fail(struct lg_conn *c, enum lg_fail_reason why, ncclResult_t code, const char *fmt,
-                 ...) __attribute__((format(printf, 4, 5)));
 /* Appends "primary ctrl 40001 data 40002,40003" (each socket's local TCP port; "; " first when
  * `sep`) to out, so that an operator or a lab test can tell one flow from another. Returns
  * the length written (out stays terminated). */
@@ -524,20 +513,9 @@ void lg_path_retire_later(struct lg_path *p);
  * their tasks for all. Returns how many are still queued. */
 #define LG_RETIRE_BATCH 32
 int lg_paths_retire_queued(void);
-/* A progress watchdog's clock (monitor): `busy` (work waits on the path and the peer is
- * heard) with its progress marker (base, placed) unchanged since it began. Returns when the
- * stall counts from (its start, or the last commit if later: a replay has only begun) once
- * that is LINKGUARD_STALL_MS ago, and starts the clock again; else 0. */
-uint64_t lg_conn_stalled_since(struct lg_conn *c, int busy, uint64_t base, uint64_t placed,
-                               uint64_t now);
-/* A progress watchdog's verdict on path p: logged, reported to the daemon (verdict.h), and the
- * path fails like a dead one (the sender fails over, an unprotected connection reports it). */
-void lg_path_stalled(struct lg_path *p, const char *why, uint32_t for_ms);
 /* The handler of a data socket that carries nothing (the inner transport's: the hello format
  * wants one per path): whatever it reads is EOF or an error. */
 void lg_stream_idle_handler(struct lg_task *t, uint32_t events);
-/* NCCL's thread: reads the active path's control channel now (acks, when it polls). */
-void lg_conn_poll_ctrl(struct lg_conn *c);
 static inline const char *lg_conn_kind_str(const struct lg_conn *c)
 {
     return c->kind == LG_CONN_SEND ? "send" : "recv";

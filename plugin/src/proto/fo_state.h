@@ -6,21 +6,11 @@
 
 #include <stdint.h>
 
+#include "proto/upcall.h" /* struct lg_gray_found */
 #include "session/dial.h"
 #include "session/wire.h"
 
 struct lg_path;
-
-/* What a transport's goodput judge found (gray.h): a lossy path (TCP retransmissions,
- * transport/tcp/goodput.h) or a slow one (completion rate against its baseline,
- * transport/inner/rate.h). */
-struct lg_gray_found {
-    uint8_t kind;          /* LG_VERDICT_LOSSY or LG_VERDICT_SLOW (verdict.h) */
-    unsigned permille;     /* lossy: share of the bytes sent that were retransmitted, 0.1 % */
-    uint64_t sent;         /* lossy: bytes sent in the window */
-    uint64_t rate_Bps;     /* goodput in the window: acknowledged (lossy), completed (slow) */
-    uint64_t expected_Bps; /* slow: the baseline it was held to */
-};
 
 /* ---- per-connection state, owned by the monitor thread (failover.c) ---------------------- */
 

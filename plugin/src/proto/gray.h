@@ -12,20 +12,13 @@
 #include <stdint.h>
 
 #include "proto/fo_state.h"
+#include "proto/upcall.h" /* the judges' verdicts, which the transports report */
 
 struct lg_conn;
 
 #define LG_GRAY_REPEAT_NS (600ull * 1000000000ull) /* 10 minutes */
 #define LG_GRAY_HOLD_MAX 32
 
-/* The active path in slot `i` was found lossy or slow (`f`; the judges' windows were
- * LINKGUARD_GRAY_WINDOW_MS): logged with its numbers, reported to the daemon (verdict.h),
- * held off. */
-void lg_gray_hold(struct lg_conn *c, int i, uint64_t now, const struct lg_gray_found *f);
-
-/* The standby path in slot `i`, held off: every segment its control channel retransmits
- * restarts the hold (a link that still drops frames keeps itself out). */
-void lg_gray_probe_standby(struct lg_conn *c, int i, uint64_t now);
 
 /* "lossy (2.4 % of 41.2 MB retransmitted)" or "slow (84.0 MB/s, 9 % of its 950.0 MB/s
  * baseline)": the verdict in the switch's reason (failover.c). Returns the length. */

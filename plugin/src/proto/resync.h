@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "proto/upcall.h" /* the chunk verdict, which the transports apply */
+
 struct lg_req;
 
 /* ---- epochs ------------------------------------------------------------------------------- */
@@ -30,25 +32,9 @@ static inline int lg_epoch_plausible(uint32_t got, uint32_t committed)
 {
     return got > committed && got - committed <= LG_EPOCH_MAX_STEP && got <= LG_EPOCH_LIMIT;
 }
-/* Chunk headers carry the low 16 bits. */
-static inline int lg_epoch_matches(uint16_t hdr_epoch, uint32_t epoch)
-{
-    return hdr_epoch == (uint16_t)epoch;
-}
 
 /* ---- resync accounting ---------------------------------------------------------------------- */
 
-enum lg_chunk_verdict {
-    LG_CHUNK_PLACE = 0,   /* into its posted receive */
-    LG_CHUNK_STALE = 1,   /* sent in another epoch: read and drop */
-    LG_CHUNK_DUP = 2,     /* its message is already complete (a replay): read and drop */
-    LG_CHUNK_BAD = 3,     /* a protocol error: the path fails */
-};
-/* What the receiver does with a chunk of message `seq` sent in `hdr_epoch`, given its epoch
- * and the slot the message maps to (`slot_seq`, `slot_state`: the request's seq and LG_REQ_*
- * state, loaded state first). The message is known to be posted (seq < posted). */
-enum lg_chunk_verdict lg_resync_chunk_verdict(uint16_t hdr_epoch, uint32_t epoch, uint64_t seq,
-                                              uint64_t slot_seq, uint32_t slot_state);
 
 /* Receiver, at a commit (under conn->mu, no reader placing): forgets the bytes of every
  * posted message in [base, posted) that is not complete, so that the replay fills it from

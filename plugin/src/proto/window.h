@@ -1,30 +1,20 @@
 /* The message window of a connection (conn.h: requests in LG_WINDOW slots by seq), from the
  * side of the transports that fill it and of NCCL's test(): placement and acks on the
- * receiver, acks taken on the sender, completion. Below the transports: they report here. */
+ * receiver, acks taken on the sender, completion. The transports report here through the
+ * upcall API (upcall.h); the rest is the protocol's own. */
 #ifndef LG_WINDOW_H
 #define LG_WINDOW_H
 
 #include <stdint.h>
 
 #include "nccl_net_abi.h"
+#include "proto/upcall.h"
 
 struct lg_conn;
 struct lg_path;
 struct lg_req;
 struct lg_inner_mr;
 
-/* Receiver: a receive is complete (`size` bytes placed, on path p; `kept`: its chunks said
- * LG_CHUNK_F_KEPT): marks it, advances the placed count, acks when due. -1 on a protocol
- * error (the path failed). */
-int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size, int kept);
-/* Receiver: acks what is placed and not yet acknowledged, on path p. */
-void lg_recv_flush_ack(struct lg_path *p);
-/* Receiver, a stream about to sleep: acks if the sender waits for one (a message it did not
- * keep) or a batch of kept ones is due. */
-void lg_recv_flush_due(struct lg_path *p);
-/* Receiver: the sender asks (POSTED(n)) for the acks of its first n messages, as they are
- * placed (it closes, switches gracefully, or its window is full of kept sends). */
-void lg_recv_ack_asked(struct lg_path *p, uint64_t n);
 /* Sender, isend under mu: the slot may take the next message (free, or a kept send acked and
  * written out). */
 int lg_send_slot_free(struct lg_conn *c, const struct lg_req *r);
@@ -37,9 +27,6 @@ void lg_send_keep(struct lg_conn *c, struct lg_req *r, const void *data, size_t 
 /* Sender, any thread: while kept sends wait for their acks (their receiver batches them),
  * asks it to ack every message posted so far (lg_send_ask_ack_upto). */
 void lg_send_ask_ack(struct lg_conn *c);
-/* Sender, any thread: asks the receiver to ack the messages below n (POSTED), unless a
- * request reached that far already. */
-void lg_send_ask_ack_upto(struct lg_conn *c, uint64_t n);
 /* Sender, close: waits until the kept sends are acked (the monitor may fail over meanwhile
  * and replay them from their copies), the connection failed, or the peer closed. */
 void lg_send_settle(struct lg_conn *c);

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "proto/conn.h"
-#include "proto/window.h"
+#include "proto/upcall.h"
 
 struct fake_msg {
     uint64_t seq;

@@ -10,7 +10,7 @@
 #include "daemon/devices.h"
 #include "daemon/verdict.h"
 #include "proto/conn.h"
-#include "proto/gray.h"
+#include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "runtime/util.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "proto/conn.h"
-#include "proto/window.h"
+#include "proto/upcall.h"
 #include "runtime/ctx.h"
 #include "runtime/le.h"
 #include "runtime/log.h"

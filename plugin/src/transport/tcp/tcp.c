@@ -6,6 +6,7 @@
 
 #include "daemon/devices.h"
 #include "proto/conn.h"
+#include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "transport/tcp/tcp_conn.h"

@@ -10,8 +10,7 @@
 #include <sys/socket.h>
 
 #include "proto/conn.h"
-#include "proto/resync.h"
-#include "proto/window.h"
+#include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "runtime/sock.h"

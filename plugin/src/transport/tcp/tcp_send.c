@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "proto/conn.h"
+#include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "runtime/sock.h"

@@ -9,8 +9,7 @@
 
 #include "daemon/verdict.h"
 #include "proto/conn.h"
-#include "proto/gray.h"
-#include "proto/window.h"
+#include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "runtime/util.h"

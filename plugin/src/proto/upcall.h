@@ -1,0 +1,103 @@
+/* The protocol's upcall API: what a transport (transport/tcp, transport/inner, transport/fake)
+ * may call in the protocol, and the one protocol header made for them. A transport reports
+ * here what it saw (a receive placed, a path broken or stalled or gray, a peer's lie) and
+ * applies the protocol's epoch rule to what it reads; the protocol decides what follows.
+ * Declarations only, of functions of conn.c, window.c, resync.c and gray.c: no protocol
+ * object is defined here. (The transports still read the protocol's objects through conn.h,
+ * which holds TCP's data streams and chunk cursor: issue 27.) */
+#ifndef LG_UPCALL_H
+#define LG_UPCALL_H
+
+#include <stdint.h>
+
+#include "daemon/census.h"
+#include "nccl_net_abi.h"
+
+struct lg_conn;
+struct lg_path;
+struct lg_req;
+
+/* ---- a path's failure, and the peer's lies (conn.c) ------------------------------------- */
+
+/* A path broke: error (errno `err`, 0 for a protocol error) or EOF. Records why, decides
+ * nothing but the obvious (a BYE'd close, an unprotected connection) and wakes the monitor,
+ * which fails over. Any thread. */
+void lg_conn_path_failed(struct lg_path *p, int err, const char *why);
+void lg_conn_path_eof(struct lg_path *p, const char *why);
+/* The peer sent something no honest peer sends (an ack, RESYNC or epoch outside what the
+ * connection's state allows): WARN with the details and fail the connection (any thread). A
+ * lying peer must never get a completion or a replay out of us. */
+void lg_conn_peer_lied(struct lg_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets the connection's error once, and why it failed (census.h); 1 if this call set it. */
+int lg_conn_fail(struct lg_conn *c, enum lg_fail_reason why, ncclResult_t code, const char *fmt,
+                 ...) __attribute__((format(printf, 4, 5)));
+/* A progress watchdog's clock (monitor): `busy` (work waits on the path and the peer is
+ * heard) with its progress marker (base, placed) unchanged since it began. Returns when the
+ * stall counts from (its start, or the last commit if later: a replay has only begun) once
+ * that is LINKGUARD_STALL_MS ago, and starts the clock again; else 0. */
+uint64_t lg_conn_stalled_since(struct lg_conn *c, int busy, uint64_t base, uint64_t placed,
+                               uint64_t now);
+/* A progress watchdog's verdict on path p: logged, reported to the daemon (verdict.h), and the
+ * path fails like a dead one (the sender fails over, an unprotected connection reports it). */
+void lg_path_stalled(struct lg_path *p, const char *why, uint32_t for_ms);
+/* NCCL's thread: reads the active path's control channel now (acks, when it polls). */
+void lg_conn_poll_ctrl(struct lg_conn *c);
+
+/* ---- a receive placed, acks (window.c) -------------------------------------------------- */
+
+/* Receiver: a receive is complete (`size` bytes placed, on path p; `kept`: its chunks said
+ * LG_CHUNK_F_KEPT): marks it, advances the placed count, acks when due. -1 on a protocol
+ * error (the path failed). */
+int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size, int kept);
+/* Receiver: acks what is placed and not yet acknowledged, on path p. */
+void lg_recv_flush_ack(struct lg_path *p);
+/* Receiver, a stream about to sleep: acks if the sender waits for one (a message it did not
+ * keep) or a batch of kept ones is due. */
+void lg_recv_flush_due(struct lg_path *p);
+/* Receiver: the sender asks (POSTED(n)) for the acks of its first n messages, as they are
+ * placed (it closes, switches gracefully, or its window is full of kept sends). */
+void lg_recv_ack_asked(struct lg_path *p, uint64_t n);
+/* Sender, any thread: asks the receiver to ack the messages below n (POSTED), unless a
+ * request reached that far already. */
+void lg_send_ask_ack_upto(struct lg_conn *c, uint64_t n);
+
+/* ---- the epoch rule for what a transport reads (resync.c) ------------------------------- */
+
+/* Chunk headers carry the low 16 bits. */
+static inline int lg_epoch_matches(uint16_t hdr_epoch, uint32_t epoch)
+{
+    return hdr_epoch == (uint16_t)epoch;
+}
+enum lg_chunk_verdict {
+    LG_CHUNK_PLACE = 0,   /* into its posted receive */
+    LG_CHUNK_STALE = 1,   /* sent in another epoch: read and drop */
+    LG_CHUNK_DUP = 2,     /* its message is already complete (a replay): read and drop */
+    LG_CHUNK_BAD = 3,     /* a protocol error: the path fails */
+};
+/* What the receiver does with a chunk of message `seq` sent in `hdr_epoch`, given its epoch
+ * and the slot the message maps to (`slot_seq`, `slot_state`: the request's seq and LG_REQ_*
+ * state, loaded state first). The message is known to be posted (seq < posted). */
+enum lg_chunk_verdict lg_resync_chunk_verdict(uint16_t hdr_epoch, uint32_t epoch, uint64_t seq,
+                                              uint64_t slot_seq, uint32_t slot_state);
+
+/* ---- a gray path: lossy or slow (gray.c) ------------------------------------------------ */
+
+/* What a transport's goodput judge found: a lossy path (TCP retransmissions,
+ * transport/tcp/goodput.h) or a slow one (completion rate against its baseline,
+ * transport/inner/rate.h). */
+struct lg_gray_found {
+    uint8_t kind;          /* LG_VERDICT_LOSSY or LG_VERDICT_SLOW (verdict.h) */
+    unsigned permille;     /* lossy: share of the bytes sent that were retransmitted, 0.1 % */
+    uint64_t sent;         /* lossy: bytes sent in the window */
+    uint64_t rate_Bps;     /* goodput in the window: acknowledged (lossy), completed (slow) */
+    uint64_t expected_Bps; /* slow: the baseline it was held to */
+};
+/* The active path in slot `i` was found lossy or slow (`f`; the judges' windows were
+ * LINKGUARD_GRAY_WINDOW_MS): logged with its numbers, reported to the daemon (verdict.h),
+ * held off (gray.h). Monitor thread. */
+void lg_gray_hold(struct lg_conn *c, int i, uint64_t now, const struct lg_gray_found *f);
+/* The standby path in slot `i`, held off: every segment its control channel retransmits
+ * restarts the hold (a link that still drops frames keeps itself out). Monitor thread. */
+void lg_gray_probe_standby(struct lg_conn *c, int i, uint64_t now);
+
+#endif
