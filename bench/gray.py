@@ -72,17 +72,12 @@ _PORTS = re.compile(r"send conn (?P<id>[0-9a-f]+)(?: on dev 0: 2 path\(s\)|: pri
 _NOTEWORTHY = re.compile(r"failover: |reintegrated: |stalled|WARN|rebuilt|local ports")
 
 
-def rail_bytes(lab: Lab, rail: int) -> int:
-    v = lab.sysfs("a", f"rail{rail}", "statistics/tx_bytes")
-    return int(v) if v else 0
-
-
 def window(lab: Lab, seconds: float) -> dict[str, float]:
     """Bytes a sent per second on each rail over `seconds`."""
-    b0, b1, t0 = rail_bytes(lab, 0), rail_bytes(lab, 1), time.monotonic()
+    b0, b1, t0 = lab.tx_bytes("a", 0), lab.tx_bytes("a", 1), time.monotonic()
     time.sleep(seconds)
     dt = time.monotonic() - t0
-    r0, r1 = (rail_bytes(lab, 0) - b0) / dt, (rail_bytes(lab, 1) - b1) / dt
+    r0, r1 = (lab.tx_bytes("a", 0) - b0) / dt, (lab.tx_bytes("a", 1) - b1) / dt
     return {"mb_per_s": (r0 + r1) / 1e6, "on_backup": r1 / (r0 + r1) if r0 + r1 else 0.0}
 
 
@@ -91,10 +86,10 @@ def fault_window(lab: Lab, seconds: float, healthy_mb_s: float,
     """`window` for the fault, sampled every step_s: also the time from its start until the
     throughput over the last 0.5 s first reached 80 % of the healthy rate (None: never)."""
     t0 = time.monotonic()
-    samples = [(t0, rail_bytes(lab, 0), rail_bytes(lab, 1))]
+    samples = [(t0, lab.tx_bytes("a", 0), lab.tx_bytes("a", 1))]
     while samples[-1][0] - t0 < seconds:
         time.sleep(step_s)
-        samples.append((time.monotonic(), rail_bytes(lab, 0), rail_bytes(lab, 1)))
+        samples.append((time.monotonic(), lab.tx_bytes("a", 0), lab.tx_bytes("a", 1)))
     back_ms = None
     k = max(1, round(0.5 / step_s))
     for i in range(k, len(samples)):

@@ -55,11 +55,6 @@ def burner(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
-def rail_bytes(lab: Lab, host: str, rail: int) -> int:
-    v = lab.sysfs(host, f"rail{rail}", "statistics/tx_bytes")
-    return int(v) if v else 0
-
-
 def count_lines(lines: list[str]) -> dict[str, Any]:
     switches: dict[str, int] = {}
     for ln in lines:
@@ -98,10 +93,10 @@ def run(minutes: float, burners: int, sample_s: float, log: Any,
         time.sleep(3)
         procs = [burner(seconds + 10) for _ in range(burners)]
         t0 = time.monotonic()
-        last = (t0, rail_bytes(lab, "a", 0), rail_bytes(lab, "a", 1))
+        last = (t0, lab.tx_bytes("a", 0), lab.tx_bytes("a", 1))
         while time.monotonic() - t0 < seconds and pair.running():
             time.sleep(sample_s)
-            now = (time.monotonic(), rail_bytes(lab, "a", 0), rail_bytes(lab, "a", 1))
+            now = (time.monotonic(), lab.tx_bytes("a", 0), lab.tx_bytes("a", 1))
             dt = now[0] - last[0]
             samples.append({"t_s": round(now[0] - t0, 1),
                             "rail0_mb_s": (now[1] - last[1]) / dt / 1e6,

@@ -217,6 +217,13 @@ class Lab(FaultsMixin, GrayMixin):
         proc = self.run(host, ["cat", f"/sys/class/net/{ifname}/{attr}"])
         return proc.stdout.strip() if proc.returncode == 0 else None
 
+    def tx_bytes(self, host: str, rail: Rail) -> int:
+        """Bytes `host` has sent on its NIC of `rail` (the kernel's counter; 0 if unreadable):
+        where a test or a benchmark sees which rail carries the traffic."""
+        value = self.sysfs(host, self.topo.rail_ifname(self.topo.check_rail(rail)),
+                           "statistics/tx_bytes")
+        return int(value) if value else 0
+
     # --- link state (netlink) ----------------------------------------------------------
     def nic(self, host: str, rail: Rail) -> LinkInfo:
         return self.nl.link(self.topo.host_ns(host), self.topo.rail_ifname(

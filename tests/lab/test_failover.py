@@ -149,18 +149,14 @@ class Run:
     # --- traffic -------------------------------------------------------------------------
     def wait_traffic(self, timeout_s: float = WAIT_S) -> None:
         """Connected, and messages completing."""
-        self.wait(lambda: self.tx_bytes("a", 0) > 20 << 20, timeout_s, "traffic on rail0")
-
-    def tx_bytes(self, host: str, rail: int) -> int:
-        value = self.lab.sysfs(host, f"rail{rail}", "statistics/tx_bytes")
-        return int(value) if value else 0
+        self.wait(lambda: self.lab.tx_bytes("a", 0) > 20 << 20, timeout_s, "traffic on rail0")
 
     def carries(self, rail: int, seconds: float = 1.0, host: str = "a") -> tuple[int, int]:
         """Bytes `host` sent on `rail` and on the other rail during `seconds`."""
         other = 1 - rail
-        before = self.tx_bytes(host, rail), self.tx_bytes(host, other)
+        before = self.lab.tx_bytes(host, rail), self.lab.tx_bytes(host, other)
         time.sleep(seconds)
-        return self.tx_bytes(host, rail) - before[0], self.tx_bytes(host, other) - before[1]
+        return self.lab.tx_bytes(host, rail) - before[0], self.lab.tx_bytes(host, other) - before[1]
 
     def assert_on(self, rail: int, timeout_s: float = WAIT_S, host: str = "a") -> None:
         """`host`'s traffic settles on `rail` (both directions switch; a loaded machine is

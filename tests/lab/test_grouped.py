@@ -60,11 +60,6 @@ def test_grouped_receives_with_mixed_sizes_and_tags(lab: Lab, transport: str) ->
     assert srv.report["bytes_received"] == cli.report["bytes_sent"] > 0
 
 
-def _tx(lab: Lab, rail: int) -> int:
-    value = lab.sysfs("a", f"rail{rail}", "statistics/tx_bytes")
-    return int(value) if value else 0
-
-
 def _wait(pair: StreamPair, pred, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not pred():
@@ -101,12 +96,12 @@ def test_grouped_receives_under_a_cut(lab: Lab, daemons: Daemons, transport: str
                                 {**env, "LINKGUARD_SHM": str(d["a"].shm_path)})
     pair = StreamPair(srv, cli)
     try:
-        _wait(pair, lambda: _tx(lab, 0) > 8 << 20, 30, "grouped traffic on rail0")
+        _wait(pair, lambda: lab.tx_bytes("a", 0) > 8 << 20, 30, "grouped traffic on rail0")
         t = time.monotonic_ns()
         lab.cut("a", 0)
         _wait(pair, lambda: _lines(pair, "failover", t) >= 2, 10, "the failover")
-        before = _tx(lab, 1)
-        _wait(pair, lambda: _tx(lab, 1) > before + (4 << 20), 20, "groups on rail1")
+        before = lab.tx_bytes("a", 1)
+        _wait(pair, lambda: lab.tx_bytes("a", 1) > before + (4 << 20), 20, "groups on rail1")
         t = time.monotonic_ns()
         lab.restore("a", 0)
         _wait(pair, lambda: _lines(pair, "reintegrated", t) >= 2, 20, "the reintegration")

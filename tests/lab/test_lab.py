@@ -161,6 +161,15 @@ def test_flap_ends_up_with_carrier_and_counts_changes(lab: Lab) -> None:
     assert carrier_changes(lab, "b", "rail0") == before_b  # b saw nothing
 
 
+def test_tx_bytes_counts_what_a_host_sends_on_that_rail_only(lab: Lab) -> None:
+    before = lab.tx_bytes("a", 0), lab.tx_bytes("a", 1), lab.tx_bytes("b", 0)
+    for _ in range(3):
+        assert lab.ping("a", "b", 0)
+    assert lab.tx_bytes("a", 0) - before[0] >= 3 * 84  # three echo requests, 84 B of IP each
+    assert lab.tx_bytes("a", 1) - before[1] < 3 * 84  # rail1 carried none of them
+    assert lab.tx_bytes("b", 0) - before[2] >= 3 * 84  # the replies
+
+
 def test_cli_faults_and_exec(lab: Lab) -> None:
     p = ["--prefix", lab.prefix]
     res = lab_cli("cut", *p, "b", "1")

@@ -135,7 +135,7 @@ def test_peer_killed_mid_transfer_gives_an_error_not_a_hang(lab) -> None:
     common = ["--plugin", str(LINKGUARD_SO), "--mgmt", mgmt, "--size", str(1 << 20),
               "--count", "100000", "--timeout", "60"]
     env = dict(os.environ, **PAIRS)
-    tx0 = int(lab.sysfs("a", "rail0", "statistics/tx_bytes") or 0)
+    tx0 = lab.tx_bytes("a", 0)
     srv = lab.popen("b", [str(DRIVER), "--role", "server", *common], env=env,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.1)
@@ -143,7 +143,7 @@ def test_peer_killed_mid_transfer_gives_an_error_not_a_hang(lab) -> None:
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Well into the transfer: on a busy machine the setup alone may take seconds.
     deadline = time.monotonic() + 60
-    while int(lab.sysfs("a", "rail0", "statistics/tx_bytes") or 0) - tx0 < 32 << 20:
+    while lab.tx_bytes("a", 0) - tx0 < 32 << 20:
         assert cli.poll() is None and time.monotonic() < deadline, "no traffic on rail0"
         time.sleep(0.05)
     srv.send_signal(signal.SIGKILL)  # the server process we started, by PID

@@ -46,11 +46,6 @@ def built() -> None:
     build_plugin()
 
 
-def rail_tx(lab: Lab, rail: int) -> int:
-    value = lab.sysfs("a", f"rail{rail}", "statistics/tx_bytes")
-    return int(value) if value else 0
-
-
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
 def test_64_connections_survive_a_cut_and_a_restore(lab: Lab, daemons: Daemons,
                                                     transport: str) -> None:
@@ -61,7 +56,7 @@ def test_64_connections_survive_a_cut_and_a_restore(lab: Lab, daemons: Daemons,
                   server_env={"LINKGUARD_SHM": str(d["b"].shm_path), **log},
                   client_env={"LINKGUARD_SHM": str(d["a"].shm_path), **log})
     try:
-        assert fleet.wait(lambda: rail_tx(lab, 0) > 4 << 20, WAIT_S), fleet.warnings
+        assert fleet.wait(lambda: lab.tx_bytes("a", 0) > 4 << 20, WAIT_S), fleet.warnings
         cut = lab.cut("a", 0)
         switched = fleet.wait_all("failover", cut, WAIT_S)
         assert len(switched) == TOTAL, (len(switched), fleet.warnings[:5])
@@ -73,9 +68,9 @@ def test_64_connections_survive_a_cut_and_a_restore(lab: Lab, daemons: Daemons,
         assert set(back) == set(switched), (len(back), fleet.warnings[:5])
         last_back = max(back.values())
         # Back on rail0: it carries the data again, rail1 (now the standby) next to nothing.
-        r0, r1 = rail_tx(lab, 0), rail_tx(lab, 1)
-        fleet.wait(lambda: rail_tx(lab, 0) - r0 > 2 << 20, WAIT_S)
-        on, off = rail_tx(lab, 0) - r0, rail_tx(lab, 1) - r1
+        r0, r1 = lab.tx_bytes("a", 0), lab.tx_bytes("a", 1)
+        fleet.wait(lambda: lab.tx_bytes("a", 0) - r0 > 2 << 20, WAIT_S)
+        on, off = lab.tx_bytes("a", 0) - r0, lab.tx_bytes("a", 1) - r1
         assert on > 2 << 20 and off < on / 10, (on, off)
         results = fleet.finish()
     finally:

@@ -122,16 +122,11 @@ class Step:
                     for p in self.reports]
 
 
-def tx_bytes(lab: Lab, host: str, rail: int) -> int:
-    value = lab.sysfs(host, f"rail{rail}", "statistics/tx_bytes")
-    return int(value) if value else 0
-
-
 def carried_by(lab: Lab, rail: int) -> bool:
     """Node a's traffic moves on `rail`, almost none on the other, over one second."""
-    before = tx_bytes(lab, "a", rail), tx_bytes(lab, "a", 1 - rail)
+    before = lab.tx_bytes("a", rail), lab.tx_bytes("a", 1 - rail)
     time.sleep(1.0)
-    on, off = tx_bytes(lab, "a", rail) - before[0], tx_bytes(lab, "a", 1 - rail) - before[1]
+    on, off = lab.tx_bytes("a", rail) - before[0], lab.tx_bytes("a", 1 - rail) - before[1]
     return on > 1 << 20 and off < on / 20
 
 
@@ -142,7 +137,7 @@ def test_srun_step_keeps_running_through_a_rail_cut(lab_factory: Callable[..., L
     step = Step(cluster, lab)
     ok = False
     try:
-        wait_for(lambda: tx_bytes(lab, "a", 0) > 20 << 20, WAIT_S, "traffic on a's rail0")
+        wait_for(lambda: lab.tx_bytes("a", 0) > 20 << 20, WAIT_S, "traffic on a's rail0")
         for rank, host in ((0, "a"), (1, "b")):  # the prolog named each node's own daemon
             # (each rank's output is read by its own thread: wait for the line, do not race it)
             env_line = (f"task env: NCCL_NET_PLUGIN=linkguard LINKGUARD_SHM="
