@@ -80,6 +80,20 @@ static ncclResult_t lg_x_irecv_sz(void *rcomm, int n, void **data, size_t *sizes
     .getDeviceMr = NULL,   /* device offload only */ \
     .irecvConsumed = NULL  /* device offload only */
 
+/* getProperties of an older layout: our v12 properties, zeroed into it and copied by `COPY`
+ * (runtime/props_layout.h). */
+#define LG_PROPS_ADAPTER(fn, type, COPY)                    \
+    static ncclResult_t fn(int dev, type *props)            \
+    {                                                       \
+        ncclNetProperties_v12_t p;                          \
+        ncclResult_t rc = lg_core_get_properties(dev, &p);  \
+        if (rc != ncclSuccess)                              \
+            return rc;                                      \
+        memset(props, 0, sizeof(*props));                   \
+        COPY(props, &p);                                    \
+        return ncclSuccess;                                 \
+    }
+
 /* ---- v12 (native) and v11 ---------------------------------------------------------------- */
 
 static ncclResult_t lg_x_init_ctx(void **ctx, uint64_t comm_id, ncclNetCommConfig_v12_t *config,
@@ -134,43 +148,28 @@ static ncclResult_t lg_x_props_v12(int dev, ncclNetProperties_v12_t *props)
     return lg_core_get_properties(dev, props);
 }
 
-static ncclResult_t lg_x_props_v11(int dev, ncclNetProperties_v11_t *props)
-{
-    ncclNetProperties_v12_t p;
-    ncclResult_t rc = lg_core_get_properties(dev, &p);
-    if (rc != ncclSuccess)
-        return rc;
-    memset(props, 0, sizeof(*props));
-    LG_PROPS_COPY_V9(props, &p);
-    props->maxMultiRequestSize = p.maxMultiRequestSize;
-    return ncclSuccess;
-}
+#define LG_PROPS_COPY_V11(dst, src)                                \
+    do {                                                           \
+        LG_PROPS_COPY_V9(dst, src);                                \
+        (dst)->maxMultiRequestSize = (src)->maxMultiRequestSize;   \
+    } while (0)
+LG_PROPS_ADAPTER(lg_x_props_v11, ncclNetProperties_v11_t, LG_PROPS_COPY_V11)
 
-LG_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
-    LG_NET_TABLE_COMMON,
-    .init = lg_x_init_ctx,
-    .getProperties = lg_x_props_v12,
-    .listen = lg_x_listen_ctx,
-    .connect = lg_x_connect_ctx,
-    .isend = lg_x_isend_ph,
-    .irecv = lg_x_irecv_ph,
-    .makeVDevice = NULL,   /* our devices are already NIC pairs: no NCCL fusion */
-    .finalize = lg_x_finalize,
-    .setNetAttr = NULL,
-};
+/* v12 and v11 differ only in the properties' layout. */
+#define LG_NET_TABLE_CTX(props)                                                         \
+    LG_NET_TABLE_COMMON,                                                                \
+    .init = lg_x_init_ctx,                                                              \
+    .getProperties = props,                                                             \
+    .listen = lg_x_listen_ctx,                                                          \
+    .connect = lg_x_connect_ctx,                                                        \
+    .isend = lg_x_isend_ph,                                                             \
+    .irecv = lg_x_irecv_ph,                                                             \
+    .makeVDevice = NULL, /* our devices are already NIC pairs: no NCCL fusion */        \
+    .finalize = lg_x_finalize,                                                          \
+    .setNetAttr = NULL
 
-LG_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
-    LG_NET_TABLE_COMMON,
-    .init = lg_x_init_ctx,
-    .getProperties = lg_x_props_v11,
-    .listen = lg_x_listen_ctx,
-    .connect = lg_x_connect_ctx,
-    .isend = lg_x_isend_ph,
-    .irecv = lg_x_irecv_ph,
-    .makeVDevice = NULL,
-    .finalize = lg_x_finalize,
-    .setNetAttr = NULL,
-};
+LG_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {LG_NET_TABLE_CTX(lg_x_props_v12)};
+LG_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {LG_NET_TABLE_CTX(lg_x_props_v11)};
 
 /* ---- v10, v9, v8: init once per process, no contexts ----------------------------------- */
 
@@ -200,27 +199,8 @@ static ncclResult_t lg_x_connect_v8(int dev, void *handle, void **scomm,
     return lg_core_connect(dev, handle, scomm);
 }
 
-static ncclResult_t lg_x_props_v9(int dev, ncclNetProperties_v9_t *props)
-{
-    ncclNetProperties_v12_t p;
-    ncclResult_t rc = lg_core_get_properties(dev, &p);
-    if (rc != ncclSuccess)
-        return rc;
-    memset(props, 0, sizeof(*props));
-    LG_PROPS_COPY_V9(props, &p);
-    return ncclSuccess;
-}
-
-static ncclResult_t lg_x_props_v8(int dev, ncclNetProperties_v8_t *props)
-{
-    ncclNetProperties_v12_t p;
-    ncclResult_t rc = lg_core_get_properties(dev, &p);
-    if (rc != ncclSuccess)
-        return rc;
-    memset(props, 0, sizeof(*props));
-    LG_PROPS_COPY_COMMON(props, &p);
-    return ncclSuccess;
-}
+LG_PROPS_ADAPTER(lg_x_props_v9, ncclNetProperties_v9_t, LG_PROPS_COPY_V9) /* v10's too */
+LG_PROPS_ADAPTER(lg_x_props_v8, ncclNetProperties_v8_t, LG_PROPS_COPY_COMMON)
 
 static ncclResult_t lg_x_isend_v8(void *scomm, void *data, int size, int tag, void *mh,
                                   void **request)
