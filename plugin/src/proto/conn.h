@@ -73,7 +73,8 @@
  *    rebuilt); a stalled stream (the progress watchdogs); a lossy path: the sender's data
  *    sockets retransmit LINKGUARD_GRAY_RETRANS_PCT of what they send (tcp/goodput.h), or in wrap
  *    mode a slow one, its inner sends completing under LINKGUARD_GRAY_SLOW_PCT of its own
- *    baseline (inner/rate.h); graceful, held off for a while (gray.h). Either side detects; the sender decides (fo_policy.c); the receiver
+ *    baseline (inner/rate.h); graceful, held off for a while (gray.h). Either side detects;
+ *    the sender decides (fo_policy.c); the receiver
  *    reports (heartbeat flags) and, for silence or errors on its side, fences the path, which
  *    the sender then sees fail too.
  *  - Switch. Sender: hold chunks back (urgent: at once; graceful: from the next message

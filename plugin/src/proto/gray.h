@@ -1,5 +1,6 @@
 /* Gray paths: what both transports do with their goodput judge's verdict (a lossy path:
- * transport/tcp/goodput.h; a slow one: transport/inner/rate.h). The path is held off (struct lg_fo_slot.gray_until), which the
+ * transport/tcp/goodput.h; a slow one: transport/inner/rate.h). The path is held off
+ * (struct lg_fo_slot.gray_until), which the
  * sender's switch decision reads like a DEGRADED NIC (fo_policy.c, LG_WHY_GRAY): a graceful
  * switch, and only to a healthy path. The hold is hysteresis: LINKGUARD_GRAY_HOLD_MS, doubling
  * (up to LG_GRAY_HOLD_MAX times) on a repeat within LG_GRAY_REPEAT_NS, and restarted while the

@@ -180,55 +180,55 @@ static int bytes_before(const struct lg_inner_conn *e, uint64_t n, uint64_t *out
 static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
 {
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
-    struct lg_inner_rate *sl = &e->rate[i];
+    struct lg_inner_rate *w = &e->rate[i];
     uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
     uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE), done;
     if (bytes_before(e, acked, &done) != 0 || !accounted(e, posted))
         return; /* NCCL's thread is accounting a post: look again at the next run */
     uint64_t idle = __atomic_load_n(&e->idle_ns, __ATOMIC_ACQUIRE);
     int polled = __atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED);
-    int fresh = sl->path != p || sl->gen != p->gen;
+    int fresh = w->path != p || w->gen != p->gen;
     uint64_t gap = LG_RATE_LOOK_GAP_HEARTBEATS * LG_MS(lg_params.heartbeat_ms);
     if (fresh)
-        sl->rate.strikes = 0; /* a new path: its windows start a new run */
-    if (posted == acked && !fresh && sl->t0 && now - sl->seen_ns <= gap) {
-        sl->seen_ns = now; /* drained: its length is summed when NCCL posts again */
+        w->rate.strikes = 0; /* a new path: its windows start a new run */
+    if (posted == acked && !fresh && w->t0 && now - w->seen_ns <= gap) {
+        w->seen_ns = now; /* drained: its length is summed when NCCL posts again */
         return;
     }
     int busy = posted > acked && polled &&
                __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
                c->fo.sw_phase == LG_SW_NONE && lg_wrap_carries(p) &&
                lg_path_heard_recently(p, now);
-    if (fresh || !sl->t0 || !busy || now - sl->seen_ns > gap) {
+    if (fresh || !w->t0 || !busy || now - w->seen_ns > gap) {
         /* (re)start: from this look on, if it is backlogged */
-        sl->path = p;
-        sl->gen = p->gen;
-        sl->t0 = busy ? now : 0;
-        sl->bytes0 = done;
-        sl->idle0 = idle;
-        sl->seen_ns = now;
+        w->path = p;
+        w->gen = p->gen;
+        w->t0 = busy ? now : 0;
+        w->bytes0 = done;
+        w->idle0 = idle;
+        w->seen_ns = now;
         return;
     }
-    sl->seen_ns = now;
-    if (now - sl->t0 < LG_MS(lg_params.gray_window_ms))
+    w->seen_ns = now;
+    if (now - w->t0 < LG_MS(lg_params.gray_window_ms))
         return;
     const struct lg_device *d = lg_device_get(c->dev); /* its speed: the primary NIC's */
     struct lg_rate_cfg cfg = {.slow_pct = (unsigned)lg_params.gray_slow_pct,
                               .min_bytes = (uint64_t)lg_params.gray_min_bytes,
                               .line_Bps = d && d->speed_mbps > 0 ? (uint64_t)d->speed_mbps * 125000
                                                                  : 0}; /* Mbit/s -> B/s */
-    struct lg_rate_window w = {.bytes = done - sl->bytes0, .ns = now - sl->t0,
-                               .idle_ns = idle - sl->idle0};
+    struct lg_rate_window win = {.bytes = done - w->bytes0, .ns = now - w->t0,
+                                 .idle_ns = idle - w->idle0};
     uint64_t rate, expected;
-    unsigned learnt = sl->rate.learnt;
-    enum lg_rate_verdict v = lg_rate_judge(&sl->rate, &w, &cfg, &rate, &expected);
-    sl->t0 = now; /* the next window follows on */
-    sl->bytes0 = done;
-    sl->idle0 = idle;
-    if (learnt < LG_RATE_WARMUP && sl->rate.learnt == LG_RATE_WARMUP) /* once per slot */
+    unsigned learnt = w->rate.learnt;
+    enum lg_rate_verdict v = lg_rate_judge(&w->rate, &win, &cfg, &rate, &expected);
+    w->t0 = now; /* the next window follows on */
+    w->bytes0 = done;
+    w->idle0 = idle;
+    if (learnt < LG_RATE_WARMUP && w->rate.learnt == LG_RATE_WARMUP) /* once per slot */
         LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s: healthy baseline %.1f MB/s "
                 "(%d backlogged windows of %lld ms); slow below %d %% of it",
-                (unsigned long long)c->nonce, lg_slot_name(i), p->nic, sl->rate.base_Bps / 1e6,
+                (unsigned long long)c->nonce, lg_slot_name(i), p->nic, w->rate.base_Bps / 1e6,
                 LG_RATE_WARMUP, (long long)lg_params.gray_window_ms, (int)lg_params.gray_slow_pct);
     if (v == LG_RATE_SLOW)
         lg_gray_hold(c, i, now, &(struct lg_gray_found){.kind = LG_VERDICT_SLOW,

@@ -1,6 +1,7 @@
 /* The TCP transport's watch over its paths (monitor thread): the progress watchdogs (a data
  * stream that stalls while the peer is still heard) and goodput health (a path that loses
- * data: goodput.h, its windows in the endpoint: tcp_conn.h). Their verdicts fail a path (lg_path_stalled) or hold it off (gray.h),
+ * data: goodput.h, its windows in the endpoint: tcp_conn.h). Their verdicts fail a path
+ * (lg_path_stalled) or hold it off (gray.h),
  * never switch anything themselves. */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
