@@ -3,7 +3,8 @@
  * data sockets; a session that dies fails every path on it at once, and every connection
  * fails over losslessly and gets a fresh session for its rebuilt path; a session ended on
  * purpose (garbage from the peer) says so, so the peer does not take it for a death; frames
- * for a channel nobody has are dropped without harm. */
+ * for a channel nobody has are dropped without harm; a monitor tick that read the clock before
+ * a session was opened does not take it for one connecting too long. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "lg_test_pair.h"
 #include "proto/conn.h"
 #include "runtime/util.h"
+#include "session/acceptor.h"
 #include "session/session.h"
 
 #define NFLOWS 6
@@ -144,6 +146,35 @@ static void test_unknown_channel(void)
     CHECK_EQ(__atomic_load_n(&C(flows[0].s)->error, __ATOMIC_ACQUIRE), 0);
 }
 
+/* The monitor reads the clock, then takes the registry's lock: a session opened between the
+ * two is younger than its now. Such a tick must not fail it as connecting too long (now - t0
+ * wrapped), which a connect under load once met as "Operation now in progress". */
+static void test_tick_older_than_a_session(void)
+{
+    uint64_t before = lg_now_ns();
+    uint16_t port = 0;
+    uint32_t lo = inet_addr("127.0.0.1");
+    struct lg_listener *l = lg_listener_get(lo, &port);
+    CHECK(l != NULL);
+    /* From 127.0.0.3: no session of the other tests' is reused. */
+    struct lg_session *s = l ? lg_session_open("lgs0", inet_addr("127.0.0.3"), lo, port) : NULL;
+    CHECK(s != NULL);
+    if (!s) {
+        lg_listener_put(l);
+        return;
+    }
+    usleep(1000); /* t0 is in the past, but after `before` */
+    lg_sessions_tick(before);
+    int rc = 1;
+    uint64_t t0 = lg_now_ns();
+    while ((rc = lg_session_connect_check(s)) == 1 && lg_now_ns() - t0 < 10000000000ull)
+        usleep(100);
+    CHECK_EQ(rc, 0);
+    CHECK(lg_session_up(s));
+    lg_session_put(s);
+    lg_listener_put(l);
+}
+
 int main(void)
 {
     fast_failover_env("3000");
@@ -153,6 +184,7 @@ int main(void)
     test_shared();
     test_session_dies();
     test_unknown_channel();
+    test_tick_older_than_a_session();
     /* Every flow delivers what its sender posted before it closes: a sender's close waits for
      * the acks of its kept sends (up to the dead timeout), and a receiver that posts no more
      * receives sends none. */

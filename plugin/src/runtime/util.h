@@ -11,6 +11,9 @@
 #define LG_MS(x) ((uint64_t)(x) * 1000000ull) /* milliseconds in lg_now_ns units */
 
 uint64_t lg_now_ns(void); /* CLOCK_MONOTONIC */
+/* How long ago t was at now; 0 when t is later: another thread can stamp t after this one read
+ * now, and now - t would wrap to centuries. */
+static inline uint64_t lg_age_ns(uint64_t now, uint64_t t) { return now > t ? now - t : 0; }
 uint64_t lg_random_u64(void);
 /* Milliseconds from t0 to now, for logs (0 when t0 is unset or later). */
 static inline double lg_ms_since(uint64_t t0, uint64_t now)

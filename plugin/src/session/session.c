@@ -121,6 +121,9 @@ static void sess_end(struct lg_session *s, int err, const char *why, int alive)
         send_locked(s, NULL, &bye, 0);
         pthread_mutex_unlock(&s->tx_mu);
     }
+    int none = 0; /* the first to end it names the errno, before anyone can see it failed */
+    __atomic_compare_exchange_n(&s->err, &none, err ? err : ECONNRESET, 0, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
     if (__atomic_exchange_n(&s->state, LG_SESS_FAILED, __ATOMIC_ACQ_REL) == LG_SESS_FAILED)
         return;
     snprintf(s->why, sizeof(s->why), "%s%s%s", why, err ? ": " : "", err ? strerror(err) : "");
@@ -166,13 +169,13 @@ static int reusable(const struct lg_session *s, uint64_t now)
 {
     int st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
     if (st == LG_SESS_CONNECTING)
-        return now - s->t0 < LG_MS(lg_params.rejoin_timeout_ms);
+        return lg_age_ns(now, s->t0) < LG_MS(lg_params.rejoin_timeout_ms);
     /* A silent one may be the dead NIC's: a rebuild must not bet on it, nor on one that was
      * ever silent that long (after a cut its TCP retransmissions back off, each way on its
      * own clock: hearing the peer again says nothing of the peer hearing us). */
     uint64_t heard = __atomic_load_n(&s->last_rx_ns, __ATOMIC_RELAXED);
     return st == LG_SESS_UP && !__atomic_load_n(&s->suspect, __ATOMIC_ACQUIRE) &&
-           (heard >= now || now - heard < LG_MS(lg_params.silent_timeout_ms));
+           lg_age_ns(now, heard) < LG_MS(lg_params.silent_timeout_ms);
 }
 
 struct lg_session *lg_session_open(const char *nic, uint32_t local_ip, uint32_t peer_ip,
@@ -225,18 +228,25 @@ static int connect_step_locked(struct lg_session *s)
     return 1;
 }
 
+/* Why another thread ended s, as an errno: its reason is in s->why, not in our errno. */
+static int ended_with(struct lg_session *s)
+{
+    int err = __atomic_load_n(&s->err, __ATOMIC_ACQUIRE);
+    return err ? err : ECONNRESET; /* (ended by a thread still naming it) */
+}
+
 /* 1 up, 0 still connecting, -1 failed. */
 static int session_progress(struct lg_session *s)
 {
     int st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
     if (st == LG_SESS_UP)
         return 1;
-    int rc = -1, err = ECONNRESET;
+    int rc = -1, err = ended_with(s);
     if (st == LG_SESS_CONNECTING) {
         pthread_mutex_lock(&s->tx_mu);
         st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
         rc = st == LG_SESS_UP ? 1 : st == LG_SESS_CONNECTING ? connect_step_locked(s) : -1;
-        err = errno;
+        err = st == LG_SESS_CONNECTING ? errno : ended_with(s);
         pthread_mutex_unlock(&s->tx_mu);
         if (rc == 0 && lg_now_ns() - s->t0 > LG_MS(lg_params.connect_timeout_ms))
             rc = -1, err = ETIMEDOUT;
@@ -518,8 +528,8 @@ static void sess_handler(struct lg_task *t, uint32_t events)
 
 void lg_session_pump(struct lg_session *s, uint64_t now)
 {
-    if (!lg_session_up(s) ||
-        (now && now - __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED) < LG_SESS_PUMP_NS))
+    uint64_t drained = __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED);
+    if (!lg_session_up(s) || (now && lg_age_ns(now, drained) < LG_SESS_PUMP_NS))
         return;
     lg_task_run(&s->task, EPOLLIN);
 }
@@ -535,18 +545,18 @@ static int tick_one(struct lg_session *s, uint64_t now, uint64_t *next)
     if (st == LG_SESS_FAILED)
         return !s->outgoing && !s->reaped ? 2 : 0;
     if (st == LG_SESS_CONNECTING)
-        return now - s->t0 > LG_MS(lg_params.connect_timeout_ms);
+        return lg_age_ns(now, s->t0) > LG_MS(lg_params.connect_timeout_ms);
     if (sess_stalled(s))
         return 1;
     uint64_t heard = __atomic_load_n(&s->last_rx_ns, __ATOMIC_RELAXED);
-    if (now > heard && now - heard > LG_MS(lg_params.silent_timeout_ms))
+    if (lg_age_ns(now, heard) > LG_MS(lg_params.silent_timeout_ms))
         __atomic_store_n(&s->suspect, 1, __ATOMIC_RELEASE); /* never handed out again */
-    if (!s->outgoing && !__atomic_load_n(&s->nchan, __ATOMIC_RELAXED) && now > heard &&
-        now - heard > LG_MS(lg_params.dead_timeout_ms))
+    if (!s->outgoing && !__atomic_load_n(&s->nchan, __ATOMIC_RELAXED) &&
+        lg_age_ns(now, heard) > LG_MS(lg_params.dead_timeout_ms))
         return 1; /* no path left, and the connector went quiet: it is gone */
     pthread_mutex_lock(&s->tx_mu);
     uint64_t sent = __atomic_load_n(&s->last_tx_ns, __ATOMIC_RELAXED);
-    if (now - sent >= hb && s->txq_off == s->txq_len) {
+    if (lg_age_ns(now, sent) >= hb && s->txq_off == s->txq_len) {
         struct lg_ctrl f = {.type = LG_CTRL_HB};
         send_locked(s, NULL, &f, 0);
         sent = now;

@@ -97,6 +97,7 @@ struct lg_session {
     uint64_t last_rx_ns, prev_rx_ns, last_tx_ns;
     uint64_t drained_ns; /* a read found nothing more waiting */
     char why[96];
+    int err; /* the errno it ended with (0: EOF, or ended on purpose) */
 };
 
 /* Connector: a session from (nic, local_ip) to the peer's listener (peer_ip, peer_port): one
