@@ -45,7 +45,6 @@ UPCALL_API = "proto/upcall.h"
 # state behind the endpoint pointers: TCP's data streams and chunk cursor are lg_path's and
 # lg_conn's fields (issue 27).
 KNOWN_UPWARD = {
-    "transport/fake/fake.c -> proto/conn.h",
     "transport/inner/inner_transport.c -> proto/conn.h",
     "transport/inner/wrap.c -> proto/conn.h",
     "transport/tcp/tcp.c -> proto/conn.h",

@@ -514,9 +514,6 @@ void lg_path_retire_later(struct lg_path *p);
  * their tasks for all. Returns how many are still queued. */
 #define LG_RETIRE_BATCH 32
 int lg_paths_retire_queued(void);
-/* The handler of a data socket that carries nothing (the inner transport's: the hello format
- * wants one per path): whatever it reads is EOF or an error. */
-void lg_stream_idle_handler(struct lg_task *t, uint32_t events);
 static inline const char *lg_conn_kind_str(const struct lg_conn *c)
 {
     return c->kind == LG_CONN_SEND ? "send" : "recv";

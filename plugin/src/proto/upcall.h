@@ -2,12 +2,14 @@
  * may call in the protocol, and the one protocol header made for them. A transport reports
  * here what it saw (a receive placed, a path broken or stalled or gray, a peer's lie) and
  * applies the protocol's epoch rule to what it reads; the protocol decides what follows.
- * Declarations only, of functions of conn.c, window.c, resync.c and gray.c: no protocol
- * object is defined here. (The transports still read the protocol's objects through conn.h,
- * which holds TCP's data streams and chunk cursor: issue 27.) */
+ * Declarations only, of functions of conn.c, handoff.c, window.c, resync.c and gray.c: no
+ * protocol object is defined here. (The TCP and inner transports still read the protocol's
+ * objects through conn.h, which holds TCP's data streams and chunk cursor: issue 27. The fake
+ * transport needs nothing else.) */
 #ifndef LG_UPCALL_H
 #define LG_UPCALL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "daemon/census.h"
@@ -16,6 +18,50 @@
 struct lg_conn;
 struct lg_path;
 struct lg_req;
+struct lg_task;
+
+/* ---- a connection and its paths, as a transport names them (handoff.c) ------------------ */
+
+/* Which wire a path is: its connection's nonce (both ends know it), its slot and its build. */
+struct lg_path_id {
+    uint64_t nonce;
+    uint32_t gen;
+    int slot;
+};
+struct lg_path_id lg_path_id(const struct lg_path *p);
+struct lg_conn *lg_path_conn(const struct lg_path *p);
+int lg_path_is_up(const struct lg_path *p); /* (conn.h's lg_path_up, out of line) */
+int lg_conn_is_send(const struct lg_conn *c);
+/* The path in a slot (0 primary, 1 backup), NULL when none; any thread. */
+struct lg_path *lg_conn_path(struct lg_conn *c, int slot);
+/* The path the committed epoch uses, NULL while a rebuild of its slot clears it. */
+struct lg_path *lg_conn_committed(struct lg_conn *c);
+/* The handler of a data socket that carries nothing (a transport without data streams). */
+void lg_stream_idle_handler(struct lg_task *t, uint32_t events);
+
+/* ---- messages handed out and placed (handoff.c) ------------------------------------------ */
+
+/* Sender: a message the cursor hands out. `data` stays readable until it is acknowledged. */
+struct lg_out_msg {
+    uint64_t seq;
+    uint32_t epoch;
+    const void *data;
+    size_t size;
+};
+typedef int (*lg_send_put_fn)(void *arg, const struct lg_out_msg *m); /* 0: taken */
+/* Sender: hands each message posted and not handed out yet, in order, to put, and moves the
+ * cursor past each one it takes; stops at the first it refuses, or at a hold (a switch).
+ * Nothing unless p is up and the committed path. Takes the connection's lock, put runs under
+ * it. Returns how many were taken. */
+int lg_send_unsent(struct lg_conn *c, struct lg_path *p, lg_send_put_fn put, void *arg);
+enum lg_place {
+    LG_PLACE_INTO = 0, /* into *r's buffer (*buf, *cap), then lg_recv_complete */
+    LG_PLACE_STALE = 1, /* another epoch's, or placed already: drop it */
+    LG_PLACE_LATER = 2, /* its receive is not posted yet: keep it */
+};
+/* Receiver: where whole message `seq`, sent in `epoch`, goes. */
+enum lg_place lg_recv_target(struct lg_conn *c, uint64_t seq, uint32_t epoch, struct lg_req **r,
+                             void **buf, size_t *cap);
 
 /* ---- a path's failure, and the peer's lies (conn.c) ------------------------------------- */
 

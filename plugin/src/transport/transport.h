@@ -11,8 +11,9 @@
  * connection (c->ep) and its state of a path object (p->tp), both opaque to the protocol, made
  * by `open`/`path_open` and ended by `release`/`path_close`, NULL where a transport needs
  * none (the fake keeps neither, TCP only a sender's endpoint: tcp_conn.h). A transport calls
- * the protocol's functions through its upcall API (proto/upcall.h); it still reads the
- * protocol's objects, and their inline helpers, through conn.h (issue 27).
+ * the protocol's functions through its upcall API (proto/upcall.h); TCP and the inner one
+ * still read the protocol's objects, and their inline helpers, through conn.h (issue 27); the
+ * fake reads none.
  * Types only: this header has no code, so both the connection object and the transports can
  * include it without depending on each other. */
 #ifndef LG_TRANSPORT_H

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/conn.h"
 #include "proto/upcall.h"
+#include "session/wire.h"
 
 struct fake_msg {
     uint64_t seq;
@@ -38,15 +38,16 @@ static struct {
 /* Under mu. */
 static struct fake_wire *fake_wire_of(const struct lg_path *p)
 {
+    struct lg_path_id id = lg_path_id(p);
     for (struct fake_wire *w = fake_tr.wires; w; w = w->next)
-        if (w->nonce == p->conn->nonce && w->slot == p->index && w->gen == p->gen)
+        if (w->nonce == id.nonce && w->slot == id.slot && w->gen == id.gen)
             return w;
     struct fake_wire *w = calloc(1, sizeof(*w));
     if (!w)
         abort();
-    w->nonce = p->conn->nonce;
-    w->slot = p->index;
-    w->gen = p->gen;
+    w->nonce = id.nonce;
+    w->slot = id.slot;
+    w->gen = id.gen;
     w->next = fake_tr.wires;
     fake_tr.wires = w;
     return w;
@@ -83,7 +84,7 @@ static int fake_check_broken(struct lg_path *p)
     pthread_mutex_lock(&fake_tr.mu);
     int broken = fake_wire_of(p)->broken;
     pthread_mutex_unlock(&fake_tr.mu);
-    if (broken && lg_path_up(p)) {
+    if (broken && lg_path_is_up(p)) {
         pthread_mutex_lock(&fake_tr.mu);
         fake_tr.n.fails++;
         pthread_mutex_unlock(&fake_tr.mu);
@@ -97,58 +98,53 @@ int lg_fake_unseen_break(struct lg_conn *c)
     int unseen = 0;
     pthread_mutex_lock(&fake_tr.mu);
     for (int i = 0; i < LG_NPATHS; i++) {
-        struct lg_path *p = __atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE);
-        unseen = unseen || (lg_path_up(p) && fake_wire_of(p)->broken);
+        struct lg_path *p = lg_conn_path(c, i);
+        unseen = unseen || (lg_path_is_up(p) && fake_wire_of(p)->broken);
     }
     pthread_mutex_unlock(&fake_tr.mu);
     return unseen;
 }
 
-/* Sender: copies every message the cursor has not handed out yet onto the committed path's
- * wire. */
-static void fake_send_pump(struct lg_conn *c)
+/* Sender: one message onto the committed path's wire (lg_send_unsent, under its lock). */
+static int fake_put(void *arg, const struct lg_out_msg *out)
 {
-    pthread_mutex_lock(&c->mu);
-    struct lg_path *p = c->active_path;
-    if (!lg_path_up(p) || c->paths[c->active] != p) {
-        pthread_mutex_unlock(&c->mu);
-        return;
-    }
+    struct fake_wire *w = arg;
     pthread_mutex_lock(&fake_tr.mu);
-    struct fake_wire *w = fake_wire_of(p);
-    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
-    while (!w->broken && c->cursor_seq < posted &&
-           __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE) {
-        const struct lg_req *r = &c->reqs[c->cursor_seq % LG_WINDOW];
-        struct fake_msg *m = malloc(sizeof(*m) + r->size);
+    int broken = w->broken;
+    if (!broken && w->fenced) {
+        fake_tr.n.pushed++; /* the receiver left this path: it is lost, and the RESYNC says so */
+    } else if (!broken) {
+        struct fake_msg *m = malloc(sizeof(*m) + out->size);
         if (!m)
             abort();
-        m->seq = c->cursor_seq;
-        m->epoch = __atomic_load_n(&c->epoch, __ATOMIC_RELAXED);
-        m->size = r->size;
-        m->next = NULL;
-        memcpy(m->data, r->data, r->size);
-        if (w->fenced) {
-            free(m); /* the receiver left this path: it is lost, and the RESYNC says so */
-        } else {
-            if (w->tail)
-                w->tail->next = m;
-            else
-                w->head = m;
-            w->tail = m;
-        }
+        *m = (struct fake_msg){.seq = out->seq, .epoch = out->epoch, .size = out->size};
+        memcpy(m->data, out->data, out->size);
+        if (w->tail)
+            w->tail->next = m;
+        else
+            w->head = m;
+        w->tail = m;
         fake_tr.n.pushed++;
-        c->cursor_seq++;
     }
     pthread_mutex_unlock(&fake_tr.mu);
-    pthread_mutex_unlock(&c->mu);
+    return broken;
+}
+
+/* Sender: copies every message the cursor has not handed out yet onto the committed path's
+ * wire. */
+static void fake_send_pump(struct lg_conn *c, struct lg_path *p)
+{
+    pthread_mutex_lock(&fake_tr.mu);
+    struct fake_wire *w = fake_wire_of(p); /* (freed only by lg_fake_reset, between tests) */
+    pthread_mutex_unlock(&fake_tr.mu);
+    lg_send_unsent(c, p, fake_put, w);
 }
 
 /* Receiver: places what its committed path's wire holds, in order, while receives are
  * posted for it. */
 static void fake_recv_pump(struct lg_conn *c, struct lg_path *p)
 {
-    if (!lg_path_up(p))
+    if (!lg_path_is_up(p))
         return;
     for (;;) {
         pthread_mutex_lock(&fake_tr.mu);
@@ -158,18 +154,15 @@ static void fake_recv_pump(struct lg_conn *c, struct lg_path *p)
             pthread_mutex_unlock(&fake_tr.mu);
             break;
         }
-        uint32_t epoch = __atomic_load_n(&c->epoch, __ATOMIC_SEQ_CST);
-        struct lg_req *r = &c->reqs[m->seq % LG_WINDOW];
-        uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-        int stale = m->epoch != epoch ||
-                    __atomic_load_n(&c->rx_open, __ATOMIC_SEQ_CST) != epoch ||
-                    m->seq < __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) ||
-                    ((st & LG_REQ_POSTED) && r->seq == m->seq && (st & LG_REQ_DONE));
-        if (!stale && (m->seq >= __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) ||
-                       !(st & LG_REQ_POSTED) || r->seq != m->seq)) {
+        struct lg_req *r = NULL;
+        void *buf = NULL;
+        size_t cap = 0;
+        enum lg_place to = lg_recv_target(c, m->seq, m->epoch, &r, &buf, &cap);
+        if (to == LG_PLACE_LATER) {
             pthread_mutex_unlock(&fake_tr.mu);
-            break; /* its receive is not posted yet */
+            break;
         }
+        int stale = to == LG_PLACE_STALE;
         w->head = m->next;
         if (!w->head)
             w->tail = NULL;
@@ -179,13 +172,13 @@ static void fake_recv_pump(struct lg_conn *c, struct lg_path *p)
             fake_tr.n.placed++;
         pthread_mutex_unlock(&fake_tr.mu);
         if (!stale) {
-            if (m->size > r->cap) {
+            if (m->size > cap) {
                 lg_conn_fail(c, LG_FAIL_OTHER, ncclInternalError, "fake transport: message %llu too large",
                              (unsigned long long)m->seq);
                 free(m);
                 return;
             }
-            memcpy(r->buf, m->data, m->size);
+            memcpy(buf, m->data, m->size);
             if (lg_recv_complete(p, r, m->size, 0) != 0) {
                 free(m);
                 return;
@@ -201,12 +194,10 @@ static void fake_pump(struct lg_conn *c)
 {
     if (pthread_mutex_trylock(&fake_tr.pump_mu) != 0)
         return; /* a commit is changing the committed path: the next call moves the data */
-    pthread_mutex_lock(&c->mu); /* a rebuild of the committed path's slot clears it */
-    struct lg_path *p = c->active_path;
-    pthread_mutex_unlock(&c->mu);
+    struct lg_path *p = lg_conn_committed(c);
     if (p && !fake_check_broken(p)) {
-        if (c->kind == LG_CONN_SEND)
-            fake_send_pump(c);
+        if (lg_conn_is_send(c))
+            fake_send_pump(c, p);
         else
             fake_recv_pump(c, p);
     }
@@ -252,7 +243,7 @@ static void fake_progress(struct lg_conn *c, struct lg_req *r)
 {
     (void)r;
     fake_pump(c);
-    if (c->kind == LG_CONN_SEND)
+    if (lg_conn_is_send(c))
         lg_conn_poll_ctrl(c); /* the acks */
 }
 static int fake_step(struct lg_conn *c, uint64_t now) { return (void)c, (void)now, 0; }
@@ -262,12 +253,12 @@ static void fake_watch(struct lg_conn *c, uint64_t now)
 {
     (void)now;
     for (int i = 0; i < LG_NPATHS; i++)
-        if (lg_path_up(c->paths[i]))
-            fake_check_broken(c->paths[i]);
+        if (lg_path_is_up(lg_conn_path(c, i)))
+            fake_check_broken(lg_conn_path(c, i));
 }
 static void fake_nothing(struct lg_conn *c, uint64_t now) { (void)c, (void)now; }
 static int fake_on_frame(struct lg_path *p, const struct lg_ctrl *f) { return (void)p, (void)f, 0; }
-static void fake_resume(struct lg_path *p) { fake_pump(p->conn); }
+static void fake_resume(struct lg_path *p) { fake_pump(lg_path_conn(p)); }
 /* Nothing lands from a fenced path's wire. */
 static void fake_fence(struct lg_path *p)
 {

@@ -1,0 +1,73 @@
+/* What a transport hands out and places, through the upcall API (upcall.h): the messages the
+ * sender's cursor has not handed out yet, the receive a message goes to by the protocol's
+ * rules, and the few facts of a connection and its paths a transport needs to name a wire. */
+#include <stddef.h>
+
+#include "proto/conn.h"
+#include "proto/upcall.h"
+
+struct lg_path_id lg_path_id(const struct lg_path *p)
+{
+    return (struct lg_path_id){.nonce = p->conn->nonce, .gen = p->gen, .slot = p->index};
+}
+
+struct lg_conn *lg_path_conn(const struct lg_path *p) { return p->conn; }
+int lg_path_is_up(const struct lg_path *p) { return lg_path_up(p); }
+int lg_conn_is_send(const struct lg_conn *c) { return c->kind == LG_CONN_SEND; }
+
+struct lg_path *lg_conn_path(struct lg_conn *c, int slot)
+{
+    return slot >= 0 && slot < LG_NPATHS ? __atomic_load_n(&c->paths[slot], __ATOMIC_ACQUIRE)
+                                         : NULL;
+}
+
+struct lg_path *lg_conn_committed(struct lg_conn *c)
+{
+    pthread_mutex_lock(&c->mu); /* a rebuild of the committed path's slot clears it */
+    struct lg_path *p = c->active_path;
+    pthread_mutex_unlock(&c->mu);
+    return p;
+}
+
+int lg_send_unsent(struct lg_conn *c, struct lg_path *p, lg_send_put_fn put, void *arg)
+{
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    /* Only the committed path carries data, and only while no hold (a switch) stops it. */
+    if (lg_path_up(p) && c->active_path == p && c->paths[c->active] == p) {
+        uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
+        while (c->cursor_seq < posted &&
+               __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE) {
+            const struct lg_req *r = &c->reqs[c->cursor_seq % LG_WINDOW];
+            struct lg_out_msg m = {.seq = c->cursor_seq,
+                                   .epoch = __atomic_load_n(&c->epoch, __ATOMIC_RELAXED),
+                                   .data = r->data, .size = r->size};
+            if (put(arg, &m) != 0)
+                break;
+            c->cursor_seq++;
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+enum lg_place lg_recv_target(struct lg_conn *c, uint64_t seq, uint32_t epoch, struct lg_req **r,
+                             void **buf, size_t *cap)
+{
+    uint32_t now_epoch = __atomic_load_n(&c->epoch, __ATOMIC_SEQ_CST);
+    struct lg_req *q = &c->reqs[seq % LG_WINDOW];
+    uint32_t st = __atomic_load_n(&q->state, __ATOMIC_ACQUIRE);
+    /* Sent in another epoch, before the receiver opened this one, or placed already. */
+    if (epoch != now_epoch || __atomic_load_n(&c->rx_open, __ATOMIC_SEQ_CST) != now_epoch ||
+        seq < __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) ||
+        ((st & LG_REQ_POSTED) && q->seq == seq && (st & LG_REQ_DONE)))
+        return LG_PLACE_STALE;
+    if (seq >= __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) || !(st & LG_REQ_POSTED) ||
+        q->seq != seq)
+        return LG_PLACE_LATER; /* its receive is not posted yet */
+    *r = q;
+    *buf = q->buf;
+    *cap = q->cap;
+    return LG_PLACE_INTO;
+}
