@@ -55,7 +55,6 @@ struct lg_fo {
     uint64_t hb_force;     /* send a heartbeat on every path at the next run */
     uint32_t hb_epoch;     /* the epoch and generations the last heartbeat said */
     uint64_t hb_gens;
-    uint64_t posted_told_ns; /* sender, wrap mode: when POSTED last went out */
     /* what the peer said (copied from the mailbox) */
     uint8_t peer_flags;
     uint32_t peer_epoch;
@@ -77,12 +76,8 @@ struct lg_fo {
     uint64_t last_run_ns;  /* a late run (the process was starved) judges no silence */
     uint64_t stalled_ns;   /* stall time counted so far (see dead_check) */
     /* receiver: the progress watchdog (rx_watchdog) */
-    uint64_t wd_base, wd_placed, wd_since, wd_commit_ns;
-    uint64_t wd_polled_ns; /* a monitor run that saw NCCL poll (conn->polled) */
-    uint64_t wd_ask_base, wd_ask_placed, wd_ask_path; /* receiver: the stall it asked the
-                                                      * sender about (path: gen << 1 | index) */
-    uint64_t wd_ask_from, wd_ask_last; /* ... since when, and when it last asked */
-    uint64_t wd_denied_seq; /* sender: the last STALLED it found nothing stuck for, + 1 */
+    uint64_t wd_base, wd_placed, wd_since, wd_commit_ns; /* (a transport's watchdog keeps
+                                                         * the rest of its own state) */
     int late, late_runs;
 };
 #define LG_SW_NONE 0
@@ -103,10 +98,6 @@ struct lg_mailbox {
     uint64_t resync_rx_ns;
     uint64_t peer_posted;  /* receiver, wrap mode: newest POSTED (messages the sender handed
                             * to its inner plugin) */
-    uint64_t stalled_seq;  /* sender: newest STALLED (the receiver's message that got no data) */
-    uint64_t stalled_rx_ns; /* ... when it came (0: none to answer) */
-    int stalled_path;      /* ... on which path, of which gen */
-    uint32_t stalled_gen;
     uint8_t hb_flags;      /* newest heartbeat */
     uint32_t hb_epoch;
     uint64_t hb_gens;

@@ -85,6 +85,8 @@ struct lg_inner_conn {
                               * what to hold; no inner send completes until the switch ends
                               * (under wmu) */
     struct lg_inner_rate rate[LG_NPATHS]; /* sender: the slow judge's windows */
+    uint64_t posted_told_ns; /* sender: when POSTED last went out (monitor) */
+    uint64_t polled_ns;      /* receiver: a watchdog run that saw NCCL poll (monitor) */
     struct lg_inner_req req[LG_WINDOW];
 };
 

@@ -312,7 +312,7 @@ static void pump_kept(struct lg_conn *c, uint64_t idle_ns)
 
 static void inner_watch(struct lg_conn *c, uint64_t now)
 {
-    struct lg_fo *fo = &c->fo;
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
     struct lg_path *p = c->active_path;
     if (c->kind == LG_CONN_SEND)
         pump_kept(c, LG_MS(lg_params.heartbeat_ms));
@@ -325,8 +325,8 @@ static void inner_watch(struct lg_conn *c, uint64_t now)
     int waiting = sent > base && base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) &&
                   lg_path_heard_recently(p, now);
     if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
-        fo->wd_polled_ns = now;
-    if (now - fo->wd_polled_ns > LG_MS(lg_params.stall_ms) / 2)
+        e->polled_ns = now;
+    if (now - e->polled_ns > LG_MS(lg_params.stall_ms) / 2)
         waiting = 0;
     uint64_t from = lg_conn_stalled_since(c, waiting, base, 0, now);
     if (!from)
@@ -342,12 +342,12 @@ static void inner_watch(struct lg_conn *c, uint64_t now)
  * inner path from a quiet one. */
 static void inner_heartbeat(struct lg_conn *c, uint64_t now)
 {
-    struct lg_fo *fo = &c->fo;
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
     struct lg_path *pa = c->active_path;
     if (c->kind != LG_CONN_SEND || !lg_path_up(pa) ||
-        now - fo->posted_told_ns < LG_MS(lg_params.heartbeat_ms))
+        now - e->posted_told_ns < LG_MS(lg_params.heartbeat_ms))
         return;
-    fo->posted_told_ns = now;
+    e->posted_told_ns = now;
     pthread_mutex_lock(&c->mu);
     uint64_t sent = c->cursor_seq;
     pthread_mutex_unlock(&c->mu);

@@ -102,19 +102,22 @@ static int tcp_flush_test(void *request, int *done, ncclResult_t *rc)
 /* A sender's endpoint holds its goodput windows (tcp_conn.h); a receiver needs none. */
 static int tcp_open(struct lg_conn *c, struct lg_endpoint **out)
 {
+    (void)c;
     *out = NULL;
-    if (c->kind != LG_CONN_SEND)
-        return 0;
     struct lg_tcp_conn *e = calloc(1, sizeof(*e));
     if (!e)
         return -1;
+    pthread_mutex_init(&e->ask_mu, NULL);
     *out = (struct lg_endpoint *)e;
     return 0;
 }
 
 static void tcp_release(struct lg_conn *c)
 {
-    free(lg_tcp_ep(c->ep));
+    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
+    if (e)
+        pthread_mutex_destroy(&e->ask_mu);
+    free(e);
     c->ep = NULL;
 }
 

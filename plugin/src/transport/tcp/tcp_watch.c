@@ -1,8 +1,8 @@
 /* The TCP transport's watch over its paths (monitor thread): the progress watchdogs (a data
  * stream that stalls while the peer is still heard) and goodput health (a path that loses
- * data: goodput.h, its windows in the endpoint: tcp_conn.h). Their verdicts fail a path
- * (lg_path_stalled) or hold it off (gray.h),
- * never switch anything themselves. */
+ * data: goodput.h). Their state is the endpoint's (tcp_conn.h), none the failover machine's.
+ * Their verdicts fail a path (lg_path_stalled) or hold it off (gray.h), never switch anything
+ * themselves. */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -35,9 +35,8 @@
  * the sender judges from its sockets (tx_watchdog); unconfirmed for LG_STALL_ALONE_PERIODS,
  * the receiver fails the path itself (fenced; the sender fails over, or an unprotected
  * connection reports it). */
-static void rx_watchdog(struct lg_conn *c, uint64_t now)
+static void rx_watchdog(struct lg_conn *c, struct lg_tcp_conn *e, uint64_t now)
 {
-    struct lg_fo *fo = &c->fo;
     struct lg_path *p = c->active_path;
     if (!lg_params.stall_ms || !lg_path_up(p))
         return;
@@ -55,34 +54,34 @@ static void rx_watchdog(struct lg_conn *c, uint64_t now)
         around = 0;
     /* Chunks test() would place inline are not late when NCCL is not polling. */
     if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
-        fo->wd_polled_ns = now;
-    if (lg_params.poll_inline && now - fo->wd_polled_ns > LG_MS(lg_params.stall_ms) / 2)
+        e->polled_ns = now;
+    if (lg_params.poll_inline && now - e->polled_ns > LG_MS(lg_params.stall_ms) / 2)
         around = 0;
     uint64_t from = lg_conn_stalled_since(c, around, base, placed, now);
     if (!from)
         return;
     uint64_t key = (uint64_t)p->gen << 1 | (uint64_t)p->index; /* the path it is about */
     /* The same stall while it lasts: asked about each period (one late period is slack). */
-    if (!fo->wd_ask_from || base != fo->wd_ask_base || placed != fo->wd_ask_placed ||
-        key != fo->wd_ask_path || now - fo->wd_ask_last > 2 * LG_MS(lg_params.stall_ms)) {
-        fo->wd_ask_from = from; /* a new stall */
-        fo->wd_ask_base = base;
-        fo->wd_ask_placed = placed;
-        fo->wd_ask_path = key;
+    if (!e->ask_from || base != e->ask_base || placed != e->ask_placed ||
+        key != e->ask_path || now - e->ask_last > 2 * LG_MS(lg_params.stall_ms)) {
+        e->ask_from = from; /* a new stall */
+        e->ask_base = base;
+        e->ask_placed = placed;
+        e->ask_path = key;
         LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s: message #%llu got no data for "
                 "%.0f ms (%llu bytes placed) while data around it arrived; asking the sender "
                 "whether a stream of it is stuck", (unsigned long long)c->nonce,
                 lg_slot_name(p->index), p->nic, (unsigned long long)base,
                 lg_ms_since(from, now), (unsigned long long)placed);
     }
-    fo->wd_ask_last = now;
-    if (now - fo->wd_ask_from < LG_STALL_ALONE_PERIODS * LG_MS(lg_params.stall_ms)) {
+    e->ask_last = now;
+    if (now - e->ask_from < LG_STALL_ALONE_PERIODS * LG_MS(lg_params.stall_ms)) {
         struct lg_ctrl ask = {.type = LG_CTRL_STALLED, .value = base};
         lg_path_ctrl_send(p, &ask);
         return;
     }
-    uint32_t for_ms = (uint32_t)lg_ms_since(fo->wd_ask_from, now);
-    fo->wd_ask_from = 0;
+    uint32_t for_ms = (uint32_t)lg_ms_since(e->ask_from, now);
+    e->ask_from = 0;
     char why[128];
     snprintf(why, sizeof(why), "stalled: message #%llu got no data for %u ms (%llu bytes "
              "placed), unconfirmed by the sender", (unsigned long long)base, for_ms,
@@ -106,26 +105,26 @@ int lg_tcp_on_frame(struct lg_path *p, const struct lg_ctrl *f)
                           (unsigned long long)f->value);
         return -1;
     }
-    pthread_mutex_lock(&c->mb_mu);
-    c->mb.stalled_seq = f->value;
-    c->mb.stalled_rx_ns = lg_now_ns();
-    c->mb.stalled_path = p->index;
-    c->mb.stalled_gen = p->gen;
-    pthread_mutex_unlock(&c->mb_mu);
+    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
+    pthread_mutex_lock(&e->ask_mu);
+    e->asked_seq = f->value;
+    e->asked_rx_ns = lg_now_ns();
+    e->asked_slot = p->index;
+    e->asked_gen = p->gen;
+    pthread_mutex_unlock(&e->ask_mu);
     lg_monitor_wake(c);
     return 1;
 }
 
 /* Sender: the receiver's question about path p, taken once: 1 and the message it named if
  * one came for p as it is now and that message is still unacknowledged. */
-static int asked(struct lg_conn *c, const struct lg_path *p, uint64_t acked, uint64_t *seq)
+static int asked(struct lg_tcp_conn *e, const struct lg_path *p, uint64_t acked, uint64_t *seq)
 {
-    pthread_mutex_lock(&c->mb_mu);
-    int got = c->mb.stalled_rx_ns && c->mb.stalled_path == p->index &&
-              c->mb.stalled_gen == p->gen;
-    *seq = c->mb.stalled_seq;
-    c->mb.stalled_rx_ns = 0;
-    pthread_mutex_unlock(&c->mb_mu);
+    pthread_mutex_lock(&e->ask_mu);
+    int got = e->asked_rx_ns && e->asked_slot == p->index && e->asked_gen == p->gen;
+    *seq = e->asked_seq;
+    e->asked_rx_ns = 0;
+    pthread_mutex_unlock(&e->ask_mu);
     return got && *seq >= acked;
 }
 
@@ -137,13 +136,13 @@ static int asked(struct lg_conn *c, const struct lg_path *p, uint64_t acked, uin
  * half that silence confirms it (the receiver has waited a whole period already); none at all,
  * with every byte in flight acknowledged, is a writer of ours late for CPU, not the network,
  * and the path stays. */
-static void tx_watchdog(struct lg_conn *c, uint64_t now)
+static void tx_watchdog(struct lg_conn *c, struct lg_tcp_conn *e, uint64_t now)
 {
     struct lg_path *p = c->active_path;
     if (!lg_params.stall_ms || !lg_path_up(p))
         return;
     uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE), seq;
-    int q = asked(c, p, acked, &seq);
+    int q = asked(e, p, acked, &seq);
     /* Only while the peer is heard (its heartbeats keep coming): a peer process or host that
      * gets no CPU is silence, judged elsewhere, not a stalled flow. */
     if (acked >= __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) ||
@@ -171,8 +170,8 @@ static void tx_watchdog(struct lg_conn *c, uint64_t now)
         lg_path_stalled(p, why, ti.tcpi_last_ack_recv);
         return;
     }
-    if (q && c->fo.wd_denied_seq != seq + 1) { /* once per message asked about */
-        c->fo.wd_denied_seq = seq + 1;
+    if (q && e->denied_seq != seq + 1) { /* once per message asked about */
+        e->denied_seq = seq + 1;
         LG_INFO(NCCL_NET, "send conn %016llx: the receiver says message #%llu got no data on "
                 "the %s path on NIC %s, but every data stream's bytes in flight are being "
                 "acknowledged: not the network (a writer of ours late for CPU); left on it",
@@ -186,7 +185,7 @@ static void tx_watchdog(struct lg_conn *c, uint64_t now)
 void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
 {
     struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
-    if (!lg_params.gray_retrans_pct || !e)
+    if (!lg_params.gray_retrans_pct || c->kind != LG_CONN_SEND)
         return;
     for (int i = 0; i < LG_NPATHS; i++) {
         struct lg_path *p = c->paths[i];
@@ -235,8 +234,9 @@ void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
 
 void lg_tcp_watch(struct lg_conn *c, uint64_t now)
 {
+    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
     if (c->kind == LG_CONN_RECV)
-        rx_watchdog(c, now);
+        rx_watchdog(c, e, now);
     else
-        tx_watchdog(c, now);
+        tx_watchdog(c, e, now);
 }
