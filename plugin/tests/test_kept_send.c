@@ -14,13 +14,16 @@
 
 #define CHUNK 4096
 #define MSG 64
+/* Deadlines of the waits on a condition: generous, for a busy machine under a sanitizer. */
+#define WAIT_MS 10000
+#define WAIT_NS (WAIT_MS * 1000000ull)
 
 /* Reads one chunk (header and MSG bytes) from a data stream of ours, polling test() on r. */
 static int read_chunk(struct lg_peer *pe, int path, void *r, struct lg_chunk_hdr *h, char *payload)
 {
     uint8_t b[LG_CHUNK_HDR_SIZE + MSG];
     size_t got = 0;
-    uint64_t end = lg_now_ns() + 2000000000ull;
+    uint64_t end = lg_now_ns() + WAIT_NS;
     while (got < sizeof(b) && lg_now_ns() < end) {
         int done;
         if (r)
@@ -60,7 +63,7 @@ static void test_kept_send_replays_its_copy(void)
     struct lg_ctrl hb = {.type = LG_CTRL_HB, .flags = LG_HB_NIC_DOWN}, sw;
     CHECK_EQ(peer_frame(&pe, 0, hb), 0);
     CHECK_EQ(peer_frame(&pe, 1, hb), 0);
-    CHECK_EQ(peer_expect(&pe, 1, LG_CTRL_SWITCH, &sw, 2000), 0);
+    CHECK_EQ(peer_expect(&pe, 1, LG_CTRL_SWITCH, &sw, WAIT_MS), 0);
     CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_RESYNC, .flags = 1,
                                                  .epoch = sw.epoch, .value = 0}),
              0);
@@ -70,7 +73,7 @@ static void test_kept_send_replays_its_copy(void)
     CHECK_EQ(h.epoch, (uint16_t)sw.epoch);
     CHECK_EQ(memcmp(got, want, MSG), 0);
     CHECK_EQ(peer_frame(&pe, 1, (struct lg_ctrl){.type = LG_CTRL_ACK, .value = 1}), 0);
-    uint64_t end = lg_now_ns() + 2000000000ull;
+    uint64_t end = lg_now_ns() + WAIT_NS;
     while (__atomic_load_n(&pe.c->acked, __ATOMIC_ACQUIRE) < 1 && lg_now_ns() < end)
         usleep(1000);
     peer_close(&pe); /* acked: the close does not wait */
@@ -94,12 +97,12 @@ static void test_kept_sends_hold_the_window(void)
     }
     CHECK_EQ(n, LG_WINDOW); /* the slots wait for the ack, not for NCCL */
     struct lg_ctrl ask;
-    CHECK_EQ(peer_expect(&pe, 0, LG_CTRL_POSTED, &ask, 2000), 0);
+    CHECK_EQ(peer_expect(&pe, 0, LG_CTRL_POSTED, &ask, WAIT_MS), 0);
     CHECK_EQ(ask.value, LG_WINDOW);
     /* An honest receiver acks what it read. */
     char sink[1 << 16];
     size_t want = (size_t)LG_WINDOW * (LG_CHUNK_HDR_SIZE + MSG), got = 0;
-    uint64_t end = lg_now_ns() + 2000000000ull;
+    uint64_t end = lg_now_ns() + WAIT_NS;
     while (got < want && lg_now_ns() < end) {
         ssize_t k = recv(pe.data[0][0], sink, sizeof(sink), MSG_DONTWAIT);
         got += k > 0 ? (size_t)k : 0;
@@ -107,7 +110,7 @@ static void test_kept_sends_hold_the_window(void)
     CHECK_EQ(got, want);
     CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_ACK, .value = LG_WINDOW}), 0);
     void *r = NULL;
-    end = lg_now_ns() + 2000000000ull;
+    end = lg_now_ns() + WAIT_NS;
     while (!r && lg_now_ns() < end) {
         CHECK_EQ(lg_core_isend(pe.c, buf, MSG, 0, NULL, &r), ncclSuccess);
         usleep(200);
@@ -137,12 +140,12 @@ static void test_receiver_batches_kept_acks(void)
                                  .flags = LG_CHUNK_F_KEPT};
         CHECK_EQ(peer_chunk(&pe, 0, 0, h, payload, MSG), 0);
         ncclResult_t rc;
-        CHECK_EQ(peer_poll(&pe, r[i], 2000, &rc), 1);
+        CHECK_EQ(peer_poll(&pe, r[i], WAIT_MS, &rc), 1);
     }
     CHECK_EQ(__atomic_load_n(&pe.c->ack_sent, __ATOMIC_ACQUIRE), 0); /* batched */
     CHECK_EQ(peer_frame(&pe, 0, (struct lg_ctrl){.type = LG_CTRL_POSTED, .value = 3}), 0);
     struct lg_ctrl ack;
-    CHECK_EQ(peer_expect(&pe, 0, LG_CTRL_ACK, &ack, 2000), 0);
+    CHECK_EQ(peer_expect(&pe, 0, LG_CTRL_ACK, &ack, WAIT_MS), 0);
     CHECK_EQ(ack.value, 3);
     peer_close(&pe);
 }
