@@ -30,11 +30,11 @@ int main(void)
     fast_failover_env("3000");
     loopback_devices("lgt0", "lgt1");
     CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, test_print_logger), ncclSuccess);
-    CHECK(lg_wrap != NULL); /* the contract below is the inner transport's, not TCP's */
-    if (!lg_wrap)
+    CHECK(lg_inner_devs != NULL); /* the contract below is the inner transport's, not TCP's */
+    if (!lg_inner_devs)
         LG_TEST_DONE();
     for (int placed = 0; placed <= 1; placed++) {
-        lg_wrap->placed = placed;
+        lg_inner_devs->placed = placed;
         lg_contract_run(&(struct lg_contract){
             .transport = placed ? "inner (completion means placed)" : "inner",
             /* the fake's loop mode takes single receives only; wrap mode hands a group to
@@ -42,7 +42,7 @@ int main(void)
             .break_path = contract_shutdown_path, .grouped = 0,
             .sends_wait_for_receiver = !placed});
     }
-    lg_wrap->placed = 0;
+    lg_inner_devs->placed = 0;
     CHECK_EQ(lg_core_finalize(), ncclSuccess);
     LG_TEST_DONE();
 }

@@ -34,7 +34,8 @@
 #include "transport/inner/inner.h"
 #include "transport/inner/inner_mr.h"
 #include "transport/inner/inner_props.h"
-#include "transport/inner/wrap.h"
+#include "transport/inner/inner_endpoint.h"
+#include "transport/inner/inner_transport.h"
 
 #define MARKER ((void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION)
 #define NMSG 4
@@ -404,7 +405,7 @@ static void check_call_errors(void)
 struct wrap_rig {
     struct lg_inner *in;
     struct lg_inner_ctx *ctx;
-    struct lg_wrap w;
+    struct lg_inner_devs w;
     void *l, *s, *r; /* the inner listen, send and receive comms */
     struct lg_conn *c;
     struct lg_path *p;
@@ -418,7 +419,7 @@ static int wrap_rig_open(struct wrap_rig *g, const char *mode, uint64_t comm_id)
         return -1;
     g->w.in = g->in;
     g->w.ctx = g->ctx;
-    lg_wrap = &g->w;
+    lg_inner_devs = &g->w;
     char handle[NCCL_NET_HANDLE_MAXSIZE];
     CHECK_EQ(g->in->ops->listen(g->in, g->ctx, 0, handle, &g->l), ncclSuccess);
     CHECK_EQ(g->in->ops->connect(g->in, g->ctx, 0, handle, &g->s), ncclSuccess);
@@ -438,7 +439,7 @@ static void wrap_rig_close(struct wrap_rig *g)
     lg_conn_free(g->c); /* fences the path: closes the receive comm */
     g->in->ops->closeSend(g->in, g->s);
     g->in->ops->closeListen(g->in, g->l);
-    lg_wrap = NULL;
+    lg_inner_devs = NULL;
     g->in->ops->finalize(g->in, g->ctx);
     lg_inner_close(g->in);
 }
@@ -470,7 +471,7 @@ static void check_wrap_grouped(void)
     /* A switch before the next group completes: posted again, whole, on the new comm. */
     CHECK_EQ(lg_conn_irecv(c, 2, data, caps, tags, NULL, &req), ncclSuccess);
     CHECK(fst->irecvs == irecvs + 2 && fst->recv_n == 2);
-    lg_wrap_rx_forget(c);
+    lg_inner_ep_rx_forget(c);
     done = 0;
     for (int i = 0; i < 10 && !done; i++) /* a poll posts it again, a later one completes it */
         CHECK_EQ(lg_req_test(req, &done, sizes), ncclSuccess);
@@ -495,15 +496,15 @@ static void check_wrap_dereg_in_flight(void)
     size_t caps[1] = {sizeof(buf)};
     int tags[1] = {0}, done = 0, sizes[1] = {-1};
     struct lg_inner_mr *mr = NULL;
-    CHECK_EQ(lg_wrap_reg_mr(c, buf, sizeof(buf), NCCL_PTR_HOST, 0, -1, &mr), ncclSuccess);
+    CHECK_EQ(lg_inner_ep_reg_mr(c, buf, sizeof(buf), NCCL_PTR_HOST, 0, -1, &mr), ncclSuccess);
     CHECK(mr != NULL);
     int irecvs = fst->irecvs;
     CHECK_EQ(lg_conn_irecv(c, 1, data, caps, tags, &mr, &req), ncclSuccess);
     CHECK(req != NULL && fst->irecvs == irecvs + 1);
     CHECK(e->req[0].imr == mr);
-    CHECK_EQ(lg_wrap_dereg_mr(c, mr), ncclSuccess);
+    CHECK_EQ(lg_inner_ep_dereg_mr(c, mr), ncclSuccess);
     CHECK(e->req[0].imr == NULL);
-    lg_wrap_rx_forget(c);
+    lg_inner_ep_rx_forget(c);
     CHECK_EQ(lg_req_test(req, &done, sizes), ncclSuccess); /* posted again, no registration */
     CHECK(fst->irecvs == irecvs + 2);
     wrap_rig_close(&g);
@@ -524,31 +525,32 @@ static void check_wrap_flush(void)
     int sizes[1] = {64}, done = 0;
     struct lg_inner_mr *mrs[1] = {NULL};
     int flushes = fst->flushes, tests = fst->tests;
-    CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
+    CHECK_EQ(lg_inner_ep_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     CHECK(req != NULL && fst->flushes == flushes + 1);
     ncclResult_t rc = ncclInternalError;
-    CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
+    CHECK_EQ(lg_inner_ep_flush_test(req, &done, &rc), 1);
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1);
-    /* Re-armed (a fresh inner comm on the same path, wrap.h): the old comm's flush is done. */
-    CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
-    lg_wrap_rearm(p);
+    /* Re-armed (a fresh inner comm on the same path, inner_endpoint.h): the old comm's flush
+     * is done. */
+    CHECK_EQ(lg_inner_ep_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
+    lg_inner_ep_rearm(p);
     CHECK(lg_inner_tp(p->tp)->igen == 1 && lg_inner_tp(p->tp)->comm == NULL &&
-          !lg_wrap_carries(p));
+          !lg_inner_ep_carries(p));
     /* as if the next handshake had ended (the fake's comms are tokens) */
     lg_inner_tp(p->tp)->comm = g.r;
     lg_inner_tp(p->tp)->ready = 1;
-    CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
+    CHECK_EQ(lg_inner_ep_flush_test(req, &done, &rc), 1);
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1);
-    CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
-    lg_wrap_fence(p);
-    CHECK(lg_wrap_carries(p) == 0);
+    CHECK_EQ(lg_inner_ep_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
+    lg_inner_ep_fence(p);
+    CHECK(lg_inner_ep_carries(p) == 0);
     done = 0;
-    CHECK_EQ(lg_wrap_flush_test(req, &done, &rc), 1);
+    CHECK_EQ(lg_inner_ep_flush_test(req, &done, &rc), 1);
     CHECK(done == 1 && rc == ncclSuccess && fst->tests == tests + 1); /* no inner call */
     /* No committed comm: nothing to flush, NULL (complete) as for host memory. */
-    CHECK_EQ(lg_wrap_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
+    CHECK_EQ(lg_inner_ep_iflush(c, 1, data, sizes, mrs, &req), ncclSuccess);
     CHECK(req == NULL && fst->flushes == flushes + 3);
-    CHECK_EQ(lg_wrap_flush_test(buf, &done, &rc), 0); /* not one of ours */
+    CHECK_EQ(lg_inner_ep_flush_test(buf, &done, &rc), 0); /* not one of ours */
     wrap_rig_close(&g);
 }
 
@@ -565,11 +567,11 @@ static void check_wrap_path_objects(void)
     struct lg_path *q = lg_path_alloc(g.c, 0, "rail0", "peer"); /* slot 0's rebuild, gen 1 */
     CHECK(q != NULL && q->tp != NULL && q->tp != p->tp);
     q->gen = 1;
-    CHECK(!lg_wrap_carries(q) && lg_inner_tp(q->tp)->comm == NULL && lg_wrap_carries(p));
-    lg_wrap_fence(q);
-    CHECK(lg_wrap_carries(p) && lg_inner_tp(p->tp)->comm == g.r && !lg_inner_tp(p->tp)->dead);
+    CHECK(!lg_inner_ep_carries(q) && lg_inner_tp(q->tp)->comm == NULL && lg_inner_ep_carries(p));
+    lg_inner_ep_fence(q);
+    CHECK(lg_inner_ep_carries(p) && lg_inner_tp(p->tp)->comm == g.r && !lg_inner_tp(p->tp)->dead);
     lg_path_free(q);
-    CHECK(lg_wrap_carries(p));
+    CHECK(lg_inner_ep_carries(p));
     wrap_rig_close(&g);
 }
 

@@ -34,7 +34,7 @@
 #include "runtime/params.h"
 #include "runtime/util.h"
 #include "transport/inner/inner_dev.h"
-#include "transport/inner/wrap.h"
+#include "transport/inner/inner_endpoint.h"
 
 #define NBUF 8
 #define BUFSZ 70000
@@ -173,7 +173,7 @@ static int committed_on(void *comm, int slot)
     pthread_mutex_lock(&c->mu);
     struct lg_path *a = c->active_path;
     int on = c->active == slot && a && a == c->paths[slot] && lg_path_up(a) &&
-             lg_wrap_carries(a);
+             lg_inner_ep_carries(a);
     pthread_mutex_unlock(&c->mu);
     return on;
 }
@@ -187,7 +187,7 @@ static int wait_settled(struct pair *p, int slot, double max_s)
         int ok = committed_on(p->s, slot) && committed_on(p->r, slot);
         for (int i = 0; i < 2 && ok; i++) {
             struct lg_path *q = C(i ? p->r : p->s)->paths[1 - slot];
-            ok = q && lg_path_up(q) && lg_wrap_carries(q);
+            ok = q && lg_path_up(q) && lg_inner_ep_carries(q);
         }
         if (ok)
             return 1;
@@ -352,7 +352,7 @@ static void test_flush(void)
 static void test_placed_completion(int placed)
 {
     struct pair p;
-    lg_wrap->placed = placed;
+    lg_inner_devs->placed = placed;
     CHECK_EQ(pair_open(&p, NULL), 0);
     /* A placed sender says so as its comms come up: its receiver then acks only when due. */
     uint64_t t0 = lg_now_ns();
@@ -373,7 +373,7 @@ static void test_placed_completion(int placed)
     /* The receive's completion acked it at once only for a sender that waits for acks. */
     CHECK_EQ(__atomic_load_n(&C(p.r)->ack_sent, __ATOMIC_ACQUIRE), !placed);
     pair_close(&p);
-    lg_wrap->placed = 0;
+    lg_inner_devs->placed = 0;
 }
 
 /* Sends completed on placement and then reused (overwritten, as NCCL may) while their
@@ -385,7 +385,7 @@ static void test_placed_resync(int kill_receiver)
     struct pair p;
     void *rreq[NBUF], *sreq[NBUF];
     int size = -1, ok = 1;
-    lg_wrap->placed = 1;
+    lg_inner_devs->placed = 1;
     CHECK_EQ(pair_open(&p, NULL), 0);
     for (int k = 0; k < NBUF; k++)
         CHECK((rreq[k] = post_recv(&p, k)) != NULL);
@@ -402,7 +402,7 @@ static void test_placed_resync(int kill_receiver)
     CHECK(ok);
     CHECK(roundtrip(&p, 0, 40)); /* and on from there */
     pair_close(&p);
-    lg_wrap->placed = 0;
+    lg_inner_devs->placed = 0;
 }
 
 /* ---- sends kept in a copy (acknowledged completion) ---------------------------------------- */
@@ -417,7 +417,7 @@ static void test_kept_sends(void)
 {
     struct pair p;
     int size = -1, done = 0;
-    lg_wrap->placed = 0;
+    lg_inner_devs->placed = 0;
     __atomic_store_n(&fst->early_send, 1, __ATOMIC_RELAXED);
     CHECK_EQ(pair_open(&p, NULL), 0);
     /* The sender says so as its comms come up (KEEPS): its receiver may then batch the acks
@@ -505,7 +505,7 @@ static void test_traffic(int placed, int kill_receiver)
     uint64_t posted[2] = {0}, done_s[2] = {0}, done_r[2] = {0};
     const uint64_t total = 120;
     int bad = 0, errors = 0, killed = 0;
-    lg_wrap->placed = placed;
+    lg_inner_devs->placed = placed;
     CHECK_EQ(pair_open(&ab, NULL), 0);
     CHECK_EQ(pair_open(&ba, NULL), 0);
     uint32_t e0[2] = {epoch_of(ab.s), epoch_of(ba.s)};
@@ -546,7 +546,7 @@ static void test_traffic(int placed, int kill_receiver)
     CHECK(roundtrip(&ab, 0, 200) && roundtrip(&ba, 0, 201));
     pair_close(&ab);
     pair_close(&ba);
-    lg_wrap->placed = 0;
+    lg_inner_devs->placed = 0;
 }
 
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
@@ -586,8 +586,8 @@ int main(void)
     fast_failover_env("3000");
     loopback_devices("lgt0", "lgt1");
     CHECK_EQ(lg_core_init(LG_FLAVOR_LINKGUARD, logger), ncclSuccess);
-    CHECK(lg_wrap != NULL);
-    if (!lg_wrap)
+    CHECK(lg_inner_devs != NULL);
+    if (!lg_inner_devs)
         LG_TEST_DONE();
     test_contexts();
     test_registration();

@@ -46,7 +46,7 @@ UPCALL_API = "proto/upcall.h"
 # lg_conn's fields (issue 27).
 KNOWN_UPWARD = {
     "transport/inner/inner_transport.c -> proto/conn.h",
-    "transport/inner/wrap.c -> proto/conn.h",
+    "transport/inner/inner_endpoint.c -> proto/conn.h",
     "transport/tcp/tcp.c -> proto/conn.h",
     "transport/tcp/tcp_recv.c -> proto/conn.h",
     "transport/tcp/tcp_send.c -> proto/conn.h",

@@ -132,7 +132,7 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
         load_params(flavor);
     /* Wrap mode (the failover plugin only: the standalone transport is what gets wrapped)
      * starts the inner plugin first: LINKGUARD_PAIRS may name its devices. */
-    if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_open(logger)) != ncclSuccess)
+    if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_inner_devs_open(logger)) != ncclSuccess)
         goto out;
     if (lg_core_loaded != (int)flavor) {
         if (lg_devices_discover(&lg_devs, flavor == LG_FLAVOR_TCP) < 0) {
@@ -144,7 +144,7 @@ ncclResult_t lg_core_init(enum lg_flavor flavor, ncclDebugLogger_t logger)
         raise_nofile();
         log_devices(flavor);
     }
-    if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_wrap_start(&lg_devs)) != ncclSuccess)
+    if (flavor == LG_FLAVOR_LINKGUARD && (rc = lg_inner_devs_start(&lg_devs)) != ncclSuccess)
         goto out;
     if (!lg_core_running) {
         if (lg_progress_start((int)lg_params.threads) != 0) {

@@ -327,7 +327,7 @@ ncclResult_t lg_core_accept(void *listen_comm, void **recv_comm)
         return ncclInternalError;
     }
     uint64_t timeout = (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
-    if (l->pending) { /* wrap mode: regMr must find the inner comms there (wrap.h) */
+    if (l->pending) { /* wrap mode: regMr must find the inner comms there (inner_endpoint.h) */
         struct lg_conn *c = l->pending;
         int usable = c->tr->usable(c, lg_now_ns());
         if (usable == 0)

@@ -126,7 +126,7 @@
  *
  * Transports (transport.h). The protocol drives a path's data only through the connection's
  * ops table c->tr: linkguard's TCP streams (tcp.h; what "chunks" and "data streams" above
- * mean) or, in wrap mode (LINKGUARD_INNER), one inner-plugin comm per path (wrap.h: whole
+ * mean) or, in wrap mode (LINKGUARD_INNER), one inner-plugin comm per path (inner_endpoint.h: whole
  * messages, posted in sequence order on the committed path from NCCL's thread; the receiver
  * closes the inner comm of a path it leaves before its RESYNC, and every path left by a
  * switch is fenced and rebuilt: the properties of transport.h). Who owns

@@ -31,8 +31,8 @@ struct lg_hello {
     uint32_t chan;       /* ... and its channel there (never 0) */
 };
 #define LG_HELLO_F_REJOIN 0x1 /* rebuilds one path of a live connection (reconnect.c) */
-#define LG_HELLO_F_WRAP 0x2   /* wrap mode: data goes through the inner plugin (wrap.h); both
-                               * sides must agree */
+#define LG_HELLO_F_WRAP 0x2   /* wrap mode: data goes through the inner plugin
+                               * (inner_endpoint.h); both sides must agree */
 #define LG_HELLO_F_SESSION 0x4 /* opens a control session (session.h): conn_nonce is its id;
                                 * path, stream, nstreams, paths_mask, listen_id and gen are 0 */
 

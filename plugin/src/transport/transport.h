@@ -1,7 +1,7 @@
 /* What the failover protocol asks of a path transport: the ops table a connection drives its
  * paths' data through. Two implementations: linkguard's TCP data streams (tcp.h: tcp.c,
- * tcp_send.c, tcp_recv.c, tcp_watch.c) and an inner NCCL net plugin (wrap.h:
- * inner_transport.c, wrap.c, over inner_dev.c). The protocol (sequence numbers, acks,
+ * tcp_send.c, tcp_recv.c, tcp_watch.c) and an inner NCCL net plugin (inner_endpoint.h:
+ * inner_transport.c, inner_endpoint.c, over inner_dev.c). The protocol (sequence numbers, acks,
  * SWITCH/RESYNC, replay, fences, epochs; conn.h) never asks which one it has: it calls these
  * ops, and reads the properties.
  *

@@ -2,7 +2,7 @@
 #include "transport/transport_select.h"
 
 #include "transport/inner/inner_dev.h"
-#include "transport/inner/wrap.h"
+#include "transport/inner/inner_transport.h"
 #include "transport/tcp/tcp.h"
 
 static const struct lg_transport *lg_transport_forced; /* tests only */
@@ -15,5 +15,5 @@ void lg_transport_test_force(const struct lg_transport *tr)
 const struct lg_transport *lg_transport_select(void)
 {
     const struct lg_transport *forced = __atomic_load_n(&lg_transport_forced, __ATOMIC_ACQUIRE);
-    return forced ? forced : lg_wrap ? &lg_inner_transport : &lg_tcp_transport;
+    return forced ? forced : lg_inner_devs ? &lg_inner_transport : &lg_tcp_transport;
 }

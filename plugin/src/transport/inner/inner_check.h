@@ -7,8 +7,8 @@
 #include "nccl_net_abi.h"
 #include "transport/inner/inner_types.h"
 
-/* Calls on one path of a connection (wrap.c brackets them, per thread): their failures are
- * failed over, so they are logged as INFO instead of WARN. */
+/* Calls on one path of a connection (inner_endpoint.c brackets them, per thread): their
+ * failures are failed over, so they are logged as INFO instead of WARN. */
 void lg_inner_path_calls(int on);
 /* WARNs a failed call and returns rc (ncclInternalError for a success reported as failure). */
 ncclResult_t lg_inner_failed(struct lg_inner *in, const char *call, ncclResult_t rc);

@@ -1,7 +1,7 @@
-/* The inner transport's own objects (wrap.h): its endpoint of a connection and its state of
- * each path object. The protocol holds them only as opaque pointers (transport.h: c->ep,
- * p->tp), made by this transport's open/path_open ops and ended by release/path_close, and
- * never looks inside; none of this is in struct lg_conn, lg_path or lg_req. Types only.
+/* The inner transport's own objects (inner_endpoint.h): its endpoint of a connection and its
+ * state of each path object. The protocol holds them only as opaque pointers (transport.h:
+ * c->ep, p->tp), made by this transport's open/path_open ops and ended by release/path_close,
+ * and never looks inside; none of this is in struct lg_conn, lg_path or lg_req. Types only.
  *
  * A path's state follows its object, not its slot: a rebuilt path is a new lg_path, and while
  * it is being built the one it replaces still stands in its slot (the receiver's may still

@@ -14,7 +14,7 @@
 #include "transport/inner/inner_pair.h"
 #include "transport/inner/inner_props.h"
 
-struct lg_wrap *lg_wrap;
+struct lg_inner_devs *lg_inner_devs;
 
 /* ---- init ------------------------------------------------------------------------------- */
 
@@ -116,7 +116,7 @@ static int translate_pairs(const struct lg_inner *in, char *err, size_t len)
 /* Device d's backup set, each member on an inner device of its own (lg_inner_set_map); a
  * member without one leaves the set (INFO), so that the spread never puts a backup path where
  * no inner comm can follow. */
-static void map_set(struct lg_wrap *w, struct lg_device *d, int dev,
+static void map_set(struct lg_inner_devs *w, struct lg_device *d, int dev,
                     const struct lg_inner_devid *devs, int ndev)
 {
     static struct nic_ids bufs[LG_MAX_BACKUP_SET];
@@ -139,20 +139,20 @@ static void map_set(struct lg_wrap *w, struct lg_device *d, int dev,
     d->nset = kept;
 }
 
-int lg_wrap_inner_dev(int dev, const char *nic)
+int lg_inner_devs_find(int dev, const char *nic)
 {
     const struct lg_device *d = lg_device_get(dev);
-    if (!lg_wrap || !d)
+    if (!lg_inner_devs || !d)
         return -1;
     if (!strcmp(nic, d->nic[0].name))
-        return lg_wrap->inner_dev[dev][0];
+        return lg_inner_devs->inner_dev[dev][0];
     for (int k = 0; k < d->nset; k++)
         if (!strcmp(nic, d->set[k].name))
-            return lg_wrap->set_dev[dev][k];
-    return d->has_backup && !strcmp(nic, d->nic[1].name) ? lg_wrap->inner_dev[dev][1] : -1;
+            return lg_inner_devs->set_dev[dev][k];
+    return d->has_backup && !strcmp(nic, d->nic[1].name) ? lg_inner_devs->inner_dev[dev][1] : -1;
 }
 
-static int map_devices(struct lg_wrap *w, struct lg_device_table *t, char *err, size_t len)
+static int map_devices(struct lg_inner_devs *w, struct lg_device_table *t, char *err, size_t len)
 {
     struct lg_inner *in = w->in;
     static struct lg_inner_devid devs[LG_INNER_MAX_DEVS];
@@ -192,36 +192,36 @@ static int map_devices(struct lg_wrap *w, struct lg_device_table *t, char *err, 
 /* The inner plugin's log goes through here. Its WARNs are about one path (a comm that
  * linkguard fenced, or whose link died), which linkguard fails over: they become INFO lines
  * that say so. linkguard WARNs itself when a call or a connection really fails. */
-static ncclDebugLogger_t lg_wrap_log_to;
+static ncclDebugLogger_t inner_log_to;
 
 static void inner_logger(ncclDebugLogLevel level, unsigned long flags, const char *file,
                          int line, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
-    if (!lg_wrap_log_to)
+    if (!inner_log_to)
         return;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (level == NCCL_LOG_WARN)
-        lg_wrap_log_to(NCCL_LOG_INFO, flags | NCCL_NET, file, line,
+        inner_log_to(NCCL_LOG_INFO, flags | NCCL_NET, file, line,
                        "inner plugin warning (linkguard fails this path over): %s", msg);
     else
-        lg_wrap_log_to(level, flags, file, line, "%s", msg);
+        inner_log_to(level, flags, file, line, "%s", msg);
 }
 
 /* Opened and started, not yet mapped onto the device table (between the two init steps). */
-static struct lg_wrap *lg_wrap_opened;
+static struct lg_inner_devs *devs_opened;
 
-ncclResult_t lg_wrap_open(ncclDebugLogger_t logger)
+ncclResult_t lg_inner_devs_open(ncclDebugLogger_t logger)
 {
-    if (!lg_params.inner[0] || lg_wrap || lg_wrap_opened)
+    if (!lg_params.inner[0] || lg_inner_devs || devs_opened)
         return ncclSuccess;
-    struct lg_wrap *w = calloc(1, sizeof(*w));
+    struct lg_inner_devs *w = calloc(1, sizeof(*w));
     if (!w)
         return ncclSystemError;
-    lg_wrap_log_to = logger;
+    inner_log_to = logger;
     ncclResult_t rc = lg_inner_open_env(logger ? inner_logger : NULL, NULL, &w->in);
     if (rc == ncclSuccess)
         rc = lg_inner_start(w->in, 0, NCCL_NET_TRAFFIC_CLASS_UNDEF, &w->ctx);
@@ -237,14 +237,14 @@ ncclResult_t lg_wrap_open(ncclDebugLogger_t logger)
         free(w); /* the inner stays initialised: never dlclosed after init */
         return ncclInvalidUsage;
     }
-    lg_wrap_opened = w;
+    devs_opened = w;
     return ncclSuccess;
 }
 
-ncclResult_t lg_wrap_start(struct lg_device_table *t)
+ncclResult_t lg_inner_devs_start(struct lg_device_table *t)
 {
-    struct lg_wrap *w = lg_wrap_opened;
-    if (!w || lg_wrap)
+    struct lg_inner_devs *w = devs_opened;
+    if (!w || lg_inner_devs)
         return ncclSuccess;
     char err[256] = "";
     if (map_devices(w, t, err, sizeof(err)) != 0) {
@@ -270,13 +270,13 @@ ncclResult_t lg_wrap_start(struct lg_device_table *t)
                         "the receiver"
                       : "on linkguard's acknowledgement and the inner plugin's completion",
             why);
-    lg_wrap = w;
+    lg_inner_devs = w;
     return ncclSuccess;
 }
 
-ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props)
+ncclResult_t lg_inner_devs_properties(int dev, ncclNetProperties_v12_t *props)
 {
-    *props = lg_wrap->props[dev];
+    *props = lg_inner_devs->props[dev];
     /* A grouped receive goes to the inner plugin whole, within our request window. */
     props->maxRecvs = LG_MIN(props->maxRecvs, (int)lg_params.max_recvs);
     return ncclSuccess;
@@ -284,10 +284,13 @@ ncclResult_t lg_wrap_get_properties(int dev, ncclNetProperties_v12_t *props)
 
 /* ---- contexts ----------------------------------------------------------------------------- */
 
-ncclResult_t lg_wrap_ctx_open(uint64_t comm_id, int traffic_class, struct lg_inner_ctx **out)
+ncclResult_t lg_inner_devs_ctx_open(uint64_t comm_id, int traffic_class, struct lg_inner_ctx **out)
 {
-    return lg_wrap->in->ops->init(lg_wrap->in, comm_id, traffic_class, out);
+    return lg_inner_devs->in->ops->init(lg_inner_devs->in, comm_id, traffic_class, out);
 }
 
-void lg_wrap_ctx_close(struct lg_inner_ctx *ctx) { lg_wrap->in->ops->finalize(lg_wrap->in, ctx); }
+void lg_inner_devs_ctx_close(struct lg_inner_ctx *ctx)
+{
+    lg_inner_devs->in->ops->finalize(lg_inner_devs->in, ctx);
+}
 

@@ -1,8 +1,8 @@
-/* The inner transport's ops table (wrap.h): a path's data goes through one inner-plugin comm
- * (wrap.c: handshakes, the data pump, fences, registrations, flushes) over the inner plugin
- * the process loaded (inner_dev.c). Here: the table, the receiver's progress watchdog, the
- * sender's goodput health (completion rates), its POSTED and DELIVERED frames, and the
- * commit hooks. */
+/* The inner transport's ops table (inner_transport.h): a path's data goes through one
+ * inner-plugin comm (inner_endpoint.c: handshakes, the data pump, fences, registrations,
+ * flushes) over the inner plugin the process loaded (inner_dev.c). Here: the table, the
+ * receiver's progress watchdog, the sender's goodput health (completion rates), its POSTED
+ * and DELIVERED frames, and the commit hooks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -15,8 +15,9 @@
 #include "runtime/params.h"
 #include "runtime/util.h"
 #include "transport/inner/inner_dev.h"
+#include "transport/inner/inner_endpoint.h"
+#include "transport/inner/inner_transport.h"
 #include "transport/inner/rate.h"
-#include "transport/inner/wrap.h"
 
 static int inner_nstreams(void)
 {
@@ -26,7 +27,7 @@ static int inner_nstreams(void)
 static ncclResult_t inner_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
                                  uint64_t offset, int fd, struct lg_inner_mr **out)
 {
-    const int ptr = lg_wrap->props[c->dev].ptrSupport;
+    const int ptr = lg_inner_devs->props[c->dev].ptrSupport;
     *out = NULL;
     if (!(type & ptr) || (fd >= 0 && !(ptr & NCCL_PTR_DMABUF))) {
         LG_WARN("%s: memory type %d is not supported by dev %d (ptrSupport 0x%x)",
@@ -34,7 +35,7 @@ static ncclResult_t inner_reg_mr(struct lg_conn *c, void *data, size_t size, int
         return ncclInternalError;
     }
     /* with the inner comm of every path, now and after rebuilds */
-    return lg_wrap_reg_mr(c, data, size, type, offset, fd, out);
+    return lg_inner_ep_reg_mr(c, data, size, type, offset, fd, out);
 }
 
 /* ---- its own objects (inner_conn.h) ------------------------------------------------------- */
@@ -59,7 +60,7 @@ static void inner_release(struct lg_conn *c)
     while (e->mrs) { /* NCCL deregisters before it closes; this is a leak guard */
         struct lg_inner_mr *mr = e->mrs;
         e->mrs = mr->next;
-        lg_inner_mr_dereg(lg_wrap->in, mr);
+        lg_inner_mr_dereg(lg_inner_devs->in, mr);
     }
     pthread_mutex_destroy(&e->wmu);
     pthread_mutex_destroy(&e->mr_mu);
@@ -197,7 +198,7 @@ static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
     }
     int busy = posted > acked && polled &&
                __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
-               c->fo.sw_phase == LG_SW_NONE && lg_wrap_carries(p) &&
+               c->fo.sw_phase == LG_SW_NONE && lg_inner_ep_carries(p) &&
                lg_path_heard_recently(p, now);
     if (fresh || !w->t0 || !busy || now - w->seen_ns > gap) {
         /* (re)start: from this look on, if it is backlogged */
@@ -264,10 +265,10 @@ static void inner_posted(struct lg_conn *c, const struct lg_req *r, struct lg_in
     int n = c->kind == LG_CONN_SEND ? 1 : r->g_n;
     for (int i = 0; i < n; i++)
         __atomic_store_n(&e->req[(r->seq + (uint64_t)i) % LG_WINDOW].imr, mrs ? mrs[i] : NULL,
-                         __ATOMIC_RELEASE); /* deregMr may clear it (wrap.c) */
+                         __ATOMIC_RELEASE); /* deregMr may clear it (inner_endpoint.c) */
     if (c->kind == LG_CONN_SEND)
         account_send(c, e, r->seq);
-    lg_wrap_pump(c);
+    lg_inner_ep_pump(c);
 }
 
 /* A kept copy spares a send our ack's round trip only where the inner's completion is not
@@ -275,21 +276,21 @@ static void inner_posted(struct lg_conn *c, const struct lg_req *r, struct lg_in
 static int inner_may_keep(const struct lg_conn *c, const struct lg_inner_mr *mr)
 {
     (void)c;
-    return !lg_wrap->placed && mr && mr->type == NCCL_PTR_HOST;
+    return !lg_inner_devs->placed && mr && mr->type == NCCL_PTR_HOST;
 }
 
 static void inner_progress(struct lg_conn *c, struct lg_req *r)
 {
     if (c->kind == LG_CONN_SEND) /* goodput health: the connection is not drained */
         note_busy(c, lg_inner_ep(c->ep), coarse_ns());
-    lg_wrap_pump(c);
+    lg_inner_ep_pump(c);
     /* A send waits for the inner completion, then for our ack: read the control channel
      * only once the inner is done with it (one syscall less per poll before that). */
     if (c->kind == LG_CONN_SEND && __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0)
         lg_conn_poll_ctrl(c);
 }
 
-static int inner_carries(const struct lg_path *p) { return lg_wrap_carries(p); }
+static int inner_carries(const struct lg_path *p) { return lg_inner_ep_carries(p); }
 
 /* Receiver: the inner plugin's data flows are not ours to read, so progress is judged from
  * its requests. The oldest incomplete message has its inner receive posted, the sender said
@@ -307,7 +308,7 @@ static void pump_kept(struct lg_conn *c, uint64_t idle_ns)
         return;
     if (idle_ns && coarse_ns() - __atomic_load_n(&e->busy_ns, __ATOMIC_RELAXED) < idle_ns)
         return;
-    lg_wrap_pump(c);
+    lg_inner_ep_pump(c);
 }
 
 static void inner_watch(struct lg_conn *c, uint64_t now)
@@ -316,7 +317,7 @@ static void inner_watch(struct lg_conn *c, uint64_t now)
     struct lg_path *p = c->active_path;
     if (c->kind == LG_CONN_SEND)
         pump_kept(c, LG_MS(lg_params.heartbeat_ms));
-    if (c->kind != LG_CONN_RECV || !lg_params.stall_ms || !lg_path_up(p) || !lg_wrap_carries(p))
+    if (c->kind != LG_CONN_RECV || !lg_params.stall_ms || !lg_path_up(p) || !lg_inner_ep_carries(p))
         return;
     uint64_t base = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&c->mb_mu);
@@ -364,7 +365,7 @@ static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
     struct lg_mailbox *mb = &c->mb;
     switch (f->type) {
     case LG_CTRL_INNER:
-        return lg_wrap_on_frame(p, f);
+        return lg_inner_ep_on_frame(p, f);
     case LG_CTRL_DELIVERED:
         if (f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
             lg_conn_peer_lied(c, "DELIVERED for %llu messages, but fewer receives were posted",
@@ -385,7 +386,7 @@ static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
         if (f->value > mb->peer_posted)
             mb->peer_posted = f->value;
         pthread_mutex_unlock(&c->mb_mu);
-        lg_wrap_ack_asked(p, f->value);
+        lg_inner_ep_ack_asked(p, f->value);
         return 1;
     case LG_CTRL_KEEPS:
         /* Any size is honest (a size only batches acks; POSTED asks for the rest), and
@@ -404,7 +405,8 @@ static void inner_resume(struct lg_path *p)
 
 static void inner_rebuilt(struct lg_path *p)
 {
-    lg_inner_tp(p->tp)->ready_owed = 1; /* READY once the inner comm is accepted (wrap.c) */
+    /* READY once the inner comm is accepted (inner_endpoint.c) */
+    lg_inner_tp(p->tp)->ready_owed = 1;
 }
 
 /* NCCL's thread posts inner requests on the committed path: it is held off (wmu) across the
@@ -417,7 +419,7 @@ static void inner_commit_begin(struct lg_conn *c, struct lg_path *from, struct l
         pthread_mutex_lock(&c->mb_mu);
         uint64_t delivered = c->mb.delivered;
         pthread_mutex_unlock(&c->mb_mu);
-        lg_wrap_rx_hold(c, from, delivered);
+        lg_inner_ep_rx_hold(c, from, delivered);
     }
 }
 
@@ -427,13 +429,13 @@ static void inner_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_
 {
     if (from != to) {
         if (c->kind == LG_CONN_SEND)
-            lg_wrap_tx_forget(c);
+            lg_inner_ep_tx_forget(c);
         else
-            lg_wrap_rx_forget(c);
+            lg_inner_ep_rx_forget(c);
     }
     pthread_mutex_unlock(&lg_inner_ep(c->ep)->wmu);
     if (c->kind == LG_CONN_RECV && from && from != to)
-        lg_wrap_fence(from);
+        lg_inner_ep_fence(from);
     if (c->kind == LG_CONN_SEND && from != to)
         pump_kept(c, 0); /* the replay starts now, not when NCCL next calls */
 }
@@ -445,19 +447,19 @@ const struct lg_transport lg_inner_transport = {
     .keeps_order_in_place = 1,
     .hold_is_request = 1,
     .fresh_on_leave = 1,
-    .any_backup_nic = 1, /* each member of a set on its own inner device (lg_wrap_inner_dev) */
+    .any_backup_nic = 1, /* each member of a set on its own inner device (lg_inner_devs_find) */
     .hello_flags = LG_HELLO_F_WRAP,
     .stream_fn = {lg_stream_idle_handler, lg_stream_idle_handler},
-    .get_properties = lg_wrap_get_properties,
-    .ctx_open = lg_wrap_ctx_open,
-    .ctx_close = lg_wrap_ctx_close,
+    .get_properties = lg_inner_devs_properties,
+    .ctx_open = lg_inner_devs_ctx_open,
+    .ctx_close = lg_inner_devs_ctx_close,
     .nstreams = inner_nstreams,
     .open = inner_open,
-    .usable = lg_wrap_conn_usable,
+    .usable = lg_inner_ep_conn_usable,
     .reg_mr = inner_reg_mr,
-    .dereg_mr = lg_wrap_dereg_mr,
-    .iflush = lg_wrap_iflush,
-    .flush_test = lg_wrap_flush_test,
+    .dereg_mr = lg_inner_ep_dereg_mr,
+    .iflush = lg_inner_ep_iflush,
+    .flush_test = lg_inner_ep_flush_test,
     .release = inner_release,
     .path_open = inner_path_open,
     .path_close = inner_path_close,
@@ -465,18 +467,18 @@ const struct lg_transport lg_inner_transport = {
     .posted = inner_posted,
     .may_keep = inner_may_keep,
     .progress = inner_progress,
-    .step = lg_wrap_step,
+    .step = lg_inner_ep_step,
     .carries = inner_carries,
     .watch = inner_watch,
     .goodput = inner_goodput,
     .heartbeat = inner_heartbeat,
     .on_frame = inner_on_frame,
     .resume = inner_resume,
-    .fence = lg_wrap_fence,
-    .rearm = lg_wrap_rearm,
+    .fence = lg_inner_ep_fence,
+    .rearm = lg_inner_ep_rearm,
     .rebuilt = inner_rebuilt,
-    .switching = lg_wrap_tx_switching,
+    .switching = lg_inner_ep_tx_switching,
     .commit_begin = inner_commit_begin,
     .commit_end = inner_commit_end,
-    .drain_delivered = lg_wrap_drain_delivered,
+    .drain_delivered = lg_inner_ep_drain_delivered,
 };

@@ -1,5 +1,5 @@
-/* Wrap mode, phase 2: paths whose data goes through the inner plugin (see wrap.h). */
-#include "transport/inner/wrap.h"
+/* Wrap mode, phase 2: paths whose data goes through the inner plugin (see inner_endpoint.h). */
+#include "transport/inner/inner_endpoint.h"
 
 #include <sched.h>
 #include <stdarg.h>
@@ -26,15 +26,15 @@ _Static_assert(LG_INNER_PARTS * LG_INNER_PART_BYTES == NCCL_NET_HANDLE_MAXSIZE,
 static struct lg_inner_ctx *conn_ctx(const struct lg_conn *c)
 {
     struct lg_inner_ctx *x = lg_ctx_inner(c->ctx);
-    return x ? x : lg_wrap->ctx;
+    return x ? x : lg_inner_devs->ctx;
 }
 
-int lg_wrap_carries(const struct lg_path *p)
+int lg_inner_ep_carries(const struct lg_path *p)
 {
     return lg_inner_path_carries(lg_inner_tp(p->tp));
 }
 
-int lg_wrap_conn_usable(struct lg_conn *c, uint64_t now)
+int lg_inner_ep_conn_usable(struct lg_conn *c, uint64_t now)
 {
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
     if (!e->since)
@@ -46,11 +46,11 @@ int lg_wrap_conn_usable(struct lg_conn *c, uint64_t now)
     struct lg_path *a = c->active_path;
     pthread_mutex_unlock(&c->mu);
     /* Not yet: a handshake or a failover is under way (the monitor fails what stays stuck). */
-    int usable = a && lg_path_up(a) && lg_wrap_carries(a);
+    int usable = a && lg_path_up(a) && lg_inner_ep_carries(a);
     int grace_over = now - e->since > (uint64_t)lg_params.backup_grace_ms * 1000000ull;
     for (int i = 0; i < LG_NPATHS && usable && !grace_over; i++) {
         struct lg_path *p = __atomic_load_n(&c->paths[i], __ATOMIC_ACQUIRE);
-        if (p && p != a && lg_path_up(p) && !lg_wrap_carries(p))
+        if (p && p != a && lg_path_up(p) && !lg_inner_ep_carries(p))
             usable = 0;
     }
     lg_conn_exit(c, ph);
@@ -64,24 +64,24 @@ static ncclResult_t reg_on_paths(struct lg_conn *c, struct lg_inner_mr *mr)
 {
     for (int i = 0; i < LG_NPATHS; i++) {
         struct lg_path *p = c->paths[i];
-        if (!p || !lg_wrap_carries(p))
+        if (!p || !lg_inner_ep_carries(p))
             continue;
-        ncclResult_t rc = lg_inner_mr_add(lg_wrap->in, mr, i, lg_inner_tp(p->tp)->comm);
+        ncclResult_t rc = lg_inner_mr_add(lg_inner_devs->in, mr, i, lg_inner_tp(p->tp)->comm);
         if (rc != ncclSuccess)
             return rc;
     }
     return ncclSuccess;
 }
 
-ncclResult_t lg_wrap_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
+ncclResult_t lg_inner_ep_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
                             uint64_t offset, int fd, struct lg_inner_mr **out)
 {
     void *none[LG_INNER_NPATHS] = {NULL, NULL};
     struct lg_inner_mr *mr;
     /* An empty registration first (keeps the DMA-BUF fd), then the paths under the lock. */
-    ncclResult_t rc = fd >= 0 ? lg_inner_mr_reg_dmabuf(lg_wrap->in, none, data, size, type,
+    ncclResult_t rc = fd >= 0 ? lg_inner_mr_reg_dmabuf(lg_inner_devs->in, none, data, size, type,
                                                        offset, fd, &mr)
-                              : lg_inner_mr_reg(lg_wrap->in, none, data, size, type, &mr);
+                              : lg_inner_mr_reg(lg_inner_devs->in, none, data, size, type, &mr);
     if (rc != ncclSuccess)
         return rc;
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
@@ -93,14 +93,14 @@ ncclResult_t lg_wrap_reg_mr(struct lg_conn *c, void *data, size_t size, int type
     }
     pthread_mutex_unlock(&e->mr_mu);
     if (rc != ncclSuccess) {
-        lg_inner_mr_dereg(lg_wrap->in, mr);
+        lg_inner_mr_dereg(lg_inner_devs->in, mr);
         return rc;
     }
     *out = mr;
     return ncclSuccess;
 }
 
-ncclResult_t lg_wrap_dereg_mr(struct lg_conn *c, struct lg_inner_mr *mr)
+ncclResult_t lg_inner_ep_dereg_mr(struct lg_conn *c, struct lg_inner_mr *mr)
 {
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
     /* A request NCCL posted with it may still be posted again (a replay after a switch):
@@ -119,7 +119,7 @@ ncclResult_t lg_wrap_dereg_mr(struct lg_conn *c, struct lg_inner_mr *mr)
             *pp = mr->next;
             break;
         }
-    ncclResult_t rc = lg_inner_mr_dereg(lg_wrap->in, mr);
+    ncclResult_t rc = lg_inner_mr_dereg(lg_inner_devs->in, mr);
     pthread_mutex_unlock(&e->mr_mu);
     return rc;
 }
@@ -136,7 +136,7 @@ static void inner_failed(struct lg_path *p, const char *call, ncclResult_t rc)
 /* One inner test(): 1 done, 0 not yet, -1 failed (the path fails over). */
 static int inner_test(struct lg_path *p, void *ireq, int *size)
 {
-    struct lg_inner *in = lg_wrap->in;
+    struct lg_inner *in = lg_inner_devs->in;
     int done = 0;
     ncclResult_t rc = in->ops->test(in, ireq, &done, size);
     if (rc != ncclSuccess) {
@@ -160,7 +160,7 @@ static void tx_released(struct lg_conn *c, uint64_t seq)
 /* Under wmu: inner sends complete in posted order. With LINKGUARD_INNER_PLACED an inner
  * completion means the data is in the receiver's buffer, so it counts as an acknowledgement
  * (the NCCL send completes without waiting for ours); during a switch, once the receiver
- * has been told how many it must hold (lg_wrap_tx_switching), none completes any more. */
+ * has been told how many it must hold (lg_inner_ep_tx_switching), none completes any more. */
 static int tx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
     pthread_mutex_lock(&c->mu);
@@ -181,7 +181,7 @@ static int tx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_pat
             tx_released(c, e->test_seq);
         }
     }
-    if (lg_wrap->placed) {
+    if (lg_inner_devs->placed) {
         pthread_mutex_lock(&c->mu);
         if (e->test_seq > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
             __atomic_store_n(&c->acked, e->test_seq, __ATOMIC_RELEASE);
@@ -190,9 +190,9 @@ static int tx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_pat
     return 0;
 }
 
-void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target)
+void lg_inner_ep_tx_switching(struct lg_conn *c, struct lg_path *target)
 {
-    if (!lg_wrap->placed)
+    if (!lg_inner_devs->placed)
         return;
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
     pthread_mutex_lock(&e->wmu);
@@ -212,7 +212,7 @@ void lg_wrap_tx_switching(struct lg_conn *c, struct lg_path *target)
 static void *copy_handle(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p,
                          const struct lg_req *r, struct lg_inner_req *ir)
 {
-    struct lg_inner *in = lg_wrap->in;
+    struct lg_inner *in = lg_inner_devs->in;
     void *comm = lg_inner_tp(p->tp)->comm;
     void *none[LG_INNER_NPATHS] = {NULL, NULL};
     pthread_mutex_lock(&e->mr_mu);
@@ -237,7 +237,7 @@ static void *copy_handle(struct lg_conn *c, struct lg_inner_conn *e, struct lg_p
 
 static void tx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
-    struct lg_inner *in = lg_wrap->in;
+    struct lg_inner *in = lg_inner_devs->in;
     void *comm = lg_inner_tp(p->tp)->comm;
     if (tx_complete(c, e, p) != 0)
         return;
@@ -285,7 +285,7 @@ static void tx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *
         }
         ir->ireq = ireq;
         /* A small send we could not keep (GPU memory): our receiver batches the acks of
-         * that size (KEEPS), so this one asks for its own (lg_wrap_pump, once unlocked). */
+         * that size (KEEPS), so this one asks for its own (lg_inner_ep_pump, once unlocked). */
         if (!r->kept && r->size <= (size_t)lg_params.send_copy &&
             __atomic_load_n(&e->keeps_told, __ATOMIC_ACQUIRE))
             e->ask_upto = seq + 1;
@@ -329,7 +329,7 @@ static int rx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_pat
     return 0;
 }
 
-void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered)
+void lg_inner_ep_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered)
 {
     /* The sender's inner plugin placed every message below `delivered` and NCCL may have
      * reused those send buffers: they cannot be sent again, so their receives must be
@@ -338,7 +338,7 @@ void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered)
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
     uint64_t t0 = lg_now_ns(), limit = (uint64_t)lg_params.switch_timeout_ms * 1000000ull;
     while (old && __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) < delivered &&
-           old == c->active_path && lg_wrap_carries(old) && lg_now_ns() - t0 < limit) {
+           old == c->active_path && lg_inner_ep_carries(old) && lg_now_ns() - t0 < limit) {
         lg_inner_path_calls(1);
         int rc = rx_complete(c, e, old);
         lg_inner_path_calls(0);
@@ -353,7 +353,7 @@ void lg_wrap_rx_hold(struct lg_conn *c, struct lg_path *old, uint64_t delivered)
  * completions are due (placed before the sender saw them), so a short bound suffices. */
 #define LG_CLOSE_DRAIN_MS 200
 
-void lg_wrap_drain_delivered(struct lg_conn *c, uint64_t delivered)
+void lg_inner_ep_drain_delivered(struct lg_conn *c, uint64_t delivered)
 {
     /* On the session's reader, which holds the path busy: wmu only by trylock (its holder may
      * wait for that path), never past the bound. */
@@ -370,7 +370,7 @@ void lg_wrap_drain_delivered(struct lg_conn *c, uint64_t delivered)
             struct lg_path *p = c->active_path;
             pthread_mutex_unlock(&c->mu);
             int rc = 0;
-            if (p && lg_path_up(p) && lg_wrap_carries(p)) {
+            if (p && lg_path_up(p) && lg_inner_ep_carries(p)) {
                 lg_inner_path_calls(1);
                 rc = rx_complete(c, e, p);
                 lg_inner_path_calls(0);
@@ -387,7 +387,7 @@ void lg_wrap_drain_delivered(struct lg_conn *c, uint64_t delivered)
 
 static void rx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
-    struct lg_inner *in = lg_wrap->in;
+    struct lg_inner *in = lg_inner_devs->in;
     if (rx_complete(c, e, p) != 0)
         return;
     uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
@@ -424,13 +424,13 @@ static void rx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *
     lg_recv_flush_due(p);
 }
 
-void lg_wrap_ack_asked(struct lg_path *p, uint64_t n)
+void lg_inner_ep_ack_asked(struct lg_path *p, uint64_t n)
 {
     if (__atomic_load_n(&lg_inner_ep(p->conn->ep)->peer_keeps, __ATOMIC_ACQUIRE))
         lg_recv_ack_asked(p, n); /* else every ack goes at once anyway */
 }
 
-void lg_wrap_pump(struct lg_conn *c)
+void lg_inner_ep_pump(struct lg_conn *c)
 {
     /* The monitor holds wmu only across a commit or a fence: skip a beat rather than wait. */
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
@@ -440,7 +440,7 @@ void lg_wrap_pump(struct lg_conn *c)
     pthread_mutex_lock(&c->mu);
     struct lg_path *p = c->active_path;
     pthread_mutex_unlock(&c->mu);
-    if (p && lg_path_up(p) && lg_wrap_carries(p)) {
+    if (p && lg_path_up(p) && lg_inner_ep_carries(p)) {
         lg_inner_path_calls(1);
         if (c->kind == LG_CONN_SEND)
             tx_pump(c, e, p);
@@ -458,7 +458,7 @@ void lg_wrap_pump(struct lg_conn *c)
 
 /* ---- switches (monitor) ------------------------------------------------------------------ */
 
-void lg_wrap_tx_forget(struct lg_conn *c)
+void lg_inner_ep_tx_forget(struct lg_conn *c)
 {
     /* Every inner send went to the path being left (or to one fenced before): drop them.
      * The rewound cursor posts the unacknowledged ones again on the new path. */
@@ -474,7 +474,7 @@ void lg_wrap_tx_forget(struct lg_conn *c)
     e->frozen = 0; /* the switch is over */
 }
 
-void lg_wrap_rx_forget(struct lg_conn *c)
+void lg_inner_ep_rx_forget(struct lg_conn *c)
 {
     /* The receives were posted on the comm being left: the new one gets them all again. */
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
@@ -483,10 +483,10 @@ void lg_wrap_rx_forget(struct lg_conn *c)
     e->post_seq = e->test_seq;
 }
 
-void lg_wrap_fence(struct lg_path *p)
+void lg_inner_ep_fence(struct lg_path *p)
 {
     struct lg_conn *c = p->conn;
-    struct lg_inner *in = lg_wrap ? lg_wrap->in : NULL;
+    struct lg_inner *in = lg_inner_devs ? lg_inner_devs->in : NULL;
     if (!in)
         return;
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
@@ -522,17 +522,17 @@ void lg_wrap_fence(struct lg_path *p)
     w->cg = NULL;
 }
 
-void lg_wrap_rearm(struct lg_path *p)
+void lg_inner_ep_rearm(struct lg_path *p)
 {
     struct lg_inner_conn *e = lg_inner_ep(p->conn->ep);
     struct lg_inner_path *w = lg_inner_tp(p->tp);
-    lg_wrap_fence(p);
+    lg_inner_ep_fence(p);
     pthread_mutex_lock(&e->wmu);
     pthread_mutex_lock(&e->mr_mu);
     w->comm = NULL;
     __atomic_store_n(&w->ready, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&w->dead, 0, __ATOMIC_RELEASE);
-    w->igen++; /* under wmu: a flush request of the old comm sees it (lg_wrap_flush_test) */
+    w->igen++; /* under wmu: a flush request of the old comm sees it (lg_inner_ep_flush_test) */
     pthread_mutex_unlock(&e->mr_mu);
     pthread_mutex_unlock(&e->wmu);
     w->t0 = 0;
@@ -540,7 +540,7 @@ void lg_wrap_rearm(struct lg_path *p)
 
 /* ---- handshake (monitor) ------------------------------------------------------------------ */
 
-int lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f)
+int lg_inner_ep_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 {
     struct lg_conn *c = p->conn;
     struct lg_inner_path *w = lg_inner_tp(p->tp);
@@ -567,7 +567,7 @@ int lg_wrap_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 /* The comm is there: register every buffer on it, then let the path carry. */
 static void comm_ready(struct lg_conn *c, struct lg_path *p, int dev, void *comm, uint64_t now)
 {
-    struct lg_inner *in = lg_wrap->in;
+    struct lg_inner *in = lg_inner_devs->in;
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
     struct lg_inner_path *w = lg_inner_tp(p->tp);
     ncclResult_t rc = ncclSuccess;
@@ -593,7 +593,7 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, int dev, void *comm
         struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
         lg_path_ctrl_send(p, &ready);
     }
-    if (c->kind == LG_CONN_SEND && lg_wrap->placed) {
+    if (c->kind == LG_CONN_SEND && lg_inner_devs->placed) {
         /* Tells the receiver that our sends complete on placement: it then acks only now and
          * then (an ack is a syscall on its way to NCCL's completion), never making us wait. */
         struct lg_ctrl f = {.type = LG_CTRL_DELIVERED,
@@ -611,7 +611,7 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, int dev, void *comm
 
 static int rx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t now)
 {
-    struct lg_inner *in = lg_wrap->in;
+    struct lg_inner *in = lg_inner_devs->in;
     struct lg_inner_path *w = lg_inner_tp(p->tp);
     if (!w->lcomm) {
         _Alignas(16) uint8_t handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
@@ -654,7 +654,7 @@ static int tx_handshake(struct lg_conn *c, struct lg_path *p, int dev, uint64_t 
         }
         lg_inner_connecting_init(w->cg, dev, w->handle, sizeof(w->handle));
     }
-    int st = lg_inner_connecting_step(lg_wrap->in, conn_ctx(c), w->cg);
+    int st = lg_inner_connecting_step(lg_inner_devs->in, conn_ctx(c), w->cg);
     if (st < 0) {
         lg_conn_path_failed(p, 0, "inner connect failed");
         return 0;
@@ -686,7 +686,7 @@ static int handshake(struct lg_conn *c, struct lg_path *p, uint64_t now)
         lg_conn_path_failed(p, 0, why);
         return 0;
     }
-    int dev = lg_wrap_inner_dev(c->dev, p->nic); /* a spread backup: its member's */
+    int dev = lg_inner_devs_find(c->dev, p->nic); /* a spread backup: its member's */
     if (dev < 0) {
         lg_conn_path_failed(p, 0, "no inner device for this NIC");
         return 0;
@@ -698,7 +698,7 @@ static int handshake(struct lg_conn *c, struct lg_path *p, uint64_t now)
     return busy;
 }
 
-int lg_wrap_step(struct lg_conn *c, uint64_t now)
+int lg_inner_ep_step(struct lg_conn *c, uint64_t now)
 {
     int busy = 0;
     for (int i = 0; i < LG_NPATHS; i++) {
@@ -737,10 +737,10 @@ static struct lg_path *placing_path(struct lg_conn *c, const void *buf)
     return p;
 }
 
-ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
+ncclResult_t lg_inner_ep_iflush(struct lg_conn *c, int n, void **data, int *sizes,
                             struct lg_inner_mr **mrs, void **request)
 {
-    struct lg_inner *in = lg_wrap->in;
+    struct lg_inner *in = lg_inner_devs->in;
     void *mh[NCCL_PROXY_MAX_SUBS] = {0};
     *request = NULL;
     if (n < 1 || n > NCCL_PROXY_MAX_SUBS)
@@ -751,7 +751,7 @@ ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
     struct lg_path *p = placing_path(c, data[0]);
     ncclResult_t rc = ncclSuccess;
     void *ireq = NULL;
-    if (p && lg_wrap_carries(p)) {
+    if (p && lg_inner_ep_carries(p)) {
         for (int i = 0; i < n; i++)
             mh[i] = lg_inner_mr_handle(mrs[i], p->index);
         rc = in->ops->iflush(in, lg_inner_tp(p->tp)->comm, n, data, sizes, mh, &ireq);
@@ -774,7 +774,7 @@ ncclResult_t lg_wrap_iflush(struct lg_conn *c, int n, void **data, int *sizes,
     return rc;
 }
 
-int lg_wrap_flush_test(void *request, int *done, ncclResult_t *rc)
+int lg_inner_ep_flush_test(void *request, int *done, ncclResult_t *rc)
 {
     struct lg_flush *f = request;
     if (!f || f->magic != LG_FLUSH_MAGIC)
@@ -793,7 +793,7 @@ int lg_wrap_flush_test(void *request, int *done, ncclResult_t *rc)
     if (gone)
         *done = 1;
     else
-        *rc = lg_wrap->in->ops->test(lg_wrap->in, f->ireq, done, NULL);
+        *rc = lg_inner_devs->in->ops->test(lg_inner_devs->in, f->ireq, done, NULL);
     pthread_mutex_unlock(&e->wmu);
     if (*done || *rc != ncclSuccess) {
         f->magic = 0;
