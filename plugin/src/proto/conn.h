@@ -185,6 +185,7 @@
 #include "proto/upcall.h"
 #include "runtime/params.h"
 #include "runtime/progress.h"
+#include "runtime/util.h"
 #include "runtime/wake.h"
 #include "session/dial.h"
 #include "session/handle.h"
@@ -551,7 +552,7 @@ static inline uint64_t lg_path_prev_rx_ns(const struct lg_path *p)
 static inline int lg_path_heard_recently(const struct lg_path *p, uint64_t now)
 {
     uint64_t heard = lg_path_rx_ns(p);
-    return heard >= now || now - heard <= 4 * (uint64_t)lg_params.heartbeat_ms * 1000000ull;
+    return lg_age_ns(now, heard) <= 4 * (uint64_t)lg_params.heartbeat_ms * 1000000ull;
 }
 static inline int lg_path_up(const struct lg_path *p)
 {

@@ -232,7 +232,7 @@ static int connect_step_locked(struct lg_session *s)
 static int ended_with(struct lg_session *s)
 {
     int err = __atomic_load_n(&s->err, __ATOMIC_ACQUIRE);
-    return err ? err : ECONNRESET; /* (ended by a thread still naming it) */
+    return err ? err : ECONNRESET; /* an end with no errno: the peer's EOF, garbage, a stall */
 }
 
 /* 1 up, 0 still connecting, -1 failed. */
