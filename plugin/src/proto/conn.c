@@ -196,14 +196,8 @@ static int retire_begin(struct lg_path *p, int say_bye, struct lg_task **tasks)
 
 static void retire_end(struct lg_path *p)
 {
-    /* A sender's writer cut off mid-chunk gives its hold on the message back. */
-    for (int i = 0; i < LG_MAX_STREAMS; i++) {
-        struct lg_stream *s = &p->data[i];
-        if (p->conn->kind == LG_CONN_SEND && __atomic_load_n(&s->tx.active, __ATOMIC_ACQUIRE)) {
-            __atomic_store_n(&s->tx.active, 0, __ATOMIC_RELAXED);
-            __atomic_sub_fetch(&s->tx.req->writers, 1, __ATOMIC_RELEASE);
-        }
-    }
+    if (p->conn->tr->path_detached) /* what its streams held goes back */
+        p->conn->tr->path_detached(p);
     path_close_fds(p);
     p->retired = 1;
 }

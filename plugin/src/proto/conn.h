@@ -217,36 +217,13 @@ struct lg_conn;
 struct lg_path;
 struct lg_listener; /* acceptor.h */
 
+/* A data socket of a path and its progress task. What moves through it is the transport's
+ * (TCP: struct lg_tcp_stream, its chunk state, in the path's p->tp); the socket's life (the
+ * dial, the accept, the detach and close at a retire) is the protocol's. */
 struct lg_stream {
     struct lg_task task;
     struct lg_path *path;
     int index; /* 0: control channel; 1..nstreams: data */
-    /* send side: the chunk being written */
-    struct {
-        int active; /* (atomic: the monitor reads it) */
-        uint8_t hdr[LG_CHUNK_HDR_SIZE];
-        const char *payload;
-        struct lg_req *req; /* the chunk's message: holds one of its `writers` */
-        uint32_t len;
-        size_t done; /* bytes of hdr + payload written */
-    } tx;
-    /* receive side: header being read / chunk being placed */
-    struct {
-        uint8_t hdr[LG_CHUNK_HDR_SIZE];
-        size_t hgot;
-        /* What the header's read brought beyond it: a small chunk's payload (placed from
-         * here once matched) and, past it, the next header's first bytes. */
-        uint8_t ahead[LG_CHUNK_HDR_SIZE];
-        size_t ahead_len, ahead_used;
-        int have_hdr;
-        int checked; /* the chunk was matched against its posted receive */
-        int big;     /* the chunk is a worker's (bigger than inline_send): test() keeps off (atomic) */
-        int drop;    /* the chunk is read and dropped (stale epoch, duplicate) */
-        uint32_t epoch; /* the connection epoch the chunk was matched in */
-        struct lg_chunk_hdr h;
-        size_t done;
-    } rx;
-    uint32_t placing; /* receive: 0, or inside a placement step of epoch placing - 1 (atomic) */
 };
 
 enum lg_path_state { LG_PATH_UP = 1, LG_PATH_FAILED = 2 };

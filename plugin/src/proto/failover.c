@@ -3,7 +3,6 @@
  * changes the epoch, the active path or the set of paths happens here. */
 #include "proto/failover.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -729,18 +728,9 @@ static void rx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t rx
     c->active_path = p;
     __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->mu);
-    c->tr->commit_end(c, old, p); /* before the RESYNC: nothing late lands after it */
-    /* From here every reader drops what is not of `epoch`; wait for those inside a step
-     * that began before (seq_cst pairs with gate_enter in tcp_recv.c). */
-    for (int pi = 0; pi < LG_NPATHS; pi++) {
-        struct lg_path *q = c->paths[pi];
-        for (int k = 0; q && !q->retired && k < q->nstreams; k++) {
-            uint32_t st;
-            while ((st = __atomic_load_n(&q->data[k].placing, __ATOMIC_SEQ_CST)) != 0 &&
-                   st != epoch + 1)
-                sched_yield();
-        }
-    }
+    /* Before the RESYNC: nothing late lands after it (TCP: every reader drops what is not
+     * of `epoch` from here, and those inside a step that began before are waited for). */
+    c->tr->commit_end(c, old, p);
     pthread_mutex_lock(&c->mu);
     uint64_t base = c->win.base;
     int reset = lg_resync_rx_reset(c->reqs, base, __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE));

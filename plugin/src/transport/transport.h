@@ -102,6 +102,10 @@ struct lg_transport {
      * the object goes (after its fence). NULL ops: no per-path state. */
     int (*path_open)(struct lg_path *p, struct lg_ep_path **out);
     void (*path_close)(struct lg_path *p);
+    /* A retired path's stream tasks are detached (no handler runs on them again): what its
+     * streams held goes back (TCP: a writer cut off mid-chunk, its hold on the message).
+     * Optional (NULL: nothing held). */
+    void (*path_detached)(struct lg_path *p);
 
     /* NCCL's thread */
     /* irecv, under c->mu: room to track receive r of up to maxcap bytes. 0, or -1. */

@@ -121,6 +121,25 @@ static void tcp_release(struct lg_conn *c)
     c->ep = NULL;
 }
 
+static int tcp_path_open(struct lg_path *p, struct lg_ep_path **out)
+{
+    (void)p;
+    *out = calloc(1, sizeof(struct lg_tcp_path));
+    return *out ? 0 : -1;
+}
+
+static void tcp_path_close(struct lg_path *p)
+{
+    free(p->tp);
+    p->tp = NULL;
+}
+
+static void tcp_path_detached(struct lg_path *p)
+{
+    if (p->conn->kind == LG_CONN_SEND)
+        lg_tcp_send_detached(p);
+}
+
 static void tcp_posted(struct lg_conn *c, const struct lg_req *r, struct lg_inner_mr *const *mrs,
                        uint32_t wake)
 {
@@ -189,6 +208,14 @@ static void tcp_commit(struct lg_conn *c, struct lg_path *from, struct lg_path *
     (void)to;
 }
 
+static void tcp_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_path *to)
+{
+    (void)from;
+    (void)to;
+    if (c->kind == LG_CONN_RECV)
+        lg_tcp_recv_commit_end(c);
+}
+
 const struct lg_transport lg_tcp_transport = {
     .name = "tcp",
     .chunks = 1,
@@ -206,6 +233,9 @@ const struct lg_transport lg_tcp_transport = {
     .flush_test = tcp_flush_test,
     .open = tcp_open,
     .release = tcp_release,
+    .path_open = tcp_path_open,
+    .path_close = tcp_path_close,
+    .path_detached = tcp_path_detached,
     .recv_prepare = lg_tcp_recv_prepare,
     .posted = tcp_posted,
     .progress = tcp_progress,
@@ -221,5 +251,5 @@ const struct lg_transport lg_tcp_transport = {
     .rebuilt = tcp_rebuilt,
     .switching = tcp_switching,
     .commit_begin = tcp_commit,
-    .commit_end = tcp_commit,
+    .commit_end = tcp_commit_end,
 };

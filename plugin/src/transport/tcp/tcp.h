@@ -16,11 +16,13 @@ extern const struct lg_transport lg_tcp_transport;
 /* tcp_send.c */
 void lg_tcp_send_handler(struct lg_task *t, uint32_t events);
 void lg_tcp_send_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake);
+void lg_tcp_send_detached(struct lg_path *p);
 /* tcp_recv.c */
 void lg_tcp_recv_handler(struct lg_task *t, uint32_t events);
 int lg_tcp_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap);
 void lg_tcp_recv_posted(struct lg_conn *c);
 void lg_tcp_recv_progress(struct lg_conn *c, const struct lg_req *r);
+void lg_tcp_recv_commit_end(struct lg_conn *c);
 /* tcp_watch.c (monitor) */
 void lg_tcp_watch(struct lg_conn *c, uint64_t now);
 void lg_tcp_goodput(struct lg_conn *c, uint64_t now);

@@ -1,7 +1,8 @@
-/* The TCP transport's own object for a connection (tcp.h): its endpoint, c->ep, which the
- * protocol holds as an opaque pointer (transport.h), made by the transport's open op and
- * ended by its release. The data streams and the chunk cursor are still the protocol's fields
- * (lg_path.data[], lg_conn.cursor_*: issue 27). Types only. */
+/* The TCP transport's own objects (tcp.h), which the protocol holds as opaque pointers
+ * (transport.h): a connection's endpoint (c->ep, made by the open op, ended by release) and
+ * each path object's chunk state of its data streams (p->tp, path_open and path_close). The
+ * sockets and their tasks are the path's (proto/conn.h, struct lg_stream), and the chunk
+ * cursor is still the connection's (lg_conn.cursor_*: issue 27). Types only. */
 #ifndef LG_TCP_CONN_H
 #define LG_TCP_CONN_H
 
@@ -33,6 +34,51 @@ struct lg_tcp_conn {
 static inline struct lg_tcp_conn *lg_tcp_ep(struct lg_endpoint *ep)
 {
     return (struct lg_tcp_conn *)ep;
+}
+
+struct lg_req;
+
+/* A data stream's chunk state (tcp_send.c, tcp_recv.c): the chunk its socket is writing or
+ * reading now. */
+struct lg_tcp_stream {
+    /* send side: the chunk being written */
+    struct {
+        int active; /* (atomic: the monitor reads it) */
+        uint8_t hdr[LG_CHUNK_HDR_SIZE];
+        const char *payload;
+        struct lg_req *req; /* the chunk's message: holds one of its `writers` */
+        uint32_t len;
+        size_t done; /* bytes of hdr + payload written */
+    } tx;
+    /* receive side: header being read / chunk being placed */
+    struct {
+        uint8_t hdr[LG_CHUNK_HDR_SIZE];
+        size_t hgot;
+        /* What the header's read brought beyond it: a small chunk's payload (placed from
+         * here once matched) and, past it, the next header's first bytes. */
+        uint8_t ahead[LG_CHUNK_HDR_SIZE];
+        size_t ahead_len, ahead_used;
+        int have_hdr;
+        int checked; /* the chunk was matched against its posted receive */
+        int big;     /* the chunk is a worker's (bigger than inline_send): test() keeps off (atomic) */
+        int drop;    /* the chunk is read and dropped (stale epoch, duplicate) */
+        uint32_t epoch; /* the connection epoch the chunk was matched in */
+        struct lg_chunk_hdr h;
+        size_t done;
+    } rx;
+    uint32_t placing; /* receive: 0, or inside a placement step of epoch placing - 1 (atomic) */
+};
+
+/* A path object's state: stream k (1..nstreams) is s[k - 1]. A new object for every path
+ * (a rebuild too), so a rebuilt path's streams start from nothing. */
+struct lg_tcp_path {
+    struct lg_tcp_stream s[LG_MAX_STREAMS];
+};
+
+/* The chunk state of data stream `index` (1..nstreams) of the path whose state is `tp`. */
+static inline struct lg_tcp_stream *lg_tcp_stream_at(struct lg_ep_path *tp, int index)
+{
+    return &((struct lg_tcp_path *)tp)->s[index - 1];
 }
 
 #endif

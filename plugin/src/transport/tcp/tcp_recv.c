@@ -2,6 +2,7 @@
  * posted buffers (completion by coverage, epochs checked at every placement step), and the
  * transport ops of a receiving connection (tcp.h). */
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "runtime/sock.h"
 #include "runtime/util.h"
 #include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_conn.h"
 
 #define LG_WORKER_RUN_BYTES (8u << 20) /* a worker yields after placing this much */
 
@@ -70,16 +72,16 @@ static void kick_waiters(struct lg_conn *c)
  * The monitor's commit stores the new epoch, then waits until no stream is busy in an older
  * epoch before it resets partial receives (Dekker: both sides store, then load, seq_cst). A
  * step that sees another epoch than its chunk's drops the chunk instead. */
-static inline uint32_t gate_enter(struct lg_stream *s)
+static inline uint32_t gate_enter(struct lg_tcp_stream *ts, const struct lg_conn *c)
 {
-    __atomic_store_n(&s->placing, UINT32_MAX, __ATOMIC_SEQ_CST);
-    uint32_t e = __atomic_load_n(&s->path->conn->epoch, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&s->placing, e + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&ts->placing, UINT32_MAX, __ATOMIC_SEQ_CST);
+    uint32_t e = __atomic_load_n(&c->epoch, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ts->placing, e + 1, __ATOMIC_RELEASE);
     return e;
 }
-static inline void gate_exit(struct lg_stream *s)
+static inline void gate_exit(struct lg_tcp_stream *ts)
 {
-    __atomic_store_n(&s->placing, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&ts->placing, 0, __ATOMIC_RELEASE);
 }
 
 enum { MATCH_WAIT = 0, MATCH_PLACE = 1, MATCH_DROP = 2, MATCH_FAILED = -1 };
@@ -124,7 +126,7 @@ static int bind_to_posted(struct lg_conn *c, struct lg_req *r, int tag)
     return 0;
 }
 
-/* Inside a placement step: binds the message of the chunk in s->rx.h to a posted buffer
+/* Inside a placement step: binds the message of the chunk in ts->rx.h to a posted buffer
  * (once; the binding outlives a resync, a replay brings the same tags). Messages are bound in
  * seq order, so a tag posted twice fills its buffers in the order the sender sent it. */
 static int bind_message(struct lg_stream *s, struct lg_req *r, const struct lg_chunk_hdr *h)
@@ -171,11 +173,11 @@ static int bind_message(struct lg_stream *s, struct lg_req *r, const struct lg_c
     return MATCH_PLACE;
 }
 
-/* Inside a placement step: what to do with the chunk in s->rx.h. */
-static int match_chunk(struct lg_stream *s, uint32_t epoch)
+/* Inside a placement step: what to do with the chunk in ts->rx.h. */
+static int match_chunk(struct lg_stream *s, struct lg_tcp_stream *ts, uint32_t epoch)
 {
     struct lg_conn *c = s->path->conn;
-    const struct lg_chunk_hdr *h = &s->rx.h;
+    const struct lg_chunk_hdr *h = &ts->rx.h;
     if (!lg_epoch_matches(h->epoch, epoch))
         return MATCH_DROP; /* from before a switch: no need to wait for its receive */
     /* Committed but its partial receives not reset yet: an honest sender sends nothing of
@@ -237,7 +239,7 @@ static int match_chunk(struct lg_stream *s, uint32_t epoch)
                           (unsigned long long)k, (unsigned long long)h->seq, epoch);
         return MATCH_FAILED;
     }
-    s->rx.epoch = epoch;
+    ts->rx.epoch = epoch;
     return MATCH_PLACE;
 }
 
@@ -261,28 +263,29 @@ static void set_mode(struct lg_stream *s, int big)
                                              : EPOLLIN | EPOLLOUT);
 }
 
-/* Inside a placement step of the chunk in s->rx.h: takes what the header's read brought of its
+/* Inside a placement step of the chunk in ts->rx.h: takes what the header's read brought of its
  * payload (into the buffer, or dropped), then keeps the rest as the next header's start. */
-static void take_ahead(struct lg_stream *s, char *dst)
+static void take_ahead(struct lg_tcp_stream *ts, char *dst)
 {
-    size_t k = LG_MIN(s->rx.ahead_len - s->rx.ahead_used, s->rx.h.len - s->rx.done);
+    size_t k = LG_MIN(ts->rx.ahead_len - ts->rx.ahead_used, ts->rx.h.len - ts->rx.done);
     if (dst && k) /* k 0: an empty message, whose buffer may be NULL */
-        memcpy(dst + s->rx.done, s->rx.ahead + s->rx.ahead_used, k);
-    s->rx.done += k;
-    s->rx.ahead_used += k;
-    if (s->rx.done == s->rx.h.len) {
-        size_t rest = s->rx.ahead_len - s->rx.ahead_used; /* < a header: it began in ahead[] */
-        memcpy(s->rx.hdr, s->rx.ahead + s->rx.ahead_used, rest);
-        s->rx.hgot = rest;
-        s->rx.ahead_used = s->rx.ahead_len;
+        memcpy(dst + ts->rx.done, ts->rx.ahead + ts->rx.ahead_used, k);
+    ts->rx.done += k;
+    ts->rx.ahead_used += k;
+    if (ts->rx.done == ts->rx.h.len) {
+        size_t rest = ts->rx.ahead_len - ts->rx.ahead_used; /* < a header: it began in ahead[] */
+        memcpy(ts->rx.hdr, ts->rx.ahead + ts->rx.ahead_used, rest);
+        ts->rx.hgot = rest;
+        ts->rx.ahead_used = ts->rx.ahead_len;
     }
-    if (s->rx.ahead_used == s->rx.ahead_len)
-        s->rx.ahead_len = s->rx.ahead_used = 0;
+    if (ts->rx.ahead_used == ts->rx.ahead_len)
+        ts->rx.ahead_len = ts->rx.ahead_used = 0;
 }
 
 static void recv_stream_run(struct lg_task *t)
 {
     struct lg_stream *s = lg_stream_of(t);
+    struct lg_tcp_stream *ts = lg_tcp_stream_at(s->path->tp, s->index);
     struct lg_path *p = s->path;
     struct lg_conn *c = p->conn;
     /* On NCCL's thread (test() polling) place at most inline_send bytes, then hand over. */
@@ -293,61 +296,61 @@ static void recv_stream_run(struct lg_task *t)
      * EAGAIN (new bytes raise a new edge, and test() polls again), so this run ends there. */
     int drained = 0;
     while (lg_path_up(p)) {
-        if (!s->rx.have_hdr) {
-            if (s->rx.hgot < LG_CHUNK_HDR_SIZE) {
+        if (!ts->rx.have_hdr) {
+            if (ts->rx.hgot < LG_CHUNK_HDR_SIZE) {
                 if (drained)
                     return;
                 /* The header, and as much again ahead: a small chunk comes in one read. */
-                size_t want = LG_CHUNK_HDR_SIZE - s->rx.hgot;
-                struct iovec iov[2] = {{s->rx.hdr + s->rx.hgot, want},
-                                       {s->rx.ahead, sizeof(s->rx.ahead)}};
+                size_t want = LG_CHUNK_HDR_SIZE - ts->rx.hgot;
+                struct iovec iov[2] = {{ts->rx.hdr + ts->rx.hgot, want},
+                                       {ts->rx.ahead, sizeof(ts->rx.ahead)}};
                 ssize_t n = lg_sock_readv(t->fd, iov, 2);
                 if (n <= 0) {
                     read_failed(s, n);
                     return;
                 }
-                drained = (size_t)n < want + sizeof(s->rx.ahead);
-                s->rx.hgot += LG_MIN((size_t)n, want);
-                s->rx.ahead_len = (size_t)n > want ? (size_t)n - want : 0;
-                s->rx.ahead_used = 0;
+                drained = (size_t)n < want + sizeof(ts->rx.ahead);
+                ts->rx.hgot += LG_MIN((size_t)n, want);
+                ts->rx.ahead_len = (size_t)n > want ? (size_t)n - want : 0;
+                ts->rx.ahead_used = 0;
                 continue;
             }
-            if (lg_chunk_decode(s->rx.hdr, c->chunk_size, &s->rx.h) != 0) {
+            if (lg_chunk_decode(ts->rx.hdr, c->chunk_size, &ts->rx.h) != 0) {
                 lg_conn_path_failed(p, 0, "bad chunk header");
                 return;
             }
             lg_path_note_rx(p, lg_now_ns());
-            s->rx.have_hdr = 1;
-            s->rx.checked = 0;
-            s->rx.drop = 0;
-            s->rx.done = 0;
-            s->rx.hgot = 0;
+            ts->rx.have_hdr = 1;
+            ts->rx.checked = 0;
+            ts->rx.drop = 0;
+            ts->rx.done = 0;
+            ts->rx.hgot = 0;
             /* Small chunks are placed by test() on NCCL's thread; a big one is worth a worker
              * that wakes on every arrival (and reads in parallel with the other streams). */
             if (lg_params.poll_inline) {
-                int big = s->rx.h.len > lg_params.inline_send;
-                __atomic_store_n(&s->rx.big, big, __ATOMIC_RELEASE);
+                int big = ts->rx.h.len > lg_params.inline_send;
+                __atomic_store_n(&ts->rx.big, big, __ATOMIC_RELEASE);
                 set_mode(s, big);
             }
         }
-        if (!s->rx.checked) {
-            uint32_t epoch = gate_enter(s);
-            int m = match_chunk(s, epoch);
-            gate_exit(s);
+        if (!ts->rx.checked) {
+            uint32_t epoch = gate_enter(ts, c);
+            int m = match_chunk(s, ts, epoch);
+            gate_exit(ts);
             if (m == MATCH_WAIT || m == MATCH_FAILED)
                 return;
-            s->rx.checked = 1;
-            s->rx.drop = m == MATCH_DROP;
+            ts->rx.checked = 1;
+            ts->rx.drop = m == MATCH_DROP;
         }
-        const struct lg_chunk_hdr *h = &s->rx.h;
+        const struct lg_chunk_hdr *h = &ts->rx.h;
         struct lg_req *r = &c->reqs[h->seq % LG_WINDOW];
-        if (s->rx.ahead_used < s->rx.ahead_len) {
-            if (!s->rx.drop && gate_enter(s) != s->rx.epoch)
-                s->rx.drop = 1; /* a switch happened: its replay will bring this again */
-            take_ahead(s, s->rx.drop ? NULL : r->buf + h->offset);
-            gate_exit(s);
+        if (ts->rx.ahead_used < ts->rx.ahead_len) {
+            if (!ts->rx.drop && gate_enter(ts, c) != ts->rx.epoch)
+                ts->rx.drop = 1; /* a switch happened: its replay will bring this again */
+            take_ahead(ts, ts->rx.drop ? NULL : r->buf + h->offset);
+            gate_exit(ts);
         }
-        if (s->rx.done < h->len) {
+        if (ts->rx.done < h->len) {
             /* A big chunk belongs to the worker its header armed (see above). */
             if (on_app && h->len > lg_params.inline_send) {
                 lg_task_kick(t); /* this run may have absorbed the worker's wake-up */
@@ -357,10 +360,10 @@ static void recv_stream_run(struct lg_task *t)
                 lg_task_kick(t);
                 return;
             }
-            size_t rem = h->len - s->rx.done;
+            size_t rem = h->len - ts->rx.done;
             if (drained)
                 return;
-            if (s->rx.drop) {
+            if (ts->rx.drop) {
                 /* MSG_TRUNC on TCP discards the bytes without copying them (the buffer is
                  * never written: it only has to exist, for checkers like valgrind). */
                 static char sink[1 << 16];
@@ -372,20 +375,20 @@ static void recv_stream_run(struct lg_task *t)
                 }
                 drained = (size_t)n < ask;
                 budget -= LG_MIN(budget, (size_t)n);
-                s->rx.done += (size_t)n;
+                ts->rx.done += (size_t)n;
                 continue;
             }
             /* Payload straight into the posted buffer, plus whatever of the next chunk's
              * header is already there: one syscall per chunk in steady state. */
-            if (gate_enter(s) != s->rx.epoch) {
-                gate_exit(s);
-                s->rx.drop = 1; /* a switch happened: its replay will bring this again */
+            if (gate_enter(ts, c) != ts->rx.epoch) {
+                gate_exit(ts);
+                ts->rx.drop = 1; /* a switch happened: its replay will bring this again */
                 continue;
             }
-            struct iovec iov[2] = {{r->buf + h->offset + s->rx.done, rem},
-                                   {s->rx.hdr, LG_CHUNK_HDR_SIZE}};
+            struct iovec iov[2] = {{r->buf + h->offset + ts->rx.done, rem},
+                                   {ts->rx.hdr, LG_CHUNK_HDR_SIZE}};
             ssize_t n = lg_sock_readv(t->fd, iov, 2);
-            gate_exit(s);
+            gate_exit(ts);
             if (n <= 0) {
                 read_failed(s, n);
                 return;
@@ -393,24 +396,24 @@ static void recv_stream_run(struct lg_task *t)
             drained = (size_t)n < rem + LG_CHUNK_HDR_SIZE;
             budget -= LG_MIN(budget, (size_t)n);
             if ((size_t)n < rem) {
-                s->rx.done += (size_t)n;
+                ts->rx.done += (size_t)n;
                 continue;
             }
-            s->rx.done = h->len;
-            s->rx.hgot = (size_t)n - rem;
+            ts->rx.done = h->len;
+            ts->rx.hgot = (size_t)n - rem;
         }
-        s->rx.have_hdr = 0;
-        __atomic_store_n(&s->rx.big, 0, __ATOMIC_RELEASE);
-        if (s->rx.drop)
+        ts->rx.have_hdr = 0;
+        __atomic_store_n(&ts->rx.big, 0, __ATOMIC_RELEASE);
+        if (ts->rx.drop)
             continue;
         int rc = 0;
-        if (gate_enter(s) == s->rx.epoch) {
+        if (gate_enter(ts, c) == ts->rx.epoch) {
             __atomic_add_fetch(&r->placed, h->len, __ATOMIC_RELAXED);
             uint64_t done = __atomic_add_fetch(&r->chunks, 1, __ATOMIC_ACQ_REL);
             if (done == lg_chunk_count(h->total, c->chunk_size))
                 rc = lg_recv_complete(p, r, h->total, (h->flags & LG_CHUNK_F_KEPT) != 0);
         }
-        gate_exit(s);
+        gate_exit(ts);
         if (rc < 0)
             return;
     }
@@ -420,7 +423,8 @@ void lg_tcp_recv_handler(struct lg_task *t, uint32_t events)
 {
     (void)events; /* errors and EOF surface through the reads */
     struct lg_stream *s = lg_stream_of(t);
-    if (lg_params.poll_inline && !s->rx.have_hdr)
+    struct lg_tcp_stream *ts = lg_tcp_stream_at(s->path->tp, s->index);
+    if (lg_params.poll_inline && !ts->rx.have_hdr)
         set_mode(s, 0); /* after a switch: the active path's streams go inline, others not */
     recv_stream_run(t);
     lg_recv_flush_due(s->path);
@@ -431,6 +435,23 @@ int lg_tcp_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
     /* Covers the group's largest buffer; a message bound to a buffer of another group is
      * covered again for that buffer at its binding (bind_to_posted). */
     return cover_prepare(r, lg_chunk_count(maxcap, c->chunk_size));
+}
+
+/* Monitor, a receiver's commit to epoch c->epoch (just stored): every reader drops what is not
+ * of it from here; waits for those inside a placement step that began before (seq_cst pairs
+ * with gate_enter), so that nothing late lands after the RESYNC. */
+void lg_tcp_recv_commit_end(struct lg_conn *c)
+{
+    uint32_t epoch = __atomic_load_n(&c->epoch, __ATOMIC_SEQ_CST);
+    for (int pi = 0; pi < LG_NPATHS; pi++) {
+        struct lg_path *q = c->paths[pi];
+        for (int k = 1; q && !q->retired && k <= q->nstreams; k++) {
+            struct lg_tcp_stream *ts = lg_tcp_stream_at(q->tp, k);
+            uint32_t st;
+            while ((st = __atomic_load_n(&ts->placing, __ATOMIC_SEQ_CST)) != 0 && st != epoch + 1)
+                sched_yield();
+        }
+    }
 }
 
 /* Streams that hold a chunk header for a receive not posted yet sleep until it is. */
@@ -449,7 +470,8 @@ void lg_tcp_recv_progress(struct lg_conn *c, const struct lg_req *r)
     int first = n ? (int)(r->seq % (uint64_t)n) : 0;
     for (int i = 0; i < n && lg_path_up(p); i++) {
         struct lg_stream *s = &p->data[(first + i) % n];
-        if (!__atomic_load_n(&s->rx.big, __ATOMIC_ACQUIRE))
+        struct lg_tcp_stream *ts = lg_tcp_stream_at(p->tp, s->index);
+        if (!__atomic_load_n(&ts->rx.big, __ATOMIC_ACQUIRE))
             lg_task_run(&s->task, 0);
         if (r->g_n == 1 && __atomic_load_n(&r->sub[0].done, __ATOMIC_ACQUIRE))
             break;

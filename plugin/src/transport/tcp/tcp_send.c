@@ -13,6 +13,7 @@
 #include "runtime/sock.h"
 #include "runtime/util.h"
 #include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_conn.h"
 
 #define LG_WORKER_RUN_CHUNKS 16
 
@@ -30,6 +31,7 @@ static int may_grab(struct lg_conn *c, struct lg_stream *s)
 /* Takes the next chunk for stream s, or parks the stream. Returns 1 if s has a chunk. */
 static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
 {
+    struct lg_tcp_stream *ts = lg_tcp_stream_at(s->path->tp, s->index);
     pthread_mutex_lock(&c->mu);
     if (!may_grab(c, s)) {
         c->parked |= 1u << (s->index - 1);
@@ -42,8 +44,8 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
     struct lg_chunk_hdr h = {.epoch = (uint16_t)c->epoch, .len = (uint32_t)len,
                              .seq = c->cursor_seq, .offset = off, .total = r->size,
                              .tag = (uint32_t)r->tag, .flags = r->kept ? LG_CHUNK_F_KEPT : 0};
-    s->tx.payload = r->data + off;
-    s->tx.req = r;
+    ts->tx.payload = r->data + off;
+    ts->tx.req = r;
     /* Taken under mu, like a rewind: completion waits for this hold on the buffer. */
     __atomic_add_fetch(&r->writers, 1, __ATOMIC_ACQ_REL);
     if (++c->cursor_chunk == lg_chunk_count(r->size, c->chunk_size)) {
@@ -51,10 +53,10 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
         c->cursor_chunk = 0;
     }
     pthread_mutex_unlock(&c->mu);
-    lg_chunk_encode(s->tx.hdr, &h);
-    s->tx.len = (uint32_t)len;
-    s->tx.done = 0;
-    __atomic_store_n(&s->tx.active, 1, __ATOMIC_RELEASE);
+    lg_chunk_encode(ts->tx.hdr, &h);
+    ts->tx.len = (uint32_t)len;
+    ts->tx.done = 0;
+    __atomic_store_n(&ts->tx.active, 1, __ATOMIC_RELEASE);
     return 1;
 }
 
@@ -97,6 +99,7 @@ static int check_peer(struct lg_stream *s, uint32_t events)
 void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
 {
     struct lg_stream *s = lg_stream_of(t);
+    struct lg_tcp_stream *ts = lg_tcp_stream_at(s->path->tp, s->index);
     struct lg_path *p = s->path;
     struct lg_conn *c = p->conn;
     if (check_peer(s, events) != 0)
@@ -110,7 +113,7 @@ void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
      * yields too after a few (its other tasks, a detach waiting on it). */
     int chunks_left = lg_progress_on_worker() ? LG_WORKER_RUN_CHUNKS : 1;
     for (;;) {
-        if (!s->tx.active) {
+        if (!ts->tx.active) {
             if (chunks_left == 0) {
                 hand_over(c, s);
                 return;
@@ -121,24 +124,24 @@ void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
         }
         struct iovec iov[2];
         int n = 0;
-        if (s->tx.done < LG_CHUNK_HDR_SIZE)
-            iov[n++] = (struct iovec){s->tx.hdr + s->tx.done, LG_CHUNK_HDR_SIZE - s->tx.done};
-        size_t pdone = s->tx.done > LG_CHUNK_HDR_SIZE ? s->tx.done - LG_CHUNK_HDR_SIZE : 0;
-        if (s->tx.len > pdone)
-            iov[n++] = (struct iovec){(void *)(s->tx.payload + pdone), s->tx.len - pdone};
+        if (ts->tx.done < LG_CHUNK_HDR_SIZE)
+            iov[n++] = (struct iovec){ts->tx.hdr + ts->tx.done, LG_CHUNK_HDR_SIZE - ts->tx.done};
+        size_t pdone = ts->tx.done > LG_CHUNK_HDR_SIZE ? ts->tx.done - LG_CHUNK_HDR_SIZE : 0;
+        if (ts->tx.len > pdone)
+            iov[n++] = (struct iovec){(void *)(ts->tx.payload + pdone), ts->tx.len - pdone};
         ssize_t w = lg_sock_writev(t->fd, iov, n);
         if (w < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 lg_conn_path_failed(p, errno, "data stream write");
             return; /* EAGAIN: edge-triggered EPOLLOUT brings us back */
         }
-        s->tx.done += (size_t)w;
-        if (s->tx.done == LG_CHUNK_HDR_SIZE + (size_t)s->tx.len) {
-            __atomic_store_n(&s->tx.active, 0, __ATOMIC_RELAXED);
+        ts->tx.done += (size_t)w;
+        if (ts->tx.done == LG_CHUNK_HDR_SIZE + (size_t)ts->tx.len) {
+            __atomic_store_n(&ts->tx.active, 0, __ATOMIC_RELAXED);
             /* A send completes only once no writer reads its buffer (test() checks this
              * count too): the ack alone can beat the writer's return. The slot cannot be
              * reused before this store, which completion waits for. */
-            __atomic_sub_fetch(&s->tx.req->writers, 1, __ATOMIC_RELEASE);
+            __atomic_sub_fetch(&ts->tx.req->writers, 1, __ATOMIC_RELEASE);
         }
     }
 }
@@ -162,4 +165,17 @@ void lg_tcp_send_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake
         }
     }
     lg_conn_exit(c, ph);
+}
+
+/* A retired path's tasks are detached: a writer cut off mid-chunk gives its hold on the
+ * message back (the replay on another path writes it whole). */
+void lg_tcp_send_detached(struct lg_path *p)
+{
+    for (int k = 1; k <= p->nstreams; k++) {
+        struct lg_tcp_stream *ts = lg_tcp_stream_at(p->tp, k);
+        if (__atomic_load_n(&ts->tx.active, __ATOMIC_ACQUIRE)) {
+            __atomic_store_n(&ts->tx.active, 0, __ATOMIC_RELAXED);
+            __atomic_sub_fetch(&ts->tx.req->writers, 1, __ATOMIC_RELEASE);
+        }
+    }
 }
