@@ -123,17 +123,18 @@ static void test_rx_reset(void)
 
 static void test_tx_rewind(void)
 {
-    uint64_t seq = 12, chunk = 3, acked = 9;
-    /* Receiver placed 10: replay 10, 11 and the partly cut 12. */
-    CHECK_EQ(lg_resync_tx_rewind(&seq, &chunk, &acked, 10), 3);
+    uint64_t seq = 12, acked = 9;
+    /* Receiver placed 10: replay 10, 11 and the partly cut 12 (the cursor inside it). */
+    CHECK_EQ(lg_resync_tx_rewind(&seq, 1, &acked, 10), 3);
     CHECK_EQ(seq, 10);
-    CHECK_EQ(chunk, 0);
     CHECK_EQ(acked, 10); /* the RESYNC count is an ack */
-    seq = 20, chunk = 0, acked = 20;
-    CHECK_EQ(lg_resync_tx_rewind(&seq, &chunk, &acked, 20), 0); /* drained: nothing again */
+    seq = 12, acked = 9;
+    CHECK_EQ(lg_resync_tx_rewind(&seq, 0, &acked, 10), 2); /* at 12's start: 10 and 11 */
+    seq = 20, acked = 20;
+    CHECK_EQ(lg_resync_tx_rewind(&seq, 0, &acked, 20), 0); /* drained: nothing again */
     CHECK_EQ(seq, 20);
-    seq = 30, chunk = 0, acked = 29;
-    CHECK_EQ(lg_resync_tx_rewind(&seq, &chunk, &acked, 25), 5);
+    seq = 30, acked = 29;
+    CHECK_EQ(lg_resync_tx_rewind(&seq, 0, &acked, 25), 5);
     CHECK_EQ(acked, 29); /* never backwards */
 }
 
@@ -346,7 +347,8 @@ static void m_sender_rx(struct model *m, int p)
         m->s_seen = it.epoch;
     if (!lg_epoch_newer(it.epoch, m->s_epoch) || !m->up[it.a])
         return;
-    lg_resync_tx_rewind(&m->cursor_seq, &m->cursor_chunk, &m->acked, it.b);
+    lg_resync_tx_rewind(&m->cursor_seq, m->cursor_chunk != 0, &m->acked, it.b);
+    m->cursor_chunk = 0; /* the transport's own cursor, back to the message's start */
     m->s_epoch = it.epoch;
     m->s_active = (int)it.a;
     m->s_gen = m->gen[it.a];

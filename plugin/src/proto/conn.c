@@ -108,8 +108,6 @@ int lg_path_start(struct lg_path *p)
 
 int lg_conn_start(struct lg_conn *c)
 {
-    if (c->kind == LG_CONN_SEND) /* every data stream starts with nothing to send */
-        c->parked = (uint32_t)((1ull << c->nstreams) - 1);
     c->active_path = c->paths[c->active];
     __atomic_store_n(&c->protected_, c->paths[0] && c->paths[1], __ATOMIC_RELEASE);
     for (int pi = 0; pi < LG_NPATHS; pi++)

@@ -138,9 +138,12 @@
  * made and ended by the transport's ops (transport.h). The inner transport's endpoint holds
  * its locks, registrations, the inner request and registration of each window slot and its
  * goodput counters and rate windows; its path state, the path's inner comm
- * (transport/inner/inner_conn.h). The TCP endpoint holds the sender's goodput windows
- * (transport/tcp/tcp_conn.h); TCP still keeps its data streams (lg_path.data[]) and chunk
- * cursor here (issue 27).
+ * (transport/inner/inner_conn.h). The TCP endpoint holds the sender's goodput windows, the
+ * chunk cursor's place inside a message and the parked streams; its path state, each data
+ * stream's chunk being written or read (transport/tcp/tcp_conn.h). Here stay what every
+ * transport shares: the cursor's message (cursor_seq: the next one handed to the transport)
+ * and a path's data sockets with their tasks (lg_path.data[]: dialed, accepted, detached
+ * and closed by the protocol; the inner transport keeps one idle, issue 27).
  *
  * What each transport guarantees, and so when a send completes (NCCL reuses the buffer then,
  * and a replay reads it):
@@ -272,7 +275,6 @@ struct lg_req {
                        * done for NCCL (atomic; at isend when the transport sends the copy) */
     char *copy;       /* the slot's copy buffer, kept across posts */
     size_t copy_cap;
-    uint64_t nchunks; /* chunks the message is cut into */
     uint32_t writers; /* streams holding a chunk of it (atomic; taken under conn->mu) */
     /* recv */
     char *buf;
@@ -348,9 +350,9 @@ struct lg_conn {
     uint64_t acked;        /* messages the receiver placed (atomic, from acks) */
     uint64_t kept_hi;      /* seq + 1 of the last kept send (atomic): close waits for its ack */
     uint64_t ack_asked;    /* the last POSTED(n) sent to ask for acks (NCCL's thread, monitor) */
-    uint64_t cursor_seq;   /* next chunk to hand to a stream (under mu) */
-    uint64_t cursor_chunk;
-    uint32_t parked; /* data streams with nothing to send (bit i-1 = data[i]; under mu) */
+    /* the next message to hand to the transport (under mu); where inside it a transport
+     * that cuts messages is, is its own (transport.h, mid_message) */
+    uint64_t cursor_seq;
     uint64_t sent_hi; /* the furthest the cursor got before its last rewind (under mu): a
                        * replay does not unsend what was handed to the transport, and the
                        * receiver may hold messages beyond its RESYNC count (out of order) */
@@ -556,6 +558,17 @@ static inline struct lg_path *lg_conn_active_path(struct lg_conn *c)
 {
     struct lg_path *const *slot = &c->paths[__atomic_load_n(&c->active, __ATOMIC_ACQUIRE)];
     return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+}
+
+/* Sender, under mu: the transport's cursor is inside the message at c->cursor_seq; moves it
+ * back to that message's start and says whether it was inside (transport.h). */
+static inline int lg_conn_mid_message(const struct lg_conn *c)
+{
+    return c->tr->mid_message && c->tr->mid_message(c);
+}
+static inline int lg_conn_to_boundary(struct lg_conn *c)
+{
+    return c->tr->to_boundary && c->tr->to_boundary(c);
 }
 
 /* The NIC of slot i (c->nic[i]), "?" when none was set. */

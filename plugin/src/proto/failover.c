@@ -428,9 +428,7 @@ static void reason(struct lg_conn *c, const struct lg_fo_decision *d, uint64_t n
 static void set_hold(struct lg_conn *c, int hold)
 {
     pthread_mutex_lock(&c->mu);
-    __atomic_store_n(&c->hold, hold, __ATOMIC_RELAXED);
-    if (hold == LG_HOLD_NONE)
-        c->parked = (uint32_t)((1ull << c->nstreams) - 1);
+    __atomic_store_n(&c->hold, hold, __ATOMIC_RELAXED); /* lifted: the caller resumes */
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -500,13 +498,12 @@ static void tx_commit(struct lg_conn *c, uint32_t epoch, int target, uint64_t n,
         return;
     }
     c->sent_hi = cur;
-    uint64_t replay = same ? 0 : lg_resync_tx_rewind(&c->cursor_seq, &c->cursor_chunk,
+    uint64_t replay = same ? 0 : lg_resync_tx_rewind(&c->cursor_seq, lg_conn_to_boundary(c),
                                                           &c->acked, n);
     __atomic_store_n(&c->epoch, epoch, __ATOMIC_SEQ_CST);
     __atomic_store_n(&c->active, target, __ATOMIC_RELEASE);
     c->active_path = p;
     __atomic_store_n(&c->hold, later ? LG_HOLD_ALL : LG_HOLD_NONE, __ATOMIC_RELAXED);
-    c->parked = (uint32_t)((1ull << c->nstreams) - 1);
     pthread_mutex_unlock(&c->mu);
     c->tr->commit_end(c, old, p);
     c->tr->resume(p);
@@ -664,7 +661,7 @@ static void tx_step(struct lg_conn *c, uint64_t now)
             fo->sw_phase = LG_SW_NONE; /* the target died meanwhile: decide again */
         } else if (fo->sw_phase == LG_SW_QUIESCE) {
             pthread_mutex_lock(&c->mu);
-            int drained = c->cursor_chunk == 0 &&
+            int drained = !lg_conn_mid_message(c) &&
                           __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) >= c->cursor_seq;
             pthread_mutex_unlock(&c->mu);
             if (drained || now - fo->sw_t0 >= LG_MS(lg_params.quiesce_ms))

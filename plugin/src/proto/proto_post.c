@@ -44,24 +44,11 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
     r->size = size;
     r->tag = tag;
     lg_send_keep(c, r, data, size, imr);
-    r->nchunks = lg_chunk_count(size, c->chunk_size);
     __atomic_store_n(&r->writers, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
     c->next_seq = seq + 1;
     __atomic_store_n(&c->posted, seq + 1, __ATOMIC_RELEASE);
-    /* Chunks: wake as many parked streams as the message has chunks; busy streams take
-     * more chunks by themselves when they finish their current one. */
-    uint64_t want = !c->tr->chunks ? 0 : LG_MIN(lg_chunk_count(size, c->chunk_size),
-                                                         (uint64_t)c->nstreams);
-    uint32_t wake = 0;
-    for (int i = 0; i < c->nstreams && want && c->hold == LG_HOLD_NONE; i++) {
-        int k = (int)((seq + (uint64_t)i) % (uint64_t)c->nstreams);
-        if (c->parked & (1u << k)) {
-            wake |= 1u << k;
-            want--;
-        }
-    }
-    c->parked &= ~wake;
+    uint32_t wake = c->tr->send_queued ? c->tr->send_queued(c, r) : 0;
     pthread_mutex_unlock(&c->mu);
     *request = r;
     c->tr->posted(c, r, &imr, wake);

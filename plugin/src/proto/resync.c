@@ -50,11 +50,10 @@ int lg_resync_rx_reset(struct lg_req *reqs, uint64_t base, uint64_t posted)
     return n;
 }
 
-uint64_t lg_resync_tx_rewind(uint64_t *cursor_seq, uint64_t *cursor_chunk, uint64_t *acked,
-                             uint64_t n)
+uint64_t lg_resync_tx_rewind(uint64_t *cursor_seq, int mid, uint64_t *acked, uint64_t n)
 {
     /* Messages [n, cursor) went out, wholly or partly (the one being cut counts). */
-    uint64_t sent = *cursor_seq + (*cursor_chunk ? 1 : 0);
+    uint64_t sent = *cursor_seq + (mid ? 1 : 0);
     uint64_t replay = sent > n ? sent - n : 0;
     /* Acks are read concurrently (a CAS to the maximum): never move acked backwards. */
     uint64_t a = __atomic_load_n(acked, __ATOMIC_ACQUIRE);
@@ -62,6 +61,5 @@ uint64_t lg_resync_tx_rewind(uint64_t *cursor_seq, uint64_t *cursor_chunk, uint6
                                                  __ATOMIC_ACQUIRE))
         ;
     *cursor_seq = n;
-    *cursor_chunk = 0;
     return replay;
 }

@@ -53,9 +53,10 @@ static inline int lg_resync_check(uint64_t n, uint64_t acked, uint64_t sent)
 }
 
 /* Sender, at a commit (under conn->mu): the receiver has placed every message below `n`:
- * raise `acked` to n and rewind the chunk cursor to message n, chunk 0. Returns how many
- * messages will be sent again (partly or wholly sent before). */
-uint64_t lg_resync_tx_rewind(uint64_t *cursor_seq, uint64_t *cursor_chunk, uint64_t *acked,
-                             uint64_t n);
+ * raise `acked` to n and rewind the cursor to message n (`mid`: the cursor was inside the
+ * message at *cursor_seq, which went out partly; the transport's own cursor inside a message
+ * was reset to its start). Returns how many messages will be sent again (partly or wholly
+ * sent before). */
+uint64_t lg_resync_tx_rewind(uint64_t *cursor_seq, int mid, uint64_t *acked, uint64_t n);
 
 #endif

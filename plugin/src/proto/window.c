@@ -125,7 +125,7 @@ int lg_conn_take_ack(struct lg_conn *c, uint64_t n)
         /* After a rewind: the receiver held these (completed out of order before the
          * switch); nothing below n is sent again. */
         c->cursor_seq = n;
-        c->cursor_chunk = 0;
+        lg_conn_to_boundary(c);
     }
     pthread_mutex_unlock(&c->mu);
     if (!ok) {

@@ -116,6 +116,15 @@ struct lg_transport {
      * data only from them has r's registrations before it moves r. */
     void (*posted)(struct lg_conn *c, const struct lg_req *r, struct lg_inner_mr *const *mrs,
                    uint32_t wake);
+    /* isend under c->mu, r just took its window slot, optional (NULL: 0): a token the
+     * protocol hands back to `posted` as `wake` (TCP: the parked streams the post wakes). */
+    uint32_t (*send_queued)(struct lg_conn *c, const struct lg_req *r);
+    /* Sender, under c->mu, optional (NULL: whole messages, never inside one): the cursor is
+     * inside the message at c->cursor_seq (some of it went out); to_boundary moves it back
+     * to that message's start (a rewind, an ack beyond the cursor), and says whether it was
+     * inside. */
+    int (*mid_message)(const struct lg_conn *c);
+    int (*to_boundary)(struct lg_conn *c);
     /* isend under c->mu, optional (NULL: always): this send, of NCCL's registration mr, may
      * be kept in a copy (LG_COPY_REPLAYS: host memory, and a completion that needs one). */
     int (*may_keep)(const struct lg_conn *c, const struct lg_inner_mr *mr);

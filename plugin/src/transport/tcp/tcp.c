@@ -102,12 +102,13 @@ static int tcp_flush_test(void *request, int *done, ncclResult_t *rc)
 /* A sender's endpoint holds its goodput windows (tcp_conn.h); a receiver needs none. */
 static int tcp_open(struct lg_conn *c, struct lg_endpoint **out)
 {
-    (void)c;
     *out = NULL;
     struct lg_tcp_conn *e = calloc(1, sizeof(*e));
     if (!e)
         return -1;
     pthread_mutex_init(&e->ask_mu, NULL);
+    if (c->kind == LG_CONN_SEND) /* every data stream starts with nothing to send */
+        e->parked = (uint32_t)((1ull << c->nstreams) - 1);
     *out = (struct lg_endpoint *)e;
     return 0;
 }
@@ -183,6 +184,8 @@ static void tcp_at(struct lg_conn *c, uint64_t now)
 
 static void tcp_resume(struct lg_path *p)
 {
+    if (p && p->conn->kind == LG_CONN_SEND)
+        lg_tcp_send_resume(p->conn);
     for (int k = 0; lg_path_up(p) && k < p->nstreams; k++)
         lg_task_kick(&p->data[k].task);
 }
@@ -237,6 +240,9 @@ const struct lg_transport lg_tcp_transport = {
     .path_close = tcp_path_close,
     .path_detached = tcp_path_detached,
     .recv_prepare = lg_tcp_recv_prepare,
+    .send_queued = lg_tcp_send_queued,
+    .mid_message = lg_tcp_send_mid_message,
+    .to_boundary = lg_tcp_send_to_boundary,
     .posted = tcp_posted,
     .progress = tcp_progress,
     .step = tcp_step,

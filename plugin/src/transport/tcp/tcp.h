@@ -17,6 +17,10 @@ extern const struct lg_transport lg_tcp_transport;
 void lg_tcp_send_handler(struct lg_task *t, uint32_t events);
 void lg_tcp_send_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake);
 void lg_tcp_send_detached(struct lg_path *p);
+uint32_t lg_tcp_send_queued(struct lg_conn *c, const struct lg_req *r);
+int lg_tcp_send_mid_message(const struct lg_conn *c);
+int lg_tcp_send_to_boundary(struct lg_conn *c);
+void lg_tcp_send_resume(struct lg_conn *c);
 /* tcp_recv.c */
 void lg_tcp_recv_handler(struct lg_task *t, uint32_t events);
 int lg_tcp_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap);

@@ -1,8 +1,8 @@
 /* The TCP transport's own objects (tcp.h), which the protocol holds as opaque pointers
  * (transport.h): a connection's endpoint (c->ep, made by the open op, ended by release) and
  * each path object's chunk state of its data streams (p->tp, path_open and path_close). The
- * sockets and their tasks are the path's (proto/conn.h, struct lg_stream), and the chunk
- * cursor is still the connection's (lg_conn.cursor_*: issue 27). Types only. */
+ * sockets and their tasks are the path's (proto/conn.h, struct lg_stream), and the message
+ * the cursor is at, the connection's (c->cursor_seq, which every transport has). Types only. */
 #ifndef LG_TCP_CONN_H
 #define LG_TCP_CONN_H
 
@@ -15,6 +15,10 @@
 /* A connection's endpoint: the progress watchdogs' and the lossy judge's state (tcp_watch.c;
  * monitor thread, but for the STALLED mailbox). */
 struct lg_tcp_conn {
+    /* sender, under the connection's mu: the chunk cursor's place inside the message at
+     * c->cursor_seq, and the data streams with nothing to send (bit k-1: stream k) */
+    uint64_t cursor_chunk;
+    uint32_t parked;
     /* sender: the lossy judge's window of each slot */
     struct lg_gp_window gp[LG_NPATHS];
     /* sender: the receiver's newest STALLED (the message that got no data), kept under ask_mu

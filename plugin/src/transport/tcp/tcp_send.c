@@ -19,10 +19,10 @@
 
 /* Under mu: stream s may take a new chunk (its path carries the committed epoch and no
  * switch holds chunks back). */
-static int may_grab(struct lg_conn *c, struct lg_stream *s)
+static int may_grab(struct lg_conn *c, const struct lg_tcp_conn *e, struct lg_stream *s)
 {
     if (c->cursor_seq >= __atomic_load_n(&c->posted, __ATOMIC_RELAXED) ||
-        c->hold == LG_HOLD_ALL || (c->hold == LG_HOLD_BOUNDARY && c->cursor_chunk == 0))
+        c->hold == LG_HOLD_ALL || (c->hold == LG_HOLD_BOUNDARY && e->cursor_chunk == 0))
         return 0;
     return s->path == c->active_path && c->paths[c->active] == s->path &&
            lg_path_up(s->path);
@@ -32,14 +32,15 @@ static int may_grab(struct lg_conn *c, struct lg_stream *s)
 static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
 {
     struct lg_tcp_stream *ts = lg_tcp_stream_at(s->path->tp, s->index);
+    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
     pthread_mutex_lock(&c->mu);
-    if (!may_grab(c, s)) {
-        c->parked |= 1u << (s->index - 1);
+    if (!may_grab(c, e, s)) {
+        e->parked |= 1u << (s->index - 1);
         pthread_mutex_unlock(&c->mu);
         return 0;
     }
     struct lg_req *r = &c->reqs[c->cursor_seq % LG_WINDOW];
-    uint64_t off = c->cursor_chunk * c->chunk_size;
+    uint64_t off = e->cursor_chunk * c->chunk_size;
     uint64_t len = r->size - off < c->chunk_size ? r->size - off : c->chunk_size;
     struct lg_chunk_hdr h = {.epoch = (uint16_t)c->epoch, .len = (uint32_t)len,
                              .seq = c->cursor_seq, .offset = off, .total = r->size,
@@ -48,9 +49,9 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
     ts->tx.req = r;
     /* Taken under mu, like a rewind: completion waits for this hold on the buffer. */
     __atomic_add_fetch(&r->writers, 1, __ATOMIC_ACQ_REL);
-    if (++c->cursor_chunk == lg_chunk_count(r->size, c->chunk_size)) {
+    if (++e->cursor_chunk == lg_chunk_count(r->size, c->chunk_size)) {
         c->cursor_seq++;
-        c->cursor_chunk = 0;
+        e->cursor_chunk = 0;
     }
     pthread_mutex_unlock(&c->mu);
     lg_chunk_encode(ts->tx.hdr, &h);
@@ -64,10 +65,11 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
  * stream parks (same lock as isend's look at `parked`: no lost wake-up). */
 static void hand_over(struct lg_conn *c, struct lg_stream *s)
 {
+    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
     pthread_mutex_lock(&c->mu);
-    int more = may_grab(c, s);
+    int more = may_grab(c, e, s);
     if (!more)
-        c->parked |= 1u << (s->index - 1);
+        e->parked |= 1u << (s->index - 1);
     pthread_mutex_unlock(&c->mu);
     if (more)
         lg_task_kick(&s->task);
@@ -144,6 +146,47 @@ void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
             __atomic_sub_fetch(&ts->tx.req->writers, 1, __ATOMIC_RELEASE);
         }
     }
+}
+
+/* isend, under mu, r just took its window slot: wakes as many parked streams as the message
+ * has chunks, from stream r->seq % nstreams on (busy streams take more chunks by themselves
+ * when they finish their current one); none while a switch holds chunks back. */
+uint32_t lg_tcp_send_queued(struct lg_conn *c, const struct lg_req *r)
+{
+    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
+    uint64_t want = LG_MIN(lg_chunk_count(r->size, c->chunk_size), (uint64_t)c->nstreams);
+    uint32_t wake = 0;
+    for (int i = 0; i < c->nstreams && want && c->hold == LG_HOLD_NONE; i++) {
+        int k = (int)((r->seq + (uint64_t)i) % (uint64_t)c->nstreams);
+        if (e->parked & (1u << k)) {
+            wake |= 1u << k;
+            want--;
+        }
+    }
+    e->parked &= ~wake;
+    return wake;
+}
+
+/* The cursor (under mu): inside a message, and back to its start (transport.h). */
+int lg_tcp_send_mid_message(const struct lg_conn *c)
+{
+    return lg_tcp_ep(c->ep)->cursor_chunk != 0;
+}
+int lg_tcp_send_to_boundary(struct lg_conn *c)
+{
+    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
+    int mid = e->cursor_chunk != 0;
+    e->cursor_chunk = 0;
+    return mid;
+}
+
+/* Data may move again (a commit, a hold lifted): every stream counts as parked, so the next
+ * post wakes it even if it was busy on the path left (the resume kicks them all anyway). */
+void lg_tcp_send_resume(struct lg_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    lg_tcp_ep(c->ep)->parked = (uint32_t)((1ull << c->nstreams) - 1);
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* isend posted r and unparked the streams in `wake`: a small message is written from NCCL's
