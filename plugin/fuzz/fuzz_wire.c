@@ -35,19 +35,20 @@ static void fuzz_hello(const uint8_t *data, size_t size)
         return;
     if (h.flags & LG_HELLO_F_SESSION) { /* a session's: its id, every other field 0 */
         FUZZ_ASSERT(h.flags == LG_HELLO_F_SESSION && !h.path && !h.stream && !h.nstreams);
-        FUZZ_ASSERT(!h.paths_mask && !h.chunk_size && !h.listen_id && !h.gen && !h.session &&
-                    !h.chan);
+        FUZZ_ASSERT(!h.paths_mask && !h.transport && !h.blob && !h.listen_id && !h.gen &&
+                    !h.session && !h.chan);
     } else {
         FUZZ_ASSERT(h.path < LG_NPATHS && h.chan != 0);
         FUZZ_ASSERT(h.nstreams >= 1 && h.nstreams <= LG_MAX_STREAMS && h.stream >= 1 &&
                     h.stream <= h.nstreams);
-        FUZZ_ASSERT(h.chunk_size >= 1 && (h.paths_mask & 1) && !(h.paths_mask >> LG_NPATHS));
-        FUZZ_ASSERT(!(h.flags & ~(LG_HELLO_F_REJOIN | LG_HELLO_F_WRAP)));
+        FUZZ_ASSERT(h.transport != 0 && (h.paths_mask & 1) && !(h.paths_mask >> LG_NPATHS));
+        FUZZ_ASSERT(!(h.flags & ~LG_HELLO_F_REJOIN));
     }
     lg_hello_encode(out, &h);
     FUZZ_ASSERT(lg_hello_decode(out, &back) == 0);
     FUZZ_ASSERT(back.path == h.path && back.stream == h.stream && back.nstreams == h.nstreams);
-    FUZZ_ASSERT(back.paths_mask == h.paths_mask && back.chunk_size == h.chunk_size);
+    FUZZ_ASSERT(back.paths_mask == h.paths_mask && back.transport == h.transport &&
+                back.blob == h.blob);
     FUZZ_ASSERT(back.listen_id == h.listen_id && back.conn_nonce == h.conn_nonce);
     FUZZ_ASSERT(back.flags == h.flags && back.gen == h.gen);
     FUZZ_ASSERT(back.session == h.session && back.chan == h.chan);

@@ -15,6 +15,7 @@
 #include "runtime/le.h"
 #include "runtime/params.h"
 #include "session/wire.h"
+#include "transport/transport.h"
 
 static const char *root;
 
@@ -79,27 +80,29 @@ static void seeds_wire(void)
     lg_hello_encode(b, &(struct lg_hello){.flags = LG_HELLO_F_SESSION, .conn_nonce = 5});
     put_wire("hello-session", 0, b, LG_HELLO_SIZE);
     struct lg_hello h = {.path = 0, .stream = 1, .nstreams = 2, .paths_mask = 3,
-                         .chunk_size = 524288, .listen_id = 0x1122334455667788ull,
+                         .transport = LG_TRANSPORT_TCP, .blob = 524288,
+                         .listen_id = 0x1122334455667788ull,
                          .conn_nonce = 0x99aabbccddeeff00ull, .session = 5, .chan = 1};
     lg_hello_encode(b, &h);
     put_wire("hello-data", 0, b, LG_HELLO_SIZE);
     h.path = 1, h.stream = 2, h.flags = LG_HELLO_F_REJOIN, h.gen = 3;
     lg_hello_encode(b, &h);
     put_wire("hello-rejoin", 0, b, LG_HELLO_SIZE);
-    h.flags = LG_HELLO_F_WRAP, h.nstreams = LG_MAX_STREAMS, h.stream = LG_MAX_STREAMS;
+    h.flags = 0, h.transport = LG_TRANSPORT_INNER, h.blob = 0;
+    h.nstreams = LG_MAX_STREAMS, h.stream = LG_MAX_STREAMS;
     lg_hello_encode(b, &h);
     put_wire("hello-wrap-max-streams", 0, b, LG_HELLO_SIZE);
 
     static const struct { const char *name; struct lg_ctrl c; } ctrl[] = {
         {"ack", {LG_CTRL_ACK, 0, 0, 17, 1}},
         {"session-hb", {LG_CTRL_HB, 0, 0, 0, 0}},
-        {"bye-fence", {LG_CTRL_BYE, LG_BYE_FENCE, 0, 0}},
-        {"hb", {LG_CTRL_HB, LG_HB_NIC_DOWN | LG_HB_PATH_FAILED(1), 4, 1ull | 2ull << 32}},
-        {"switch", {LG_CTRL_SWITCH, 0, 5, 1}},
-        {"resync", {LG_CTRL_RESYNC, 1, 5, 12}},
-        {"ready", {LG_CTRL_READY, 0, 0, 2}},
-        {"inner", {LG_CTRL_INNER, LG_INNER_PARTS - 1, 2, 0x0807060504030201ull}},
-        {"hb-epoch-max", {LG_CTRL_HB, 0, UINT32_MAX, 0}},
+        {"bye-fence", {LG_CTRL_BYE, LG_BYE_FENCE, 0, 0, 0}},
+        {"hb", {LG_CTRL_HB, LG_HB_NIC_DOWN | LG_HB_PATH_FAILED(1), 4, 1ull | 2ull << 32, 1}},
+        {"switch", {LG_CTRL_SWITCH, 0, 5, 1, 1}},
+        {"resync", {LG_CTRL_RESYNC, 1, 5, 12, 1}},
+        {"ready", {LG_CTRL_READY, 0, 0, 2, 1}},
+        {"inner", {LG_CTRL_INNER, LG_INNER_PARTS - 1, 2, 0x0807060504030201ull, 1}},
+        {"hb-epoch-max", {LG_CTRL_HB, 0, UINT32_MAX, 0, 1}},
     };
     for (size_t i = 0; i < sizeof(ctrl) / sizeof(ctrl[0]); i++) {
         char name[64];
@@ -109,10 +112,10 @@ static void seeds_wire(void)
     }
 
     static const struct { const char *name; struct lg_chunk_hdr h; } chunks[] = {
-        {"first", {1, 524288, 7, 0, 1048576 + 3, 1}},
-        {"last", {1, 3, 7, 1048576, 1048576 + 3, 1}},
-        {"empty", {0, 0, 0, 0, 0, 0}},
-        {"whole", {2, 100, 3, 0, 100, 9}},
+        {"first", {1, 524288, 7, 0, 1048576 + 3, 1, 0}},
+        {"last", {1, 3, 7, 1048576, 1048576 + 3, 1, 0}},
+        {"empty", {0, 0, 0, 0, 0, 0, 0}},
+        {"whole", {2, 100, 3, 0, 100, 9, 0}},
     };
     for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
         char name[64];

@@ -21,6 +21,7 @@
 #include "runtime/util.h"
 #include "session/handle.h"
 #include "session/wire.h"
+#include "transport/transport.h"
 
 #define N 16
 
@@ -133,7 +134,8 @@ static void test_shared_port_and_routing(void)
     /* A hello naming a listen comm that is closed is refused; the others go on. */
     CHECK_EQ(lg_core_close_listen(l[N - 1]), ncclSuccess);
     struct lg_hello hello = {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 1,
-                             .chunk_size = 4096, .listen_id = h[N - 1].listen_id,
+                             .transport = LG_TRANSPORT_TCP, .blob = 4096,
+                             .listen_id = h[N - 1].listen_id,
                              .conn_nonce = 42};
     uint8_t buf[LG_HELLO_SIZE];
     lg_hello_encode(buf, &hello);

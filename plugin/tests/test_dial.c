@@ -17,6 +17,7 @@
 #include "runtime/util.h"
 #include "session/dial.h"
 #include "session/session.h"
+#include "transport/transport.h"
 
 #define NSTREAMS 3
 #define WAIT_NS 5000000000ull /* every wait here ends within 5 s */
@@ -87,7 +88,8 @@ static int dial(struct dialed *x, uint16_t sess_port, uint16_t port)
         x->d.fd[k] = &x->fds[k];
     }
     x->d.hello = (struct lg_hello){.path = 1, .nstreams = NSTREAMS, .paths_mask = 3,
-                                   .chunk_size = 1 << 20, .listen_id = 0x1157, .conn_nonce = 42,
+                                   .transport = LG_TRANSPORT_TCP, .blob = 1 << 20,
+                                   .listen_id = 0x1157, .conn_nonce = 42,
                                    .flags = LG_HELLO_F_REJOIN, .gen = 5};
     return lg_dial_start(&x->d, "", lo, lo, port);
 }

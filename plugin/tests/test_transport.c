@@ -23,6 +23,7 @@
 #include "runtime/util.h"
 #include "session/handle.h"
 #include "session/wire.h"
+#include "transport/transport.h"
 
 static void fill(char *b, size_t n, uint64_t seed)
 {
@@ -483,7 +484,8 @@ static void test_accept_never_completes(void) /* (LINKGUARD_CONNECT_TIMEOUT_MS=3
     CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
     uint8_t hello[LG_HELLO_SIZE];
     lg_hello_encode(hello, &(struct lg_hello){.path = 0, .stream = 2, .nstreams = 2,
-                                              .paths_mask = 1, .chunk_size = 4096,
+                                              .paths_mask = 1,
+                                              .transport = LG_TRANSPORT_TCP, .blob = 4096,
                                               .listen_id = h.listen_id, .conn_nonce = 42,
                                               .session = 1, .chan = 1});
     CHECK_EQ(write(fd, hello, sizeof(hello)), (ssize_t)sizeof(hello));

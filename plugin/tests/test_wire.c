@@ -5,11 +5,13 @@
 
 #include "lg_test.h"
 #include "session/wire.h"
+#include "transport/transport.h"
 
 static void test_hello(void)
 {
     struct lg_hello h = {.path = 1, .stream = 3, .nstreams = 4, .paths_mask = 3,
-                         .chunk_size = 524288, .listen_id = 0x1122334455667788ull,
+                         .transport = LG_TRANSPORT_TCP, .blob = 524288,
+                         .listen_id = 0x1122334455667788ull,
                          .conn_nonce = 0x99aabbccddeeff00ull, .session = 0x0102030405060708ull,
                          .chan = 0xa0b0c0d0u}, d;
     uint8_t buf[LG_HELLO_SIZE];
@@ -19,7 +21,8 @@ static void test_hello(void)
     CHECK_EQ(d.stream, 3);
     CHECK_EQ(d.nstreams, 4);
     CHECK_EQ(d.paths_mask, 3);
-    CHECK_EQ(d.chunk_size, 524288);
+    CHECK_EQ(d.transport, LG_TRANSPORT_TCP);
+    CHECK_EQ(d.blob, 524288);
     CHECK(d.listen_id == h.listen_id && d.conn_nonce == h.conn_nonce);
     CHECK(d.flags == 0 && d.gen == 0);
     CHECK(d.session == h.session && d.chan == h.chan);
@@ -49,18 +52,23 @@ static void test_hello(void)
     CHECK_EQ(lg_hello_decode(buf, &dsh), 0);
     CHECK(dsh.flags == LG_HELLO_F_SESSION && dsh.conn_nonce == 42);
     struct lg_hello cases[] = {
-        {.path = 2, .stream = 1, .nstreams = 1, .paths_mask = 1, .chunk_size = 1, .chan = 1},
-        {.path = 0, .stream = 2, .nstreams = 1, .paths_mask = 1, .chunk_size = 1, .chan = 1},
-        {.path = 0, .stream = 0, .nstreams = 1, .paths_mask = 1, .chunk_size = 1, .chan = 1},
-        {.path = 0, .stream = 1, .nstreams = 0, .paths_mask = 1, .chunk_size = 1, .chan = 1},
-        {.path = 0, .stream = 1, .nstreams = 17, .paths_mask = 1, .chunk_size = 1, .chan = 1},
-        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 2, .chunk_size = 1, .chan = 1},
-        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 5, .chunk_size = 1, .chan = 1},
-        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 1, .chunk_size = 0, .chan = 1},
-        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 1, .chunk_size = 1}, /* no chan */
+        {.path = 2, .stream = 1, .nstreams = 1, .paths_mask = 1, .transport = 1, .chan = 1},
+        {.path = 0, .stream = 2, .nstreams = 1, .paths_mask = 1, .transport = 1, .chan = 1},
+        {.path = 0, .stream = 0, .nstreams = 1, .paths_mask = 1, .transport = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 0, .paths_mask = 1, .transport = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 17, .paths_mask = 1, .transport = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 2, .transport = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 5, .transport = 1, .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 1, .chan = 1}, /* no transport */
+        /* version 6's wrap-mode flag: a transport id says it now */
+        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 1, .transport = 1, .flags = 0x2,
+         .chan = 1},
+        {.path = 0, .stream = 1, .nstreams = 1, .paths_mask = 1, .transport = 1}, /* no chan */
         /* a session hello with anything but its id */
         {.flags = LG_HELLO_F_SESSION, .stream = 1},
         {.flags = LG_HELLO_F_SESSION, .chan = 3},
+        {.flags = LG_HELLO_F_SESSION, .transport = LG_TRANSPORT_TCP},
+        {.flags = LG_HELLO_F_SESSION, .blob = 1},
         {.flags = LG_HELLO_F_SESSION | LG_HELLO_F_REJOIN},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -131,8 +131,7 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
     const struct lg_device *d = lg_device_get(dev);
     struct lg_connecting *cg = calloc(1, sizeof(*cg));
     const struct lg_transport *tr = lg_transport_select();
-    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, tr, tr->nstreams(),
-                                    (uint32_t)lg_params.chunk_size);
+    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, tr, tr->nstreams(), lg_transport_blob(tr));
     if (!cg || !c) {
         free(cg);
         if (c)

@@ -221,10 +221,10 @@ int lg_core_conn_ready(struct lg_conn *c)
     for (int i = 0; i < LG_NPATHS; i++)
         if (c->paths[i])
             at += lg_path_ports(c->paths[i], at, sizeof(ports) - (size_t)(at - ports), at != ports);
-    LG_INFO(NCCL_NET, "%s conn %016llx on dev %d: %d path(s), %d stream(s) each, chunk %u; "
-            "local ports: %s", c->kind == LG_CONN_SEND ? "send" : "recv",
+    LG_INFO(NCCL_NET, "%s conn %016llx on dev %d: %d path(s), %d stream(s) each, %s "
+            "transport (word %u); local ports: %s", c->kind == LG_CONN_SEND ? "send" : "recv",
             (unsigned long long)c->nonce, c->dev, c->paths[1] ? 2 : 1, c->nstreams,
-            c->chunk_size, ports);
+            c->tr->name, c->blob, ports);
     return 0;
 }
 

@@ -35,7 +35,7 @@ struct lg_group {
     int used;
     uint64_t nonce, t0;
     int nstreams;
-    uint32_t chunk_size;
+    uint32_t blob; /* the transport's word (lg_hello.blob) */
     int mask; /* paths announced by the primary's first data hello; 0 until then */
     int fds[LG_NPATHS][LG_MAX_STREAMS + 1]; /* [p][k]: data stream k (1..nstreams) */
     uint64_t sess[LG_NPATHS]; /* the control session each path's hellos name, and its channel */
@@ -176,8 +176,8 @@ static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t loc
     const struct lg_device *d = lg_device_get(l->dev);
     if (!d || h->path >= l->npaths || lis_of(l, d, h->path, local_ip) < 0 ||
         /* both ends use the same transport (both wrap an inner plugin, or neither) */
-        (h->flags & LG_HELLO_F_WRAP) != lg_transport_select()->hello_flags ||
-        h->chunk_size > (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20))
+        h->transport != lg_transport_select()->id ||
+        !lg_transport_blob_ok(lg_transport_select(), h->blob))
         goto stranger;
     pthread_mutex_lock(&l->mu);
     struct lg_group *g = NULL, *free_g = NULL;
@@ -193,10 +193,10 @@ static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t loc
         g->nonce = h->conn_nonce;
         g->t0 = now; /* the acceptor's clock, read under its lock (see lg_core_accept) */
         g->nstreams = h->nstreams;
-        g->chunk_size = h->chunk_size;
+        g->blob = h->blob;
         g->mask = 0;
     }
-    int ok = g && g->nstreams == h->nstreams && g->chunk_size == h->chunk_size &&
+    int ok = g && g->nstreams == h->nstreams && g->blob == h->blob &&
              g->fds[h->path][h->stream] < 0 &&
              (!g->chan[h->path] || (g->chan[h->path] == h->chan && g->sess[h->path] == h->session));
     ok = ok && (!g->local_ip[h->path] || g->local_ip[h->path] == local_ip);
@@ -274,7 +274,7 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
 {
     const struct lg_device *d = lg_device_get(l->dev);
     struct lg_conn *c = lg_conn_new(LG_CONN_RECV, l->dev, lg_transport_select(), g->nstreams,
-                                    g->chunk_size);
+                                    g->blob);
     if (!c)
         return NULL;
     lg_fo_init(c);

@@ -23,7 +23,7 @@
 #include "session/acceptor.h"
 
 struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_transport *tr,
-                            int nstreams, uint32_t chunk_size)
+                            int nstreams, uint32_t blob)
 {
     struct lg_conn *c = calloc(1, sizeof(*c));
     if (!c)
@@ -33,7 +33,7 @@ struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_tra
     c->dev = dev;
     c->tr = tr;
     c->nstreams = nstreams;
-    c->chunk_size = chunk_size;
+    c->blob = blob;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->mb_mu, NULL);
     pthread_mutex_init(&c->run_mu, NULL);
@@ -588,9 +588,10 @@ int lg_path_dial(struct lg_path *p, struct lg_dial *d, uint8_t paths_mask, uint8
     for (int k = 1; k <= c->nstreams; k++)
         d->fd[k] = &p->data[k - 1].task.fd;
     d->hello = (struct lg_hello){.path = (uint8_t)i, .nstreams = (uint8_t)c->nstreams,
-                                 .paths_mask = paths_mask, .chunk_size = c->chunk_size,
+                                 .paths_mask = paths_mask, .transport = c->tr->id,
+                                 .blob = c->blob,
                                  .listen_id = c->listen_id, .conn_nonce = c->nonce,
-                                 .flags = (uint8_t)(flags | c->tr->hello_flags), .gen = p->gen};
+                                 .flags = (uint8_t)flags, .gen = p->gen};
     return lg_dial_start(d, p->nic, c->local_ip[i], c->peer_ip[i], c->peer_port[i]);
 }
 

@@ -326,7 +326,7 @@ struct lg_conn {
     int dev;
     uint64_t nonce, listen_id;
     int nstreams;
-    uint32_t chunk_size;
+    uint32_t blob; /* the transport's word in every hello (transport.h): the connector's */
     int npaths;
     int protected_; /* has both paths: failures fail over instead of failing (atomic) */
     int upgradable; /* built without its backup path, which the peer has: the monitor keeps
@@ -420,7 +420,7 @@ struct lg_conn {
 /* A connection whose paths' data goes through `tr` (nstreams data sockets each); the
  * protocol then attaches to it (lg_fo_init) before its paths start. */
 struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_transport *tr,
-                            int nstreams, uint32_t chunk_size);
+                            int nstreams, uint32_t blob);
 /* A path object for slot `index`, not yet in c->paths (rebuilds publish it later). */
 struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, const char *peer);
 struct lg_path *lg_path_new(struct lg_conn *c, int index, const char *nic, const char *peer);

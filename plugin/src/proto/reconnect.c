@@ -193,8 +193,8 @@ int lg_rejoin_file(struct lg_conn *c, const struct lg_hello *h, int fd, uint32_t
     if ((!__atomic_load_n(&c->protected_, __ATOMIC_ACQUIRE) && !c->upgradable) ||
         __atomic_load_n(&c->error, __ATOMIC_ACQUIRE) ||
         (local_ip != c->local_ip[h->path] && !moved) ||
-        (h->flags & LG_HELLO_F_WRAP) != c->tr->hello_flags || h->nstreams != c->nstreams ||
-        h->chunk_size != c->chunk_size || h->stream > c->nstreams || h->stream < 1)
+        h->transport != c->tr->id || h->nstreams != c->nstreams || h->blob != c->blob ||
+        h->stream > c->nstreams || h->stream < 1)
         return -1;
     int slot = h->path;
     struct lg_rejoin *rj = &c->fo.slot[slot].rj;

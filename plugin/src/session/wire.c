@@ -15,7 +15,8 @@ void lg_hello_encode(uint8_t out[LG_HELLO_SIZE], const struct lg_hello *h)
     out[7] = h->stream;
     out[8] = h->nstreams;
     out[9] = h->paths_mask;
-    lg_put32(out + 12, h->chunk_size);
+    out[11] = h->transport;
+    lg_put32(out + 12, h->blob);
     lg_put64(out + 16, h->listen_id);
     lg_put64(out + 24, h->conn_nonce);
     out[10] = h->flags;
@@ -32,22 +33,24 @@ int lg_hello_decode(const uint8_t in[LG_HELLO_SIZE], struct lg_hello *h)
     h->stream = in[7];
     h->nstreams = in[8];
     h->paths_mask = in[9];
-    h->chunk_size = lg_get32(in + 12);
+    h->transport = in[11];
+    h->blob = lg_get32(in + 12);
     h->listen_id = lg_get64(in + 16);
     h->conn_nonce = lg_get64(in + 24);
     h->flags = in[10];
     h->gen = lg_get32(in + 32);
     h->session = lg_get64(in + 36);
     h->chan = lg_get32(in + 44);
-    if (h->flags & ~(LG_HELLO_F_REJOIN | LG_HELLO_F_WRAP | LG_HELLO_F_SESSION))
+    if (h->flags & ~(LG_HELLO_F_REJOIN | LG_HELLO_F_SESSION))
         return -1;
     if (h->flags & LG_HELLO_F_SESSION) /* nothing but its id */
         return h->flags != LG_HELLO_F_SESSION || h->path || h->stream || h->nstreams ||
                        h->paths_mask || h->listen_id || h->gen || h->session || h->chan ||
-                       h->chunk_size
+                       h->transport || h->blob
                    ? -1 : 0;
+    /* The transport id and word are the listener's to judge (its transport's blob_ok). */
     if (h->path >= LG_NPATHS || h->nstreams < 1 || h->nstreams > LG_MAX_STREAMS ||
-        h->stream < 1 || h->stream > h->nstreams || h->chunk_size < 1 ||
+        h->stream < 1 || h->stream > h->nstreams || h->transport == 0 ||
         !(h->paths_mask & 1) || (h->paths_mask >> LG_NPATHS) != 0 || h->chan == 0)
         return -1;
     return 0;

@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LG_WIRE_VERSION 6 /* 2: failover frames, rejoin hellos; 3: control sessions; 4: STALLED;
-                           * 5: KEEPS; 6: TAGS, GROUP */
+#define LG_WIRE_VERSION 7 /* 2: failover frames, rejoin hellos; 3: control sessions; 4: STALLED;
+                           * 5: KEEPS; 6: TAGS, GROUP; 7: the hello's transport id and word */
 
 /* ---- hello: first bytes the connector writes on each socket -------------------------- */
 #define LG_HELLO_MAGIC 0x4548474cu /* "LGHE" */
@@ -22,7 +22,10 @@ struct lg_hello {
     uint8_t stream;      /* 1..nstreams = data streams (0: a session hello) */
     uint8_t nstreams;    /* data streams per path */
     uint8_t paths_mask;  /* paths the connection has (bit p); authoritative on path 0 ctrl */
-    uint32_t chunk_size; /* largest chunk payload the sender will use */
+    uint8_t transport;   /* which transport carries the data (transport.h, lg_transport.id);
+                          * both ends must agree */
+    uint32_t blob;       /* the transport's own word, agreed for the connection's life (TCP:
+                          * the largest chunk payload the sender will use) */
     uint64_t listen_id;  /* from the handle: which listener this is for */
     uint64_t conn_nonce; /* connector's id: groups the sockets of one connection */
     uint8_t flags;       /* LG_HELLO_F_* */
@@ -31,10 +34,8 @@ struct lg_hello {
     uint32_t chan;       /* ... and its channel there (never 0) */
 };
 #define LG_HELLO_F_REJOIN 0x1 /* rebuilds one path of a live connection (reconnect.c) */
-#define LG_HELLO_F_WRAP 0x2   /* wrap mode: data goes through the inner plugin
-                               * (inner_endpoint.h); both sides must agree */
 #define LG_HELLO_F_SESSION 0x4 /* opens a control session (session.h): conn_nonce is its id;
-                                * path, stream, nstreams, paths_mask, listen_id and gen are 0 */
+                                * every other field is 0 (0x2, wrap mode, was version 6's) */
 
 void lg_hello_encode(uint8_t out[LG_HELLO_SIZE], const struct lg_hello *h);
 /* 0, or -1 for a bad magic/version/field (garbage or a stranger on our port). */

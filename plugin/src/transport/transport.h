@@ -41,6 +41,8 @@ struct lg_endpoint; /* a transport's own object for one connection (c->ep) */
 struct lg_ep_path;  /* a transport's own state of one path object (p->tp) */
 
 enum { LG_COPY_NONE = 0, LG_COPY_SENDS = 1, LG_COPY_REPLAYS = 2 };
+/* Each transport's id on the wire (session/wire.h, the hello): never 0, never reused. */
+enum { LG_TRANSPORT_TCP = 1, LG_TRANSPORT_INNER = 2, LG_TRANSPORT_FAKE = 3 };
 
 struct lg_transport {
     const char *name; /* in logs */
@@ -69,7 +71,7 @@ struct lg_transport {
      * (proto/spread.h: TCP's sockets, the inner comm of that member's inner device); else
      * always on the device's own backup. */
     uint8_t any_backup_nic;
-    uint8_t hello_flags; /* what a hello says of the transport; both ends must agree */
+    uint8_t id; /* LG_TRANSPORT_*: what every hello says of it; both ends must agree */
     lg_task_fn stream_fn[2]; /* handler of a data stream socket: [send, recv] */
 
     /* process-wide */
@@ -79,6 +81,11 @@ struct lg_transport {
     ncclResult_t (*ctx_open)(uint64_t comm_id, int traffic_class, struct lg_inner_ctx **out);
     void (*ctx_close)(struct lg_inner_ctx *inner);
     int (*nstreams)(void); /* data sockets per path */
+    /* The transport's word in a connector's hellos (wire.h, lg_hello.blob), and whether a
+     * listener takes a connector's: the connection keeps the connector's (c->blob).
+     * Optional (NULL: the word is 0, and a listener takes only 0). */
+    uint32_t (*hello_blob)(void);
+    int (*blob_ok)(uint32_t blob);
 
     /* service thread */
     /* A connection was made (lg_conn_new; its kind and dev are set): *out its endpoint, or

@@ -9,6 +9,7 @@
 #include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
+#include "runtime/util.h"
 #include "transport/tcp/tcp_conn.h"
 
 static ncclResult_t tcp_get_properties(int dev, ncclNetProperties_v12_t *props)
@@ -100,6 +101,15 @@ static int tcp_flush_test(void *request, int *done, ncclResult_t *rc)
 }
 
 /* A sender's endpoint holds its goodput windows (tcp_conn.h); a receiver needs none. */
+/* The hello's word: the sender's chunk size (LINKGUARD_CHUNK_SIZE). A listener takes any up
+ * to 64 MiB, or up to its own if that is larger (chunks land straight in the posted buffer:
+ * their size costs the receiver nothing but a coverage bit each). */
+static uint32_t tcp_hello_blob(void) { return (uint32_t)lg_params.chunk_size; }
+static int tcp_blob_ok(uint32_t blob)
+{
+    return blob >= 1 && blob <= (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20);
+}
+
 static int tcp_open(struct lg_conn *c, struct lg_endpoint **out)
 {
     *out = NULL;
@@ -107,6 +117,7 @@ static int tcp_open(struct lg_conn *c, struct lg_endpoint **out)
     if (!e)
         return -1;
     pthread_mutex_init(&e->ask_mu, NULL);
+    e->chunk_size = c->blob; /* the connector's (its hello's word) */
     if (c->kind == LG_CONN_SEND) /* every data stream starts with nothing to send */
         e->parked = (uint32_t)((1ull << c->nstreams) - 1);
     *out = (struct lg_endpoint *)e;
@@ -224,7 +235,9 @@ const struct lg_transport lg_tcp_transport = {
     .chunks = 1,
     .sends_copies = LG_COPY_SENDS,
     .any_backup_nic = 1,
-    .hello_flags = 0,
+    .id = LG_TRANSPORT_TCP,
+    .hello_blob = tcp_hello_blob,
+    .blob_ok = tcp_blob_ok,
     .stream_fn = {lg_tcp_send_handler, lg_tcp_recv_handler},
     .get_properties = tcp_get_properties,
     .ctx_open = tcp_ctx_open,

@@ -19,6 +19,8 @@ struct lg_tcp_conn {
      * c->cursor_seq, and the data streams with nothing to send (bit k-1: stream k) */
     uint64_t cursor_chunk;
     uint32_t parked;
+    /* both sides: the connector's chunk size, from its hello (c->blob); set at open */
+    uint32_t chunk_size;
     /* sender: the lossy judge's window of each slot */
     struct lg_gp_window gp[LG_NPATHS];
     /* sender: the receiver's newest STALLED (the message that got no data), kept under ask_mu

@@ -21,6 +21,12 @@
 
 #define LG_WORKER_RUN_BYTES (8u << 20) /* a worker yields after placing this much */
 
+/* The connector's chunk size (its hello's word), which cuts every message of the connection. */
+static inline uint32_t chunk_size_of(const struct lg_conn *c)
+{
+    return lg_tcp_ep(c->ep)->chunk_size;
+}
+
 static uint32_t waiter_bit(const struct lg_stream *s)
 {
     return 1u << (s->path->index * LG_MAX_STREAMS + s->index - 1);
@@ -106,7 +112,7 @@ static int bind_to_posted(struct lg_conn *c, struct lg_req *r, int tag)
         }
         if (hit >= 0) {
             /* coverage of this buffer's size: the group posted at r may have had smaller ones */
-            if (cover_prepare(r, lg_chunk_count(h->sub[hit].cap, c->chunk_size)) != 0)
+            if (cover_prepare(r, lg_chunk_count(h->sub[hit].cap, chunk_size_of(c))) != 0)
                 return -1;
             h->sub[hit].bound = 1;
             open--;
@@ -226,7 +232,7 @@ static int match_chunk(struct lg_stream *s, struct lg_tcp_stream *ts, uint32_t e
     }
     /* The sender cuts every message the same way (chunk k at k * chunk_size, full length
      * but the last): anything else, or a chunk claimed twice, is a lie. */
-    uint64_t k = lg_chunk_index(h, c->chunk_size);
+    uint64_t k = lg_chunk_index(h, chunk_size_of(c));
     if (k == UINT64_MAX || k >= r->cover_words * 64) {
         lg_conn_peer_lied(c, "chunk at offset %llu, %u bytes, of message #%llu (%llu bytes) "
                           "is not one the sender cuts", (unsigned long long)h->offset, h->len,
@@ -315,7 +321,7 @@ static void recv_stream_run(struct lg_task *t)
                 ts->rx.ahead_used = 0;
                 continue;
             }
-            if (lg_chunk_decode(ts->rx.hdr, c->chunk_size, &ts->rx.h) != 0) {
+            if (lg_chunk_decode(ts->rx.hdr, chunk_size_of(c), &ts->rx.h) != 0) {
                 lg_conn_path_failed(p, 0, "bad chunk header");
                 return;
             }
@@ -410,7 +416,7 @@ static void recv_stream_run(struct lg_task *t)
         if (gate_enter(ts, c) == ts->rx.epoch) {
             __atomic_add_fetch(&r->placed, h->len, __ATOMIC_RELAXED);
             uint64_t done = __atomic_add_fetch(&r->chunks, 1, __ATOMIC_ACQ_REL);
-            if (done == lg_chunk_count(h->total, c->chunk_size))
+            if (done == lg_chunk_count(h->total, chunk_size_of(c)))
                 rc = lg_recv_complete(p, r, h->total, (h->flags & LG_CHUNK_F_KEPT) != 0);
         }
         gate_exit(ts);
@@ -434,7 +440,7 @@ int lg_tcp_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
 {
     /* Covers the group's largest buffer; a message bound to a buffer of another group is
      * covered again for that buffer at its binding (bind_to_posted). */
-    return cover_prepare(r, lg_chunk_count(maxcap, c->chunk_size));
+    return cover_prepare(r, lg_chunk_count(maxcap, chunk_size_of(c)));
 }
 
 /* Monitor, a receiver's commit to epoch c->epoch (just stored): every reader drops what is not

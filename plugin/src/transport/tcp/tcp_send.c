@@ -40,8 +40,8 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
         return 0;
     }
     struct lg_req *r = &c->reqs[c->cursor_seq % LG_WINDOW];
-    uint64_t off = e->cursor_chunk * c->chunk_size;
-    uint64_t len = r->size - off < c->chunk_size ? r->size - off : c->chunk_size;
+    uint64_t off = e->cursor_chunk * e->chunk_size;
+    uint64_t len = r->size - off < e->chunk_size ? r->size - off : e->chunk_size;
     struct lg_chunk_hdr h = {.epoch = (uint16_t)c->epoch, .len = (uint32_t)len,
                              .seq = c->cursor_seq, .offset = off, .total = r->size,
                              .tag = (uint32_t)r->tag, .flags = r->kept ? LG_CHUNK_F_KEPT : 0};
@@ -49,7 +49,7 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
     ts->tx.req = r;
     /* Taken under mu, like a rewind: completion waits for this hold on the buffer. */
     __atomic_add_fetch(&r->writers, 1, __ATOMIC_ACQ_REL);
-    if (++e->cursor_chunk == lg_chunk_count(r->size, c->chunk_size)) {
+    if (++e->cursor_chunk == lg_chunk_count(r->size, e->chunk_size)) {
         c->cursor_seq++;
         e->cursor_chunk = 0;
     }
@@ -154,7 +154,7 @@ void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
 uint32_t lg_tcp_send_queued(struct lg_conn *c, const struct lg_req *r)
 {
     struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
-    uint64_t want = LG_MIN(lg_chunk_count(r->size, c->chunk_size), (uint64_t)c->nstreams);
+    uint64_t want = LG_MIN(lg_chunk_count(r->size, e->chunk_size), (uint64_t)c->nstreams);
     uint32_t wake = 0;
     for (int i = 0; i < c->nstreams && want && c->hold == LG_HOLD_NONE; i++) {
         int k = (int)((r->seq + (uint64_t)i) % (uint64_t)c->nstreams);
