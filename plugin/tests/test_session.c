@@ -3,9 +3,11 @@
  * data sockets; a session that dies fails every path on it at once, and every connection
  * fails over losslessly and gets a fresh session for its rebuilt path; a session ended on
  * purpose (garbage from the peer) says so, so the peer does not take it for a death; frames
- * for a channel nobody has are dropped without harm; a monitor tick that read the clock before
- * a session was opened does not take it for one connecting too long. */
+ * for a channel nobody has harm nothing, and those for a channel attached later (a connect
+ * completes before its accept) reach it then, in order; a monitor tick that read the clock
+ * before a session was opened does not take it for one connecting too long. */
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -175,6 +177,84 @@ static void test_tick_older_than_a_session(void)
     lg_listener_put(l);
 }
 
+/* A channel that records what it is handed (on a worker thread). */
+static uint64_t got_value[LG_SESS_HELD + 8];
+static int got_n;
+
+static void rec_frame(struct lg_chan *ch, const struct lg_ctrl *f, uint64_t now)
+{
+    (void)ch, (void)now;
+    int i = __atomic_load_n(&got_n, __ATOMIC_RELAXED);
+    if (i < (int)(sizeof(got_value) / sizeof(got_value[0])))
+        got_value[i] = f->value;
+    __atomic_store_n(&got_n, i + 1, __ATOMIC_RELEASE);
+}
+static void rec_lost(struct lg_chan *ch, int err, int eof, const char *why)
+{
+    (void)ch, (void)err, (void)eof, (void)why;
+}
+static void rec_bye(struct lg_chan *ch) { (void)ch; }
+static const struct lg_chan_ops rec_ops = {.frame = rec_frame, .lost = rec_lost, .bye = rec_bye};
+
+static void send_frame(int fd, uint32_t chan, uint8_t type, uint64_t value)
+{
+    uint8_t b[LG_CTRL_SIZE];
+    lg_ctrl_encode(b, &(struct lg_ctrl){.type = type, .value = value, .chan = chan});
+    CHECK_EQ(write(fd, b, sizeof(b)), (ssize_t)sizeof(b));
+}
+
+static int wait_got(int n)
+{
+    uint64_t t0 = lg_now_ns();
+    while (__atomic_load_n(&got_n, __ATOMIC_ACQUIRE) < n && lg_now_ns() - t0 < 10000000000ull)
+        usleep(1000);
+    return __atomic_load_n(&got_n, __ATOMIC_ACQUIRE);
+}
+
+/* The peer's frames for channel 7 come before we attach it (its connect returned before our
+ * accept): they are held, and handed over once it is attached, oldest first and before any
+ * newer frame of it; beyond LG_SESS_HELD the oldest are the ones dropped. A frame for
+ * another channel still held harms nothing. */
+static void test_frames_before_attach(void)
+{
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    struct lg_session *s = lg_session_adopt(sv[0], 0x5e55);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    enum { SENT = LG_SESS_HELD + 4 };
+    for (int i = 0; i < SENT; i++)
+        send_frame(sv[1], 7, LG_CTRL_ACK, (uint64_t)i);
+    send_frame(sv[1], 9, LG_CTRL_ACK, 999); /* nobody's: held too, pushes out one more */
+    /* A worker reads them meanwhile: wait until it has read them all and found nothing more
+     * (drained_ns is set after the frames before it were handed on), then attach. */
+    uint64_t t0 = lg_now_ns();
+    int left = 1;
+    while ((ioctl(sv[0], FIONREAD, &left) != 0 || left > 0 ||
+            __atomic_load_n(&s->drained_ns, __ATOMIC_ACQUIRE) <= t0) &&
+           lg_now_ns() - t0 < 10000000000ull)
+        usleep(1000);
+    CHECK_EQ(left, 0);
+    CHECK_EQ(__atomic_load_n(&got_n, __ATOMIC_ACQUIRE), 0);
+    struct lg_chan ch = {0};
+    CHECK_EQ(lg_session_attach(s, &ch, 7, &rec_ops), 0);
+    /* The attach itself has the reader hand them over: no newer frame is needed. */
+    CHECK_EQ(wait_got(LG_SESS_HELD - 1), LG_SESS_HELD - 1);
+    send_frame(sv[1], 7, LG_CTRL_ACK, 1000);
+    int want = LG_SESS_HELD - 1 + 1; /* the held ones of channel 7, then the newer one */
+    CHECK_EQ(wait_got(want), want);
+    int in_order = 1;
+    for (int i = 0; i < LG_SESS_HELD - 1; i++) /* the first SENT - 63 went to make room */
+        in_order &= got_value[i] == (uint64_t)(SENT - (LG_SESS_HELD - 1) + i);
+    CHECK(in_order);
+    CHECK_EQ(got_value[LG_SESS_HELD - 1], 1000);
+    CHECK(lg_session_up(s));
+    lg_session_detach(&ch);
+    lg_session_put(s);
+    close(sv[1]);
+}
+
 int main(void)
 {
     fast_failover_env("3000");
@@ -185,6 +265,7 @@ int main(void)
     test_session_dies();
     test_unknown_channel();
     test_tick_older_than_a_session();
+    test_frames_before_attach();
     /* Every flow delivers what its sender posted before it closes: a sender's close waits for
      * the acks of its kept sends (up to the dead timeout), and a receiver that posts no more
      * receives sends none. */

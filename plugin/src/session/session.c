@@ -222,7 +222,7 @@ static int connect_step_locked(struct lg_session *s)
         return sent;
     if (lg_task_attach(&s->task, EPOLLIN | EPOLLOUT) != 0)
         return -1;
-    s->started = 1;
+    __atomic_store_n(&s->started, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&s->last_rx_ns, lg_now_ns(), __ATOMIC_RELAXED);
     __atomic_store_n(&s->state, LG_SESS_UP, __ATOMIC_RELEASE);
     return 1;
@@ -289,7 +289,7 @@ int lg_session_accept(int fd, const struct lg_hello *h, uint32_t local_ip)
         sess_free(s);
         return -1;
     }
-    s->started = 1;
+    __atomic_store_n(&s->started, 1, __ATOMIC_RELEASE);
     registry_add(s);
     return 0;
 }
@@ -317,7 +317,7 @@ struct lg_session *lg_session_adopt(int fd, uint64_t id)
         sess_free(s);
         return NULL;
     }
-    s->started = 1;
+    __atomic_store_n(&s->started, 1, __ATOMIC_RELEASE);
     registry_add(s); /* no address: lg_session_open never hands it out */
     return s;
 }
@@ -347,8 +347,13 @@ int lg_session_attach(struct lg_session *s, struct lg_chan *ch, uint32_t id,
         s->bucket[id % LG_SESS_BUCKETS] = ch;
         __atomic_add_fetch(&s->nchan, 1, __ATOMIC_RELAXED);
         __atomic_store_n(&ch->attached, 1, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&s->attach_gen, 1, __ATOMIC_RELEASE); /* held frames may be its */
     }
     pthread_mutex_unlock(&s->ch_mu);
+    /* Its reader hands the frames held for it over now, not at the next frame (a connector's
+     * session still connecting has no task with the workers yet, and holds nothing). */
+    if (ok && __atomic_load_n(&s->started, __ATOMIC_ACQUIRE))
+        lg_task_kick(&s->task);
     return ok ? 0 : -1;
 }
 
@@ -465,8 +470,64 @@ void lg_session_drain(struct lg_session *s, int timeout_ms)
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
+/* The channel a frame names, held busy; NULL when the session has none of that id. */
+static struct lg_chan *chan_hold(struct lg_session *s, uint32_t id)
+{
+    pthread_mutex_lock(&s->ch_mu);
+    struct lg_chan *ch = s->bucket[id % LG_SESS_BUCKETS];
+    while (ch && ch->id != id)
+        ch = ch->next;
+    if (ch)
+        __atomic_add_fetch(&ch->busy, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&s->ch_mu);
+    return ch;
+}
+
+static void deliver(struct lg_chan *ch, const struct lg_ctrl *f, uint64_t now)
+{
+    ch->ops->frame(ch, f, now);
+    __atomic_sub_fetch(&ch->busy, 1, __ATOMIC_RELEASE);
+}
+
+/* Reader: keeps f for a channel not attached yet (LG_SESS_HELD). */
+static void hold_frame(struct lg_session *s, const struct lg_ctrl *f, uint64_t now)
+{
+    if (s->nheld == LG_SESS_HELD) { /* the oldest goes: a peer cannot make us hold more */
+        memmove(&s->held[0], &s->held[1], (LG_SESS_HELD - 1) * sizeof(s->held[0]));
+        memmove(&s->held_ns[0], &s->held_ns[1], (LG_SESS_HELD - 1) * sizeof(s->held_ns[0]));
+        s->nheld--;
+    }
+    s->held[s->nheld] = *f;
+    s->held_ns[s->nheld++] = now;
+}
+
+/* Reader, once a channel was attached since the last look: hands each held frame whose
+ * channel is here now to it, in the order they came (before any newer frame of it), and
+ * drops those held too long. */
+static void release_held(struct lg_session *s, uint64_t now)
+{
+    uint32_t gen = __atomic_load_n(&s->attach_gen, __ATOMIC_ACQUIRE);
+    if (!s->nheld || gen == s->held_gen)
+        return;
+    s->held_gen = gen;
+    uint64_t keep_ns = (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
+    int kept = 0;
+    for (int i = 0; i < s->nheld; i++) {
+        struct lg_chan *ch = chan_hold(s, s->held[i].chan);
+        if (ch) {
+            struct lg_ctrl f = s->held[i];
+            deliver(ch, &f, now);
+        } else if (now - s->held_ns[i] < keep_ns) {
+            s->held[kept] = s->held[i];
+            s->held_ns[kept++] = s->held_ns[i];
+        }
+    }
+    s->nheld = kept;
+}
+
 static void dispatch(struct lg_session *s, const struct lg_ctrl *f, uint64_t now)
 {
+    release_held(s, now);
     if (f->chan == 0) { /* the session's own: heartbeats (their arrival is noted) and BYE */
         if (f->type == LG_CTRL_BYE && f->flags == LG_BYE_FENCE && !f->epoch && !f->value)
             note_bye_all(s); /* the peer ends the session on purpose: EOF follows */
@@ -474,17 +535,11 @@ static void dispatch(struct lg_session *s, const struct lg_ctrl *f, uint64_t now
             sess_end(s, 0, "a frame no session sends on channel 0", 1);
         return;
     }
-    pthread_mutex_lock(&s->ch_mu);
-    struct lg_chan *ch = s->bucket[f->chan % LG_SESS_BUCKETS];
-    while (ch && ch->id != f->chan)
-        ch = ch->next;
+    struct lg_chan *ch = chan_hold(s, f->chan);
     if (ch)
-        __atomic_add_fetch(&ch->busy, 1, __ATOMIC_ACQ_REL);
-    pthread_mutex_unlock(&s->ch_mu);
-    if (!ch)
-        return; /* a path closed since, or one the peer has not accepted yet */
-    ch->ops->frame(ch, f, now);
-    __atomic_sub_fetch(&ch->busy, 1, __ATOMIC_RELEASE);
+        deliver(ch, f, now);
+    else /* a path not attached yet (its accept is to come), or one closed since */
+        hold_frame(s, f, now);
 }
 
 static void sess_handler(struct lg_task *t, uint32_t events)
@@ -492,6 +547,8 @@ static void sess_handler(struct lg_task *t, uint32_t events)
     struct lg_session *s = (struct lg_session *)t;
     if (events & EPOLLOUT)
         session_flush(s);
+    if (s->nheld) /* a channel may have been attached since (lg_session_attach kicks us) */
+        release_held(s, lg_now_ns());
     while (lg_session_up(s)) {
         struct iovec iov = {s->rbuf + s->rgot, sizeof(s->rbuf) - s->rgot};
         ssize_t n = lg_sock_readv(t->fd, &iov, 1);

@@ -60,6 +60,11 @@ struct lg_chan {
 };
 
 #define LG_SESS_BUCKETS 256
+/* Frames held for a channel the session does not have yet: a connect may complete before the
+ * peer's accept attaches its side, and what the connector says first (a tag question, an ack
+ * request) must not be lost in that gap. Bounded (the oldest goes first); each is held for
+ * LINKGUARD_CONNECT_TIMEOUT_MS at most, as long as an accept may still come. */
+#define LG_SESS_HELD 64
 #define LG_SESS_TXQ (LG_CTRL_SIZE * 4096) /* frames queued before the session counts as stalled */
 
 enum lg_sess_state { LG_SESS_CONNECTING = 1, LG_SESS_UP = 2, LG_SESS_FAILED = 3 };
@@ -93,6 +98,11 @@ struct lg_session {
     /* reads (the task's handler) */
     uint8_t rbuf[LG_CTRL_SIZE * 64];
     size_t rgot;
+    struct lg_ctrl held[LG_SESS_HELD]; /* frames for channels not attached yet, oldest first */
+    uint64_t held_ns[LG_SESS_HELD];    /* ... and when each came */
+    int nheld;
+    uint32_t held_gen;   /* attach_gen when they were last matched against the channels */
+    uint32_t attach_gen; /* +1 at each attach (atomic) */
     /* liveness (atomics) */
     uint64_t last_rx_ns, prev_rx_ns, last_tx_ns;
     uint64_t drained_ns; /* a read found nothing more waiting */
