@@ -174,10 +174,10 @@ static int file_socket(void *arg, const struct lg_hello *h, int fd, uint32_t loc
 {
     struct lg_listen *l = arg;
     const struct lg_device *d = lg_device_get(l->dev);
+    const struct lg_transport *tr = lg_transport_select();
     if (!d || h->path >= l->npaths || lis_of(l, d, h->path, local_ip) < 0 ||
         /* both ends use the same transport (both wrap an inner plugin, or neither) */
-        h->transport != lg_transport_select()->id ||
-        !lg_transport_blob_ok(lg_transport_select(), h->blob))
+        h->transport != tr->id || !lg_transport_blob_ok(tr, h->blob))
         goto stranger;
     pthread_mutex_lock(&l->mu);
     struct lg_group *g = NULL, *free_g = NULL;

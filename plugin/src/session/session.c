@@ -506,8 +506,10 @@ static void hold_frame(struct lg_session *s, const struct lg_ctrl *f, uint64_t n
  * drops those held too long. */
 static void release_held(struct lg_session *s, uint64_t now)
 {
+    if (!s->nheld)
+        return;
     uint32_t gen = __atomic_load_n(&s->attach_gen, __ATOMIC_ACQUIRE);
-    if (!s->nheld || gen == s->held_gen)
+    if (gen == s->held_gen)
         return;
     s->held_gen = gen;
     uint64_t keep_ns = (uint64_t)lg_params.connect_timeout_ms * 1000000ull;
@@ -517,7 +519,7 @@ static void release_held(struct lg_session *s, uint64_t now)
         if (ch) {
             struct lg_ctrl f = s->held[i];
             deliver(ch, &f, now);
-        } else if (now - s->held_ns[i] < keep_ns) {
+        } else if (lg_age_ns(now, s->held_ns[i]) < keep_ns) {
             s->held[kept] = s->held[i];
             s->held_ns[kept++] = s->held_ns[i];
         }

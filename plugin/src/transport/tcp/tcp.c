@@ -100,7 +100,6 @@ static int tcp_flush_test(void *request, int *done, ncclResult_t *rc)
     return 0; /* it hands out no flush requests */
 }
 
-/* A sender's endpoint holds its goodput windows (tcp_conn.h); a receiver needs none. */
 /* The hello's word: the sender's chunk size (LINKGUARD_CHUNK_SIZE). A listener takes any up
  * to 64 MiB, or up to its own if that is larger (chunks land straight in the posted buffer:
  * their size costs the receiver nothing but a coverage bit each). */
@@ -110,6 +109,8 @@ static int tcp_blob_ok(uint32_t blob)
     return blob >= 1 && blob <= (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20);
 }
 
+/* Both sides' endpoint (tcp_conn.h): the chunk size, a sender's cursor place, parked streams
+ * and goodput windows, the watchdogs' asks. */
 static int tcp_open(struct lg_conn *c, struct lg_endpoint **out)
 {
     *out = NULL;

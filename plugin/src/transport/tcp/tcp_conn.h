@@ -66,7 +66,7 @@ struct lg_tcp_stream {
         size_t ahead_len, ahead_used;
         int have_hdr;
         int checked; /* the chunk was matched against its posted receive */
-        int big;     /* the chunk is a worker's (bigger than inline_send): test() keeps off (atomic) */
+        int big;     /* a worker's chunk (bigger than inline_send): test() keeps off (atomic) */
         int drop;    /* the chunk is read and dropped (stale epoch, duplicate) */
         uint32_t epoch; /* the connection epoch the chunk was matched in */
         struct lg_chunk_hdr h;
