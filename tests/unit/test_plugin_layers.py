@@ -47,10 +47,8 @@ UPCALL_API = "proto/upcall.h"
 KNOWN_UPWARD = {
     "transport/inner/inner_transport.c -> proto/conn.h",
     "transport/inner/inner_endpoint.c -> proto/conn.h",
-    "transport/tcp/tcp.c -> proto/conn.h",
     "transport/tcp/tcp_recv.c -> proto/conn.h",
     "transport/tcp/tcp_send.c -> proto/conn.h",
-    "transport/tcp/tcp_watch.c -> proto/conn.h",
 }
 
 

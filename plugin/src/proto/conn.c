@@ -161,7 +161,8 @@ static void path_destroy(struct lg_path *p)
 {
     retire_forget(p);
     if (p->conn->tr->path_close)
-        p->conn->tr->path_close(p);
+        p->conn->tr->path_close(p->tp);
+    p->tp = NULL;
     pthread_mutex_destroy(&p->ctrl_mu);
     lg_session_put(p->ch.sess);
     free(p);
@@ -338,7 +339,8 @@ void lg_conn_free(struct lg_conn *c)
         lg_session_detach(&all[i]->ch);
         c->tr->fence(all[i]);
     }
-    c->tr->release(c);
+    c->tr->release(c->ep);
+    c->ep = NULL;
     for (int i = 0; i < np; i++) {
         path_close_fds(all[i]);
         path_destroy(all[i]);

@@ -179,6 +179,7 @@
 
 #include <net/if.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -232,6 +233,9 @@ struct lg_stream {
 enum lg_path_state { LG_PATH_UP = 1, LG_PATH_FAILED = 2 };
 
 struct lg_path {
+    /* First, where upcall.h's lg_path_tp reads it: the transport's own state of this object
+     * (tr->path_open), or NULL. */
+    struct lg_ep_path *tp;
     struct lg_conn *conn;
     int index; /* slot: 0 primary, 1 backup */
     int nstreams;
@@ -257,7 +261,6 @@ struct lg_path {
     int retired;          /* sockets closed, tasks detached (monitor) */
     int bye_sent;         /* BYE(FENCE) queued (monitor) */
     int retire_queued;    /* in the list of paths to retire later (atomic; lg_path_retire_later) */
-    struct lg_ep_path *tp; /* the transport's own state of this object (tr->path_open), or NULL */
 };
 
 struct lg_req {
@@ -321,6 +324,9 @@ struct lg_failed_req {
 };
 
 struct lg_conn {
+    /* First, where upcall.h's lg_conn_ep reads it: the transport's own object for it
+     * (tr->open), or NULL. */
+    struct lg_endpoint *ep;
     uint32_t magic;
     enum lg_conn_kind kind;
     int dev;
@@ -409,8 +415,9 @@ struct lg_conn {
     /* the protocol's handler of a control frame for one of its paths (lg_fo_init): 0 go on,
      * -1 the path or the connection failed */
     int (*ctrl_frame)(struct lg_path *p, const struct lg_ctrl *f);
-    struct lg_endpoint *ep; /* the transport's own object for it (tr->open), or NULL */
 };
+_Static_assert(offsetof(struct lg_conn, ep) == 0, "upcall.h's lg_conn_ep reads the first word");
+_Static_assert(offsetof(struct lg_path, tp) == 0, "upcall.h's lg_path_tp reads the first word");
 
 #define LG_HOLD_NONE 0
 #define LG_HOLD_BOUNDARY 1 /* finish the message being cut, start no new one */
@@ -498,7 +505,6 @@ static inline const char *lg_conn_kind_str(const struct lg_conn *c)
 {
     return c->kind == LG_CONN_SEND ? "send" : "recv";
 }
-static inline const char *lg_slot_name(int slot) { return slot ? "backup" : "primary"; }
 /* Any thread: the monitor looks at c soon. */
 static inline void lg_monitor_wake(struct lg_conn *c)
 {

@@ -15,6 +15,24 @@ struct lg_conn *lg_path_conn(const struct lg_path *p) { return p->conn; }
 int lg_path_is_up(const struct lg_path *p) { return lg_path_up(p); }
 int lg_conn_is_send(const struct lg_conn *c) { return c->kind == LG_CONN_SEND; }
 
+struct lg_conn_facts lg_conn_facts(const struct lg_conn *c)
+{
+    return (struct lg_conn_facts){.send = c->kind == LG_CONN_SEND, .dev = c->dev,
+                                  .nstreams = c->nstreams, .blob = c->blob, .nonce = c->nonce};
+}
+
+const char *lg_path_nic(const struct lg_path *p) { return p->nic; }
+struct lg_task *lg_path_stream(struct lg_path *p, int k) { return &p->data[k].task; }
+int lg_path_heard(const struct lg_path *p, uint64_t now) { return lg_path_heard_recently(p, now); }
+void lg_path_ctrl_out(struct lg_path *p, const struct lg_ctrl *f) { lg_path_ctrl_send(p, f); }
+void lg_conn_wake(struct lg_conn *c) { lg_monitor_wake(c); }
+uint64_t lg_conn_posted(struct lg_conn *c) { return __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE); }
+uint64_t lg_conn_acked(struct lg_conn *c) { return __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE); }
+int lg_conn_take_polled(struct lg_conn *c)
+{
+    return __atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED) != 0;
+}
+
 struct lg_path *lg_conn_path(struct lg_conn *c, int slot)
 {
     return slot >= 0 && slot < LG_NPATHS ? __atomic_load_n(&c->paths[slot], __ATOMIC_ACQUIRE)

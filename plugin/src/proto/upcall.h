@@ -2,10 +2,11 @@
  * may call in the protocol, and the one protocol header made for them. A transport reports
  * here what it saw (a receive placed, a path broken or stalled or gray, a peer's lie) and
  * applies the protocol's epoch rule to what it reads; the protocol decides what follows.
- * Declarations only, of functions of conn.c, handoff.c, window.c, resync.c and gray.c: no
- * protocol object is defined here. (The TCP and inner transports still read the protocol's
- * objects through conn.h, which holds TCP's data streams and chunk cursor: issue 27. The fake
- * transport needs nothing else.) */
+ * Declarations of functions of conn.c, handoff.c, window.c, resync.c and gray.c, and the
+ * inline reads of a transport's own pointers: no protocol object is defined here. (TCP's data
+ * streams, tcp_send.c and tcp_recv.c, and the inner transport still read the protocol's
+ * objects through conn.h: issue 27. The fake transport and the rest of TCP need nothing
+ * else.) */
 #ifndef LG_UPCALL_H
 #define LG_UPCALL_H
 
@@ -19,6 +20,24 @@ struct lg_conn;
 struct lg_path;
 struct lg_req;
 struct lg_task;
+struct lg_ctrl;
+struct lg_endpoint; /* transport.h */
+struct lg_ep_path;
+
+/* ---- a transport's own state: its objects' first word (conn.h asserts it) --------------- */
+
+/* The transport's endpoint of a connection (tr->open's), read inline on every post without
+ * the protocol's objects in sight: a pointer to a struct, converted, points to its first
+ * member (C11 6.7.2.1p15). */
+static inline struct lg_endpoint *lg_conn_ep(const struct lg_conn *c)
+{
+    return *(struct lg_endpoint *const *)(const void *)c;
+}
+/* The transport's state of a path object (tr->path_open's), the same way. */
+static inline struct lg_ep_path *lg_path_tp(const struct lg_path *p)
+{
+    return *(struct lg_ep_path *const *)(const void *)p;
+}
 
 /* ---- a connection and its paths, as a transport names them (handoff.c) ------------------ */
 
@@ -36,6 +55,32 @@ int lg_conn_is_send(const struct lg_conn *c);
 struct lg_path *lg_conn_path(struct lg_conn *c, int slot);
 /* The path the committed epoch uses, NULL while a rebuild of its slot clears it. */
 struct lg_path *lg_conn_committed(struct lg_conn *c);
+/* What a connection is, fixed when it is made: what an endpoint copies at open. */
+struct lg_conn_facts {
+    int send;       /* a send connection (else a receive one) */
+    int dev;        /* its linkguard device */
+    int nstreams;   /* data streams per path */
+    uint32_t blob;  /* the transport's word, from the connector's hello (wire.h) */
+    uint64_t nonce; /* both ends' name for it (logs) */
+};
+struct lg_conn_facts lg_conn_facts(const struct lg_conn *c);
+/* A slot's name in logs. */
+static inline const char *lg_slot_name(int slot) { return slot ? "backup" : "primary"; }
+/* The NIC a path is on (logs). */
+const char *lg_path_nic(const struct lg_path *p);
+/* Data stream k (0..nstreams-1) of path p: its socket's task (progress.h). */
+struct lg_task *lg_path_stream(struct lg_path *p, int k);
+/* Something (a heartbeat at least) was read for p within a few heartbeat periods. */
+int lg_path_heard(const struct lg_path *p, uint64_t now);
+/* A control frame out on p's channel (any thread). */
+void lg_path_ctrl_out(struct lg_path *p, const struct lg_ctrl *f);
+/* Any thread: the monitor looks at c soon (a transport's state changed for its next run). */
+void lg_conn_wake(struct lg_conn *c);
+/* How many messages NCCL posted; and, sender, how many the receiver acknowledged. */
+uint64_t lg_conn_posted(struct lg_conn *c);
+uint64_t lg_conn_acked(struct lg_conn *c);
+/* NCCL polled c since the last call (it tests its requests), reset by this call. */
+int lg_conn_take_polled(struct lg_conn *c);
 /* The handler of a data socket that carries nothing (a transport without data streams). */
 void lg_stream_idle_handler(struct lg_task *t, uint32_t events);
 
@@ -95,6 +140,10 @@ void lg_conn_poll_ctrl(struct lg_conn *c);
  * LG_CHUNK_F_KEPT): marks it, advances the placed count, acks when due. -1 on a protocol
  * error (the path failed). */
 int lg_recv_complete(struct lg_path *p, struct lg_req *r, uint64_t size, int kept);
+/* Receiver: the oldest message not placed yet (*base, the window's base) and how many of its
+ * bytes are (*placed); 1 if it is posted and data around it arrived (a later message is
+ * complete, or part of it is placed): the data it lacks is late, not unsent. */
+int lg_recv_oldest(struct lg_conn *c, uint64_t *base, uint64_t *placed);
 /* Receiver: acks what is placed and not yet acknowledged, on path p. */
 void lg_recv_flush_ack(struct lg_path *p);
 /* Receiver, a stream about to sleep: acks if the sender waits for one (a message it did not

@@ -25,6 +25,19 @@
 #define LG_ACK_NOW_MSGS 4
 #define LG_ACK_LAZY_MSGS (LG_WINDOW / 4)
 
+int lg_recv_oldest(struct lg_conn *c, uint64_t *base, uint64_t *placed)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t b = c->win.base, later = c->win.bits;
+    pthread_mutex_unlock(&c->mu);
+    const struct lg_req *r = &c->reqs[b % LG_WINDOW];
+    uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+    *base = b;
+    *placed = (st & LG_REQ_POSTED) && !(st & LG_REQ_DONE) && r->seq == b
+                  ? __atomic_load_n(&r->placed, __ATOMIC_RELAXED) : 0;
+    return b < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) && (later || *placed);
+}
+
 void lg_recv_flush_ack(struct lg_path *p)
 {
     struct lg_conn *c = p->conn;

@@ -9,11 +9,13 @@
  * its service thread (connect/accept/regMr/close), "monitor" ops on the monitor thread.
  * State: a transport keeps its own, never in the protocol's objects: its endpoint of a
  * connection (c->ep) and its state of a path object (p->tp), both opaque to the protocol, made
- * by `open`/`path_open` and ended by `release`/`path_close`, NULL where a transport needs
- * none (the fake keeps neither, TCP only a sender's endpoint: tcp_conn.h). A transport calls
- * the protocol's functions through its upcall API (proto/upcall.h); TCP and the inner one
- * still read the protocol's objects, and their inline helpers, through conn.h (issue 27); the
- * fake reads none.
+ * by `open`/`path_open` and ended by `release`/`path_close` (which get just that object),
+ * NULL where a transport needs none (the fake keeps neither; TCP's: tcp_conn.h). Each is its
+ * object's first word, which a transport reads inline (upcall.h, lg_conn_ep / lg_path_tp);
+ * the connection and the path it otherwise holds as handles, for the protocol's functions of
+ * its upcall API (proto/upcall.h). TCP's data streams and the inner endpoint still read the
+ * protocol's objects, and their inline helpers, through conn.h (issue 27): tcp_send.c,
+ * tcp_recv.c, inner_transport.c and inner_endpoint.c.
  * Types only: this header has no code, so both the connection object and the transports can
  * include it without depending on each other. */
 #ifndef LG_TRANSPORT_H
@@ -102,13 +104,14 @@ struct lg_transport {
                            struct lg_inner_mr **mrs, void **request);
     /* test() of a request that is not linkguard's: 1 if it is one of the transport's. */
     int (*flush_test)(void *request, int *done, ncclResult_t *rc);
-    /* close (after every path's fence): what it holds for the connection, its endpoint too */
-    void (*release)(struct lg_conn *c);
+    /* close (after every path's fence): what its endpoint (open's, or NULL) holds, and the
+     * endpoint itself */
+    void (*release)(struct lg_endpoint *ep);
     /* A path object was made for slot p->index (connect/accept; the monitor for a rebuild, each
      * a new object with fresh state): *out its state, or NULL. 0, or -1. path_close ends it as
      * the object goes (after its fence). NULL ops: no per-path state. */
     int (*path_open)(struct lg_path *p, struct lg_ep_path **out);
-    void (*path_close)(struct lg_path *p);
+    void (*path_close)(struct lg_ep_path *tp);
     /* A retired path's stream tasks are detached (no handler runs on them again): what its
      * streams held goes back (TCP: a writer cut off mid-chunk, its hold on the message).
      * Optional (NULL: nothing held). */

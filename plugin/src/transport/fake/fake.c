@@ -228,7 +228,7 @@ static int fake_flush_test(void *request, int *done, ncclResult_t *rc)
 {
     return (void)request, (void)done, (void)rc, 0;
 }
-static void fake_release(struct lg_conn *c) { (void)c; }
+static void fake_release(struct lg_endpoint *ep) { (void)ep; }
 static int fake_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)
 {
     return (void)c, (void)r, (void)maxcap, 0;

@@ -52,9 +52,9 @@ static int inner_open(struct lg_conn *c, struct lg_endpoint **out)
     return 0;
 }
 
-static void inner_release(struct lg_conn *c)
+static void inner_release(struct lg_endpoint *ep)
 {
-    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    struct lg_inner_conn *e = lg_inner_ep(ep);
     if (!e)
         return;
     while (e->mrs) { /* NCCL deregisters before it closes; this is a leak guard */
@@ -65,7 +65,6 @@ static void inner_release(struct lg_conn *c)
     pthread_mutex_destroy(&e->wmu);
     pthread_mutex_destroy(&e->mr_mu);
     free(e);
-    c->ep = NULL;
 }
 
 /* Every path object starts with no inner comm: a rebuilt path is a new object (inner_conn.h). */
@@ -77,10 +76,9 @@ static int inner_path_open(struct lg_path *p, struct lg_ep_path **out)
     return w ? 0 : -1;
 }
 
-static void inner_path_close(struct lg_path *p)
+static void inner_path_close(struct lg_ep_path *tp)
 {
-    free(p->tp); /* its comm and handshake went with its fence */
-    p->tp = NULL;
+    free(tp); /* its comm and handshake went with its fence */
 }
 
 static int inner_recv_prepare(struct lg_conn *c, struct lg_req *r, size_t maxcap)

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "daemon/devices.h"
-#include "proto/conn.h"
 #include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -67,7 +66,8 @@ static ncclResult_t tcp_reg_mr(struct lg_conn *c, void *data, size_t size, int t
     *out = NULL; /* host memory needs no registration */
     if (!(type & NCCL_PTR_HOST) || fd >= 0) {
         LG_WARN("%s: memory type %d is not supported by dev %d (ptrSupport 0x%x)",
-                fd >= 0 ? "regMrDmaBuf" : "regMr", type, c->dev, NCCL_PTR_HOST);
+                fd >= 0 ? "regMrDmaBuf" : "regMr", type, lg_tcp_ep(lg_conn_ep(c))->dev,
+                NCCL_PTR_HOST);
         return ncclInternalError;
     }
     return ncclSuccess;
@@ -109,29 +109,33 @@ static int tcp_blob_ok(uint32_t blob)
     return blob >= 1 && blob <= (uint32_t)LG_MAX(lg_params.chunk_size, 64 << 20);
 }
 
-/* Both sides' endpoint (tcp_conn.h): the chunk size, a sender's cursor place, parked streams
- * and goodput windows, the watchdogs' asks. */
+/* Both sides' endpoint (tcp_conn.h): what the connection is, the chunk size, a sender's
+ * cursor place, parked streams and goodput windows, the watchdogs' asks. */
 static int tcp_open(struct lg_conn *c, struct lg_endpoint **out)
 {
     *out = NULL;
     struct lg_tcp_conn *e = calloc(1, sizeof(*e));
     if (!e)
         return -1;
+    struct lg_conn_facts f = lg_conn_facts(c);
     pthread_mutex_init(&e->ask_mu, NULL);
-    e->chunk_size = c->blob; /* the connector's (its hello's word) */
-    if (c->kind == LG_CONN_SEND) /* every data stream starts with nothing to send */
-        e->parked = (uint32_t)((1ull << c->nstreams) - 1);
+    e->send = f.send;
+    e->dev = f.dev;
+    e->nstreams = f.nstreams;
+    e->nonce = f.nonce;
+    e->chunk_size = f.blob; /* the connector's (its hello's word) */
+    if (f.send) /* every data stream starts with nothing to send */
+        e->parked = (uint32_t)((1ull << f.nstreams) - 1);
     *out = (struct lg_endpoint *)e;
     return 0;
 }
 
-static void tcp_release(struct lg_conn *c)
+static void tcp_release(struct lg_endpoint *ep)
 {
-    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
+    struct lg_tcp_conn *e = lg_tcp_ep(ep);
     if (e)
         pthread_mutex_destroy(&e->ask_mu);
     free(e);
-    c->ep = NULL;
 }
 
 static int tcp_path_open(struct lg_path *p, struct lg_ep_path **out)
@@ -141,15 +145,11 @@ static int tcp_path_open(struct lg_path *p, struct lg_ep_path **out)
     return *out ? 0 : -1;
 }
 
-static void tcp_path_close(struct lg_path *p)
-{
-    free(p->tp);
-    p->tp = NULL;
-}
+static void tcp_path_close(struct lg_ep_path *tp) { free(tp); }
 
 static void tcp_path_detached(struct lg_path *p)
 {
-    if (p->conn->kind == LG_CONN_SEND)
+    if (lg_tcp_ep(lg_conn_ep(lg_path_conn(p)))->send)
         lg_tcp_send_detached(p);
 }
 
@@ -157,7 +157,7 @@ static void tcp_posted(struct lg_conn *c, const struct lg_req *r, struct lg_inne
                        uint32_t wake)
 {
     (void)mrs; /* registers nothing (tcp_reg_mr) */
-    if (c->kind == LG_CONN_SEND)
+    if (lg_tcp_ep(lg_conn_ep(c))->send)
         lg_tcp_send_posted(c, r, wake);
     else
         lg_tcp_recv_posted(c);
@@ -169,7 +169,7 @@ static void tcp_progress(struct lg_conn *c, struct lg_req *r)
 {
     if (!lg_params.poll_inline)
         return;
-    if (c->kind == LG_CONN_SEND)
+    if (lg_tcp_ep(lg_conn_ep(c))->send)
         lg_conn_poll_ctrl(c); /* the acks */
     else
         lg_tcp_recv_progress(c, r);
@@ -196,18 +196,21 @@ static void tcp_at(struct lg_conn *c, uint64_t now)
 
 static void tcp_resume(struct lg_path *p)
 {
-    if (p && p->conn->kind == LG_CONN_SEND)
-        lg_tcp_send_resume(p->conn);
-    for (int k = 0; lg_path_up(p) && k < p->nstreams; k++)
-        lg_task_kick(&p->data[k].task);
+    if (!p)
+        return;
+    struct lg_tcp_conn *e = lg_tcp_ep(lg_conn_ep(lg_path_conn(p)));
+    if (e->send)
+        lg_tcp_send_resume(lg_path_conn(p));
+    for (int k = 0; lg_path_is_up(p) && k < e->nstreams; k++)
+        lg_task_kick(lg_path_stream(p, k));
 }
 
 static void tcp_path_nothing(struct lg_path *p) { (void)p; }
 
 static void tcp_rebuilt(struct lg_path *p)
 {
-    struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
-    lg_path_ctrl_send(p, &ready);
+    struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = lg_path_id(p).gen};
+    lg_path_ctrl_out(p, &ready);
 }
 
 static void tcp_switching(struct lg_conn *c, struct lg_path *target)
@@ -227,7 +230,7 @@ static void tcp_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_pa
 {
     (void)from;
     (void)to;
-    if (c->kind == LG_CONN_RECV)
+    if (!lg_tcp_ep(lg_conn_ep(c))->send)
         lg_tcp_recv_commit_end(c);
 }
 

@@ -15,11 +15,16 @@
 /* A connection's endpoint: the progress watchdogs' and the lossy judge's state (tcp_watch.c;
  * monitor thread, but for the STALLED mailbox). */
 struct lg_tcp_conn {
+    /* what the connection is (upcall.h, lg_conn_facts), copied at open */
+    int send;
+    int dev;
+    int nstreams;
+    uint64_t nonce;
     /* sender, under the connection's mu: the chunk cursor's place inside the message at
      * c->cursor_seq, and the data streams with nothing to send (bit k-1: stream k) */
     uint64_t cursor_chunk;
     uint32_t parked;
-    /* both sides: the connector's chunk size, from its hello (c->blob); set at open */
+    /* both sides: the connector's chunk size, from its hello (the facts' blob) */
     uint32_t chunk_size;
     /* sender: the lossy judge's window of each slot */
     struct lg_gp_window gp[LG_NPATHS];

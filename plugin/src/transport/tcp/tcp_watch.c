@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 
 #include "daemon/verdict.h"
-#include "proto/conn.h"
 #include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -37,30 +36,25 @@
  * connection reports it). */
 static void rx_watchdog(struct lg_conn *c, struct lg_tcp_conn *e, uint64_t now)
 {
-    struct lg_path *p = c->active_path;
-    if (!lg_params.stall_ms || !lg_path_up(p))
+    struct lg_path *p = lg_conn_committed(c);
+    if (!lg_params.stall_ms || !lg_path_is_up(p))
         return;
-    pthread_mutex_lock(&c->mu);
-    uint64_t base = c->win.base, later = c->win.bits;
-    pthread_mutex_unlock(&c->mu);
-    const struct lg_req *r = &c->reqs[base % LG_WINDOW];
-    uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-    uint64_t placed = (st & LG_REQ_POSTED) && !(st & LG_REQ_DONE) && r->seq == base
-                          ? __atomic_load_n(&r->placed, __ATOMIC_RELAXED) : 0;
-    int around = base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) && (later || placed);
+    uint64_t base, placed;
+    int around = lg_recv_oldest(c, &base, &placed);
     /* Only while the peer is heard (its heartbeats keep coming): a sender, or its host, that
      * gets no CPU stalls every stream at once, and that is not this path's fault. */
-    if (!lg_path_heard_recently(p, now))
+    if (!lg_path_heard(p, now))
         around = 0;
     /* Chunks test() would place inline are not late when NCCL is not polling. */
-    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
+    if (lg_conn_take_polled(c))
         e->polled_ns = now;
     if (lg_params.poll_inline && now - e->polled_ns > LG_MS(lg_params.stall_ms) / 2)
         around = 0;
     uint64_t from = lg_conn_stalled_since(c, around, base, placed, now);
     if (!from)
         return;
-    uint64_t key = (uint64_t)p->gen << 1 | (uint64_t)p->index; /* the path it is about */
+    struct lg_path_id id = lg_path_id(p);
+    uint64_t key = (uint64_t)id.gen << 1 | (uint64_t)id.slot; /* the path it is about */
     /* The same stall while it lasts: asked about each period (one late period is slack). */
     if (!e->ask_from || base != e->ask_base || placed != e->ask_placed ||
         key != e->ask_path || now - e->ask_last > 2 * LG_MS(lg_params.stall_ms)) {
@@ -70,14 +64,14 @@ static void rx_watchdog(struct lg_conn *c, struct lg_tcp_conn *e, uint64_t now)
         e->ask_path = key;
         LG_INFO(NCCL_NET, "recv conn %016llx: %s path on NIC %s: message #%llu got no data for "
                 "%.0f ms (%llu bytes placed) while data around it arrived; asking the sender "
-                "whether a stream of it is stuck", (unsigned long long)c->nonce,
-                lg_slot_name(p->index), p->nic, (unsigned long long)base,
+                "whether a stream of it is stuck", (unsigned long long)e->nonce,
+                lg_slot_name(id.slot), lg_path_nic(p), (unsigned long long)base,
                 lg_ms_since(from, now), (unsigned long long)placed);
     }
     e->ask_last = now;
     if (now - e->ask_from < LG_STALL_ALONE_PERIODS * LG_MS(lg_params.stall_ms)) {
         struct lg_ctrl ask = {.type = LG_CTRL_STALLED, .value = base};
-        lg_path_ctrl_send(p, &ask);
+        lg_path_ctrl_out(p, &ask);
         return;
     }
     uint32_t for_ms = (uint32_t)lg_ms_since(e->ask_from, now);
@@ -93,35 +87,36 @@ static void rx_watchdog(struct lg_conn *c, struct lg_tcp_conn *e, uint64_t now)
  * sender's POSTED, asking for the acks of its kept sends (window.c). */
 int lg_tcp_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 {
-    struct lg_conn *c = p->conn;
-    if (f->type == LG_CTRL_POSTED && c->kind == LG_CONN_RECV) {
+    struct lg_conn *c = lg_path_conn(p);
+    struct lg_tcp_conn *e = lg_tcp_ep(lg_conn_ep(c));
+    if (f->type == LG_CTRL_POSTED && !e->send) {
         lg_recv_ack_asked(p, f->value);
         return 1;
     }
     if (f->type != LG_CTRL_STALLED)
         return 0;
-    if (f->value >= __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
+    if (f->value >= lg_conn_posted(c)) {
         lg_conn_peer_lied(c, "STALLED for message #%llu, which was never sent",
                           (unsigned long long)f->value);
         return -1;
     }
-    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
+    struct lg_path_id id = lg_path_id(p);
     pthread_mutex_lock(&e->ask_mu);
     e->asked_seq = f->value;
     e->asked_rx_ns = lg_now_ns();
-    e->asked_slot = p->index;
-    e->asked_gen = p->gen;
+    e->asked_slot = id.slot;
+    e->asked_gen = id.gen;
     pthread_mutex_unlock(&e->ask_mu);
-    lg_monitor_wake(c);
+    lg_conn_wake(c);
     return 1;
 }
 
 /* Sender: the receiver's question about path p, taken once: 1 and the message it named if
  * one came for p as it is now and that message is still unacknowledged. */
-static int asked(struct lg_tcp_conn *e, const struct lg_path *p, uint64_t acked, uint64_t *seq)
+static int asked(struct lg_tcp_conn *e, struct lg_path_id id, uint64_t acked, uint64_t *seq)
 {
     pthread_mutex_lock(&e->ask_mu);
-    int got = e->asked_rx_ns && e->asked_slot == p->index && e->asked_gen == p->gen;
+    int got = e->asked_rx_ns && e->asked_slot == id.slot && e->asked_gen == id.gen;
     *seq = e->asked_seq;
     e->asked_rx_ns = 0;
     pthread_mutex_unlock(&e->ask_mu);
@@ -138,23 +133,23 @@ static int asked(struct lg_tcp_conn *e, const struct lg_path *p, uint64_t acked,
  * and the path stays. */
 static void tx_watchdog(struct lg_conn *c, struct lg_tcp_conn *e, uint64_t now)
 {
-    struct lg_path *p = c->active_path;
-    if (!lg_params.stall_ms || !lg_path_up(p))
+    struct lg_path *p = lg_conn_committed(c);
+    if (!lg_params.stall_ms || !lg_path_is_up(p))
         return;
-    uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE), seq;
-    int q = asked(e, p, acked, &seq);
+    struct lg_path_id id = lg_path_id(p);
+    uint64_t acked = lg_conn_acked(c), seq;
+    int q = asked(e, id, acked, &seq);
     /* Only while the peer is heard (its heartbeats keep coming): a peer process or host that
      * gets no CPU is silence, judged elsewhere, not a stalled flow. */
-    if (acked >= __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) ||
-        !lg_path_heard_recently(p, now))
+    if (acked >= lg_conn_posted(c) || !lg_path_heard(p, now))
         return;
     uint32_t need = (uint32_t)(q ? lg_params.stall_ms / 2 : lg_params.stall_ms);
-    for (int k = 0; k < p->nstreams; k++) {
+    for (int k = 0; k < e->nstreams; k++) {
         struct tcp_info ti;
         socklen_t len = sizeof(ti);
         /* ... and, unasked, only once TCP itself gave up waiting (a retransmission timeout
          * fired): late acknowledgements alone are a slow peer, not a dropped flow. */
-        if (getsockopt(p->data[k].task.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        if (getsockopt(lg_path_stream(p, k)->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
             ti.tcpi_unacked == 0 || ti.tcpi_last_ack_recv < need ||
             (!q && ti.tcpi_retrans == 0 && ti.tcpi_backoff == 0))
             continue;
@@ -175,8 +170,8 @@ static void tx_watchdog(struct lg_conn *c, struct lg_tcp_conn *e, uint64_t now)
         LG_INFO(NCCL_NET, "send conn %016llx: the receiver says message #%llu got no data on "
                 "the %s path on NIC %s, but every data stream's bytes in flight are being "
                 "acknowledged: not the network (a writer of ours late for CPU); left on it",
-                (unsigned long long)c->nonce, (unsigned long long)seq, lg_slot_name(p->index),
-                p->nic);
+                (unsigned long long)e->nonce, (unsigned long long)seq, lg_slot_name(id.slot),
+                lg_path_nic(p));
     }
 }
 
@@ -184,25 +179,27 @@ static void tx_watchdog(struct lg_conn *c, struct lg_tcp_conn *e, uint64_t now)
  * two lossy windows in a row hold the path off (gray.h). */
 void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
 {
-    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
-    if (!lg_params.gray_retrans_pct || c->kind != LG_CONN_SEND)
+    struct lg_tcp_conn *e = lg_tcp_ep(lg_conn_ep(c));
+    if (!lg_params.gray_retrans_pct || !e->send)
         return;
+    struct lg_path *active = lg_conn_committed(c);
     for (int i = 0; i < LG_NPATHS; i++) {
-        struct lg_path *p = c->paths[i];
+        struct lg_path *p = lg_conn_path(c, i);
         struct lg_gp_window *w = &e->gp[i];
-        if (!lg_path_up(p))
+        if (!lg_path_is_up(p))
             continue;
-        if (p != c->active_path) { /* standby: held off while its heartbeats are lost */
+        if (p != active) { /* standby: held off while its heartbeats are lost */
             lg_gray_probe_standby(c, i, now);
             continue;
         }
         int fds[LG_MAX_STREAMS];
-        for (int k = 0; k < p->nstreams; k++)
-            fds[k] = p->data[k].task.fd;
-        if (w->path != p || w->gen != p->gen || !w->t0) {
-            if (lg_tcp_counters_read(fds, p->nstreams, &w->at) == 0) { /* a new window */
+        for (int k = 0; k < e->nstreams; k++)
+            fds[k] = lg_path_stream(p, k)->fd;
+        uint32_t gen = lg_path_id(p).gen;
+        if (w->path != p || w->gen != gen || !w->t0) {
+            if (lg_tcp_counters_read(fds, e->nstreams, &w->at) == 0) { /* a new window */
                 w->path = p;
-                w->gen = p->gen;
+                w->gen = gen;
                 w->t0 = now;
                 w->strikes = 0;
             }
@@ -211,7 +208,7 @@ void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
         if (now - w->t0 < LG_MS(lg_params.gray_window_ms))
             continue;
         struct lg_tcp_counters cur;
-        if (lg_tcp_counters_read(fds, p->nstreams, &cur) != 0)
+        if (lg_tcp_counters_read(fds, e->nstreams, &cur) != 0)
             continue;
         struct lg_tcp_counters d = lg_gp_delta(&cur, &w->at);
         unsigned permille;
@@ -234,8 +231,8 @@ void lg_tcp_goodput(struct lg_conn *c, uint64_t now)
 
 void lg_tcp_watch(struct lg_conn *c, uint64_t now)
 {
-    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
-    if (c->kind == LG_CONN_RECV)
+    struct lg_tcp_conn *e = lg_tcp_ep(lg_conn_ep(c));
+    if (!e->send)
         rx_watchdog(c, e, now);
     else
         tx_watchdog(c, e, now);
