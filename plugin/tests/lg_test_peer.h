@@ -94,11 +94,10 @@ static __attribute__((unused)) int peer_open(struct lg_peer *pe, enum lg_conn_ki
     memset(pe, 0, sizeof(*pe));
     pe->npaths = npaths;
     pe->nstreams = nstreams;
-    struct lg_conn *c = lg_conn_new(kind, 0, &lg_tcp_transport, nstreams, chunk);
+    struct lg_conn *c = lg_conn_new(kind, 0, &lg_tcp_transport, nstreams, chunk, lg_now_ns());
     if (!c)
         return -1;
     lg_fo_init(c);
-    c->nonce = lg_now_ns();
     const struct lg_device *d = lg_core_device(0);
     for (int i = 0; i < npaths; i++) {
         struct lg_path *p = lg_path_new(c, i, d ? d->nic[i].name : "lo", "scripted-peer");

@@ -424,7 +424,7 @@ static int wrap_rig_open(struct wrap_rig *g, const char *mode, uint64_t comm_id)
     CHECK_EQ(g->in->ops->listen(g->in, g->ctx, 0, handle, &g->l), ncclSuccess);
     CHECK_EQ(g->in->ops->connect(g->in, g->ctx, 0, handle, &g->s), ncclSuccess);
     CHECK_EQ(g->in->ops->accept(g->in, g->l, &g->r), ncclSuccess);
-    g->c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096);
+    g->c = lg_conn_new(LG_CONN_RECV, 0, &lg_inner_transport, 1, 4096, 0);
     lg_fo_init(g->c);
     g->p = lg_path_new(g->c, 0, "rail0", "peer");
     CHECK(!g->c->tr->chunks && g->c->ep != NULL && g->p != NULL && g->p->tp != NULL);

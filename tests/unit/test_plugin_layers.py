@@ -45,10 +45,8 @@ UPCALL_API = "proto/upcall.h"
 # state behind the endpoint pointers: TCP's data streams and chunk cursor are lg_path's and
 # lg_conn's fields (issue 27).
 KNOWN_UPWARD = {
-    "transport/inner/inner_transport.c -> proto/conn.h",
     "transport/inner/inner_endpoint.c -> proto/conn.h",
     "transport/tcp/tcp_recv.c -> proto/conn.h",
-    "transport/tcp/tcp_send.c -> proto/conn.h",
 }
 
 

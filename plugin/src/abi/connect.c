@@ -131,7 +131,8 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
     const struct lg_device *d = lg_device_get(dev);
     struct lg_connecting *cg = calloc(1, sizeof(*cg));
     const struct lg_transport *tr = lg_transport_select();
-    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, tr, tr->nstreams(), lg_transport_blob(tr));
+    struct lg_conn *c = lg_conn_new(LG_CONN_SEND, dev, tr, tr->nstreams(), lg_transport_blob(tr),
+                                    lg_random_u64());
     if (!cg || !c) {
         free(cg);
         if (c)
@@ -142,7 +143,6 @@ static struct lg_connecting *connect_start(struct lg_ctx *ctx, int dev, const st
     cg->magic = LG_CONNECTING_MAGIC;
     cg->conn = c;
     c->ctx = lg_ctx_ref(ctx);
-    c->nonce = lg_random_u64();
     c->listen_id = h->listen_id;
     memcpy(cg->peer_nic, h->nic, sizeof(cg->peer_nic));
     cg->deadline = lg_now_ns() + (uint64_t)lg_params.connect_timeout_ms * 1000000ull;

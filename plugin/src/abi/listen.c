@@ -274,11 +274,10 @@ static struct lg_conn *group_build(struct lg_listen *l, struct lg_group *g)
 {
     const struct lg_device *d = lg_device_get(l->dev);
     struct lg_conn *c = lg_conn_new(LG_CONN_RECV, l->dev, lg_transport_select(), g->nstreams,
-                                    g->blob);
+                                    g->blob, g->nonce);
     if (!c)
         return NULL;
     lg_fo_init(c);
-    c->nonce = g->nonce;
     c->listen_id = l->listen_id;
     c->ctx = lg_ctx_ref(l->ctx);
     /* Each slot on the NIC its path came to (a backup: the set member the connector chose);

@@ -23,7 +23,7 @@
 #include "session/acceptor.h"
 
 struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_transport *tr,
-                            int nstreams, uint32_t blob)
+                            int nstreams, uint32_t blob, uint64_t nonce)
 {
     struct lg_conn *c = calloc(1, sizeof(*c));
     if (!c)
@@ -34,6 +34,7 @@ struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_tra
     c->tr = tr;
     c->nstreams = nstreams;
     c->blob = blob;
+    c->nonce = nonce;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->mb_mu, NULL);
     pthread_mutex_init(&c->run_mu, NULL);

@@ -424,10 +424,11 @@ _Static_assert(offsetof(struct lg_path, tp) == 0, "upcall.h's lg_path_tp reads t
 #define LG_HOLD_ALL 2      /* hand out no chunk */
 
 /* conn.c */
-/* A connection whose paths' data goes through `tr` (nstreams data sockets each); the
- * protocol then attaches to it (lg_fo_init) before its paths start. */
+/* A connection whose paths' data goes through `tr` (nstreams data sockets each), named
+ * `nonce` by both ends; the protocol then attaches to it (lg_fo_init) before its paths start.
+ * Its facts (upcall.h) are set before the transport's open reads them. */
 struct lg_conn *lg_conn_new(enum lg_conn_kind kind, int dev, const struct lg_transport *tr,
-                            int nstreams, uint32_t blob);
+                            int nstreams, uint32_t blob, uint64_t nonce);
 /* A path object for slot `index`, not yet in c->paths (rebuilds publish it later). */
 struct lg_path *lg_path_alloc(struct lg_conn *c, int index, const char *nic, const char *peer);
 struct lg_path *lg_path_new(struct lg_conn *c, int index, const char *nic, const char *peer);

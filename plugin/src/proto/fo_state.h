@@ -88,7 +88,6 @@ struct lg_fo {
 struct lg_mailbox {
     uint32_t switch_epoch; /* receiver: newest SWITCH */
     int switch_target;
-    uint64_t delivered;    /* receiver: newest DELIVERED (wrap mode): hold at least these */
     uint32_t switch_gen;   /* generation of the path it came on */
     uint64_t switch_rx_ns;
     uint32_t resync_epoch; /* sender: newest RESYNC */
@@ -96,8 +95,6 @@ struct lg_mailbox {
     uint64_t resync_n;
     uint32_t resync_gen;
     uint64_t resync_rx_ns;
-    uint64_t peer_posted;  /* receiver, wrap mode: newest POSTED (messages the sender handed
-                            * to its inner plugin) */
     uint8_t hb_flags;      /* newest heartbeat */
     uint32_t hb_epoch;
     uint64_t hb_gens;

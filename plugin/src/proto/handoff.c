@@ -32,6 +32,39 @@ int lg_conn_take_polled(struct lg_conn *c)
 {
     return __atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED) != 0;
 }
+void lg_conn_note_polled(struct lg_conn *c)
+{
+    if (!__atomic_load_n(&c->polled, __ATOMIC_RELAXED)) /* no store (a shared line) if set */
+        __atomic_store_n(&c->polled, 1, __ATOMIC_RELAXED);
+}
+uint64_t lg_conn_placed(struct lg_conn *c) { return __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE); }
+uint64_t lg_send_cursor(struct lg_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t seq = c->cursor_seq;
+    pthread_mutex_unlock(&c->mu);
+    return seq;
+}
+int lg_send_kept_unacked(struct lg_conn *c)
+{
+    return __atomic_load_n(&c->kept_hi, __ATOMIC_ACQUIRE) >
+           __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE);
+}
+int lg_send_steady(struct lg_conn *c)
+{
+    return __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
+           c->fo.sw_phase == LG_SW_NONE;
+}
+struct lg_req_info lg_req_info(const struct lg_req *r)
+{
+    int send = r->conn->kind == LG_CONN_SEND;
+    return (struct lg_req_info){.seq = r->seq, .size = send ? r->size : 0,
+                                .nmsgs = send ? 1 : r->g_n};
+}
+int lg_req_written(const struct lg_req *r)
+{
+    return __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0;
+}
 
 struct lg_path *lg_conn_path(struct lg_conn *c, int slot)
 {
@@ -69,6 +102,52 @@ int lg_send_unsent(struct lg_conn *c, struct lg_path *p, lg_send_put_fn put, voi
     pthread_mutex_unlock(&c->mu);
     return n;
 }
+
+struct lg_path *lg_stream_path(struct lg_task *t, int *index)
+{
+    struct lg_stream *s = lg_stream_of(t);
+    *index = s->index;
+    return s->path;
+}
+
+void lg_conn_locked(struct lg_conn *c, void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    fn(arg);
+    pthread_mutex_unlock(&c->mu);
+}
+
+struct lg_path *lg_conn_enter_active(struct lg_conn *c, uint32_t *ph)
+{
+    *ph = lg_conn_enter(c);
+    return lg_conn_active_path(c);
+}
+void lg_conn_leave_active(struct lg_conn *c, uint32_t ph) { lg_conn_exit(c, ph); }
+
+int lg_send_cut(struct lg_conn *c, struct lg_path *p, lg_send_cut_fn cut, void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    int ok = c->cursor_seq < __atomic_load_n(&c->posted, __ATOMIC_RELAXED) &&
+             c->hold != LG_HOLD_ALL && (c->hold != LG_HOLD_BOUNDARY || lg_conn_mid_message(c)) &&
+             p == c->active_path && c->paths[c->active] == p && lg_path_up(p);
+    if (!ok) {
+        cut(arg, NULL);
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    struct lg_req *r = &c->reqs[c->cursor_seq % LG_WINDOW];
+    struct lg_out_cut m = {.req = r, .seq = c->cursor_seq, .epoch = c->epoch, .data = r->data,
+                           .size = r->size, .tag = (uint32_t)r->tag, .kept = r->kept};
+    int did = cut(arg, &m);
+    if (did != LG_CUT_PEEK) /* under mu, like a rewind: completion waits for this hold */
+        __atomic_add_fetch(&r->writers, 1, __ATOMIC_ACQ_REL);
+    if (did == LG_CUT_LAST)
+        c->cursor_seq++;
+    pthread_mutex_unlock(&c->mu);
+    return 1;
+}
+
+void lg_req_writer_done(struct lg_req *r) { __atomic_sub_fetch(&r->writers, 1, __ATOMIC_RELEASE); }
 
 enum lg_place lg_recv_target(struct lg_conn *c, uint64_t seq, uint32_t epoch, struct lg_req **r,
                              void **buf, size_t *cap)

@@ -48,7 +48,8 @@ ncclResult_t lg_conn_isend(struct lg_conn *c, void *data, size_t size, int tag,
     __atomic_store_n(&r->state, LG_REQ_POSTED, __ATOMIC_RELEASE);
     c->next_seq = seq + 1;
     __atomic_store_n(&c->posted, seq + 1, __ATOMIC_RELEASE);
-    uint32_t wake = c->tr->send_queued ? c->tr->send_queued(c, r) : 0;
+    uint32_t wake = c->tr->send_queued && c->hold == LG_HOLD_NONE
+                        ? c->tr->send_queued(c, seq, size) : 0;
     pthread_mutex_unlock(&c->mu);
     *request = r;
     c->tr->posted(c, r, &imr, wake);

@@ -3,10 +3,10 @@
  * here what it saw (a receive placed, a path broken or stalled or gray, a peer's lie) and
  * applies the protocol's epoch rule to what it reads; the protocol decides what follows.
  * Declarations of functions of conn.c, handoff.c, window.c, resync.c and gray.c, and the
- * inline reads of a transport's own pointers: no protocol object is defined here. (TCP's data
- * streams, tcp_send.c and tcp_recv.c, and the inner transport still read the protocol's
- * objects through conn.h: issue 27. The fake transport and the rest of TCP need nothing
- * else.) */
+ * inline reads of a transport's own pointers: no protocol object is defined here. (TCP's
+ * receiving streams, tcp_recv.c, and the inner endpoint, inner_endpoint.c, still read the
+ * protocol's objects through conn.h: issue 27. The fake transport and the rest of TCP and of
+ * the inner one need nothing else.) */
 #ifndef LG_UPCALL_H
 #define LG_UPCALL_H
 
@@ -79,8 +79,37 @@ void lg_conn_wake(struct lg_conn *c);
 /* How many messages NCCL posted; and, sender, how many the receiver acknowledged. */
 uint64_t lg_conn_posted(struct lg_conn *c);
 uint64_t lg_conn_acked(struct lg_conn *c);
-/* NCCL polled c since the last call (it tests its requests), reset by this call. */
+/* NCCL polled c since the last call (it tests its requests), reset by this call; and
+ * NCCL's thread, a transport that sees it poll: it did. */
 int lg_conn_take_polled(struct lg_conn *c);
+void lg_conn_note_polled(struct lg_conn *c);
+/* Receiver: how many messages are placed, in order. */
+uint64_t lg_conn_placed(struct lg_conn *c);
+/* Sender: where the cursor is (the next message to hand out), under the connection's lock. */
+uint64_t lg_send_cursor(struct lg_conn *c);
+/* Sender: a kept send (done for NCCL) is not acknowledged yet. */
+int lg_send_kept_unacked(struct lg_conn *c);
+/* Sender: no hold and no switch under way: data flows as the transport sends it. */
+int lg_send_steady(struct lg_conn *c);
+/* A posted request as a transport sees it: its first message, the bytes of a send, and how
+ * many messages it is (1, or a grouped receive's). */
+struct lg_req_info {
+    uint64_t seq;
+    size_t size;
+    int nmsgs;
+};
+struct lg_req_info lg_req_info(const struct lg_req *r);
+/* Sender: no transport reads request r's buffer any more (its writers are done). */
+int lg_req_written(const struct lg_req *r);
+/* The path and index (1..nstreams) of the data stream whose socket's task is t. */
+struct lg_path *lg_stream_path(struct lg_task *t, int *index);
+/* Runs fn(arg) under c's lock: a transport's state that the ops called under it read
+ * (send_queued, mid_message, to_boundary) changes under it too. */
+void lg_conn_locked(struct lg_conn *c, void (*fn)(void *arg), void *arg);
+/* NCCL's thread: the path that carries the committed epoch's data, NULL if none, usable
+ * until lg_conn_leave_active(c, ph) (the monitor frees no path such a section may hold). */
+struct lg_path *lg_conn_enter_active(struct lg_conn *c, uint32_t *ph);
+void lg_conn_leave_active(struct lg_conn *c, uint32_t ph);
 /* The handler of a data socket that carries nothing (a transport without data streams). */
 void lg_stream_idle_handler(struct lg_task *t, uint32_t events);
 
@@ -99,6 +128,31 @@ typedef int (*lg_send_put_fn)(void *arg, const struct lg_out_msg *m); /* 0: take
  * Nothing unless p is up and the committed path. Takes the connection's lock, put runs under
  * it. Returns how many were taken. */
 int lg_send_unsent(struct lg_conn *c, struct lg_path *p, lg_send_put_fn put, void *arg);
+/* Sender, a transport that cuts messages in chunks (tr->chunks): the message at the
+ * cursor, for a data stream to cut its next chunk from. */
+struct lg_out_cut {
+    struct lg_req *req; /* a chunk cut holds it: lg_req_writer_done once the chunk is written */
+    uint64_t seq;
+    uint32_t epoch;
+    const char *data;
+    size_t size;
+    uint32_t tag;
+    int kept; /* kept in a copy (LG_CHUNK_F_KEPT) */
+};
+enum {
+    LG_CUT_PEEK = -1, /* looked only: nothing cut */
+    LG_CUT_MORE = 0,  /* cut a chunk; more of the message remain */
+    LG_CUT_LAST = 1,  /* cut its last chunk: the cursor moves past it */
+};
+typedef int (*lg_send_cut_fn)(void *arg, const struct lg_out_cut *m);
+/* Sender, under the connection's lock: if path p may carry the next chunk (it is up and the
+ * committed path, a message waits at the cursor, and no hold keeps it back: a BOUNDARY hold
+ * lets the message the cursor is inside finish), cut(arg, m) with that message, which says
+ * what it did (LG_CUT_*); else cut(arg, NULL), still under the lock (a stream parks there, so
+ * no wake-up is lost to a post). Returns 1 if there was a message. */
+int lg_send_cut(struct lg_conn *c, struct lg_path *p, lg_send_cut_fn cut, void *arg);
+/* A chunk of r is written: its writer's hold ends (r completes only once none is left). */
+void lg_req_writer_done(struct lg_req *r);
 enum lg_place {
     LG_PLACE_INTO = 0, /* into *r's buffer (*buf, *cap), then lg_recv_complete */
     LG_PLACE_STALE = 1, /* another epoch's, or placed already: drop it */

@@ -21,6 +21,15 @@ static inline double lg_ms_since(uint64_t t0, uint64_t now)
     return t0 && now > t0 ? (double)(now - t0) / 1e6 : 0;
 }
 
+/* Raises *p to v if v is larger: the newest of counts that several threads may report. */
+static inline void lg_atomic_raise(uint64_t *p, uint64_t v)
+{
+    uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > cur &&
+           !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+}
+
 /* "a.b.c.d:port" of a network-order IPv4 address and host-order port. */
 struct lg_addr_str {
     char s[24];

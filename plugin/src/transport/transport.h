@@ -14,8 +14,8 @@
  * object's first word, which a transport reads inline (upcall.h, lg_conn_ep / lg_path_tp);
  * the connection and the path it otherwise holds as handles, for the protocol's functions of
  * its upcall API (proto/upcall.h). TCP's data streams and the inner endpoint still read the
- * protocol's objects, and their inline helpers, through conn.h (issue 27): tcp_send.c,
- * tcp_recv.c, inner_transport.c and inner_endpoint.c.
+ * protocol's objects, and their inline helpers, through conn.h (issue 27): tcp_recv.c and
+ * inner_endpoint.c.
  * Types only: this header has no code, so both the connection object and the transports can
  * include it without depending on each other. */
 #ifndef LG_TRANSPORT_H
@@ -126,9 +126,10 @@ struct lg_transport {
      * data only from them has r's registrations before it moves r. */
     void (*posted)(struct lg_conn *c, const struct lg_req *r, struct lg_inner_mr *const *mrs,
                    uint32_t wake);
-    /* isend under c->mu, r just took its window slot, optional (NULL: 0): a token the
-     * protocol hands back to `posted` as `wake` (TCP: the parked streams the post wakes). */
-    uint32_t (*send_queued)(struct lg_conn *c, const struct lg_req *r);
+    /* isend under c->mu, message seq of `size` bytes just took its window slot and no hold
+     * (a switch) keeps data back, optional (NULL: 0): a token the protocol hands back to
+     * `posted` as `wake` (TCP: the parked streams the post wakes). */
+    uint32_t (*send_queued)(struct lg_conn *c, uint64_t seq, size_t size);
     /* Sender, under c->mu, optional (NULL: whole messages, never inside one): the cursor is
      * inside the message at c->cursor_seq (some of it went out); to_boundary moves it back
      * to that message's start (a rewind, an ack beyond the cursor), and says whether it was

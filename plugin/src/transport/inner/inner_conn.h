@@ -63,6 +63,10 @@ struct lg_inner_rate {
 
 /* A connection's endpoint (c->ep). */
 struct lg_inner_conn {
+    /* what the connection is (upcall.h, lg_conn_facts), copied at open */
+    int send;
+    int dev;
+    uint64_t nonce;
     pthread_mutex_t wmu;     /* inner data calls vs commits and fences */
     pthread_mutex_t mr_mu;   /* mrs, and each path's comm/ready */
     struct lg_inner_mr *mrs; /* registrations (list through ->next) */
@@ -74,6 +78,9 @@ struct lg_inner_conn {
                               * (a DELIVERED came), so acks may wait (atomic) */
     uint64_t peer_keeps;     /* receiver: the sender keeps sends up to this size and waits
                               * for no ack of them (a KEEPS came), so acks may wait (atomic) */
+    uint64_t peer_delivered; /* receiver: newest DELIVERED: its commit holds at least these */
+    uint64_t peer_posted;    /* receiver: newest POSTED (messages the sender handed to its
+                              * inner plugin), for the watchdog (both atomic, raised only) */
     int keeps_told;          /* sender: a KEEPS went out, so a small send it could not keep
                               * asks for its ack (POSTED) (atomic) */
     uint64_t ask_upto;       /* sender: such a send was handed to the inner: ask for the acks

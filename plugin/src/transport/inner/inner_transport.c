@@ -9,7 +9,6 @@
 
 #include "daemon/devices.h"
 #include "daemon/verdict.h"
-#include "proto/conn.h"
 #include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -27,11 +26,12 @@ static int inner_nstreams(void)
 static ncclResult_t inner_reg_mr(struct lg_conn *c, void *data, size_t size, int type,
                                  uint64_t offset, int fd, struct lg_inner_mr **out)
 {
-    const int ptr = lg_inner_devs->props[c->dev].ptrSupport;
+    const int dev = lg_inner_ep(lg_conn_ep(c))->dev;
+    const int ptr = lg_inner_devs->props[dev].ptrSupport;
     *out = NULL;
     if (!(type & ptr) || (fd >= 0 && !(ptr & NCCL_PTR_DMABUF))) {
         LG_WARN("%s: memory type %d is not supported by dev %d (ptrSupport 0x%x)",
-                fd >= 0 ? "regMrDmaBuf" : "regMr", type, c->dev, ptr);
+                fd >= 0 ? "regMrDmaBuf" : "regMr", type, dev, ptr);
         return ncclInternalError;
     }
     /* with the inner comm of every path, now and after rebuilds */
@@ -42,10 +42,13 @@ static ncclResult_t inner_reg_mr(struct lg_conn *c, void *data, size_t size, int
 
 static int inner_open(struct lg_conn *c, struct lg_endpoint **out)
 {
-    (void)c;
     struct lg_inner_conn *e = calloc(1, sizeof(*e));
     if (!e)
         return -1;
+    struct lg_conn_facts f = lg_conn_facts(c);
+    e->send = f.send;
+    e->dev = f.dev;
+    e->nonce = f.nonce;
     pthread_mutex_init(&e->wmu, NULL);
     pthread_mutex_init(&e->mr_mu, NULL);
     *out = (struct lg_endpoint *)e;
@@ -124,25 +127,23 @@ static void note_busy(struct lg_conn *c, struct lg_inner_conn *e, uint64_t now)
 {
     if (__atomic_load_n(&e->busy_ns, __ATOMIC_RELAXED) != now)
         __atomic_store_n(&e->busy_ns, now, __ATOMIC_RELAXED);
-    if (!__atomic_load_n(&c->polled, __ATOMIC_RELAXED))
-        __atomic_store_n(&c->polled, 1, __ATOMIC_RELAXED); /* NCCL polls: completions are seen */
+    lg_conn_note_polled(c); /* NCCL polls: completions are seen */
 }
 
 /* NCCL's thread, sender: the bytes posted before each message, so that the monitor can turn
  * a count of completed messages into bytes (the slot of a message not yet acknowledged is
  * not reused); and a post that finds everything acknowledged ends a drained moment, whose
  * length (since a send was last seen unfinished) the monitor leaves out of the rate. */
-static void account_send(struct lg_conn *c, struct lg_inner_conn *e, uint64_t seq)
+static void account_send(struct lg_conn *c, struct lg_inner_conn *e, uint64_t seq, size_t size)
 {
-    struct lg_req *r = &c->reqs[seq % LG_WINDOW];
     uint64_t now = coarse_ns(), busy = __atomic_load_n(&e->busy_ns, __ATOMIC_RELAXED);
-    if (seq == __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE) && busy && now > busy)
+    if (seq == lg_conn_acked(c) && busy && now > busy)
         __atomic_store_n(&e->idle_ns, __atomic_load_n(&e->idle_ns, __ATOMIC_RELAXED) +
                                           (now - busy), __ATOMIC_RELEASE);
     note_busy(c, e, now);
     uint64_t bytes = __atomic_load_n(&e->bytes[1], __ATOMIC_RELAXED); /* only we write it */
     pair_put(e->req[seq % LG_WINDOW].before, seq + 1, bytes);
-    pair_put(e->bytes, seq + 2, bytes + r->size); /* last: this post is accounted (idle too) */
+    pair_put(e->bytes, seq + 2, bytes + size); /* last: this post is accounted (idle too) */
 }
 
 /* Monitor: whether the newest of `posted` messages is accounted, its drained moment included
@@ -178,15 +179,16 @@ static int bytes_before(const struct lg_inner_conn *e, uint64_t n, uint64_t *out
  * rate, so an application that drains now and then (its pace) still gets its windows. */
 static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
 {
-    struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    struct lg_inner_conn *e = lg_inner_ep(lg_conn_ep(c));
     struct lg_inner_rate *w = &e->rate[i];
-    uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
-    uint64_t acked = __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE), done;
+    uint64_t posted = lg_conn_posted(c);
+    uint64_t acked = lg_conn_acked(c), done;
     if (bytes_before(e, acked, &done) != 0 || !accounted(e, posted))
         return; /* NCCL's thread is accounting a post: look again at the next run */
     uint64_t idle = __atomic_load_n(&e->idle_ns, __ATOMIC_ACQUIRE);
-    int polled = __atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED);
-    int fresh = w->path != p || w->gen != p->gen;
+    int polled = lg_conn_take_polled(c);
+    uint32_t gen = lg_path_id(p).gen;
+    int fresh = w->path != p || w->gen != gen;
     uint64_t gap = LG_RATE_LOOK_GAP_HEARTBEATS * LG_MS(lg_params.heartbeat_ms);
     if (fresh)
         w->rate.strikes = 0; /* a new path: its windows start a new run */
@@ -194,14 +196,12 @@ static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
         w->seen_ns = now; /* drained: its length is summed when NCCL posts again */
         return;
     }
-    int busy = posted > acked && polled &&
-               __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE &&
-               c->fo.sw_phase == LG_SW_NONE && lg_inner_ep_carries(p) &&
-               lg_path_heard_recently(p, now);
+    int busy = posted > acked && polled && lg_send_steady(c) && lg_inner_ep_carries(p) &&
+               lg_path_heard(p, now);
     if (fresh || !w->t0 || !busy || now - w->seen_ns > gap) {
         /* (re)start: from this look on, if it is backlogged */
         w->path = p;
-        w->gen = p->gen;
+        w->gen = gen;
         w->t0 = busy ? now : 0;
         w->bytes0 = done;
         w->idle0 = idle;
@@ -211,7 +211,7 @@ static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
     w->seen_ns = now;
     if (now - w->t0 < LG_MS(lg_params.gray_window_ms))
         return;
-    const struct lg_device *d = lg_device_get(c->dev); /* its speed: the primary NIC's */
+    const struct lg_device *d = lg_device_get(e->dev); /* its speed: the primary NIC's */
     struct lg_rate_cfg cfg = {.slow_pct = (unsigned)lg_params.gray_slow_pct,
                               .min_bytes = (uint64_t)lg_params.gray_min_bytes,
                               .line_Bps = d && d->speed_mbps > 0 ? (uint64_t)d->speed_mbps * 125000
@@ -227,7 +227,8 @@ static void rate_look(struct lg_conn *c, int i, struct lg_path *p, uint64_t now)
     if (learnt < LG_RATE_WARMUP && w->rate.learnt == LG_RATE_WARMUP) /* once per slot */
         LG_INFO(NCCL_NET, "send conn %016llx: %s path on NIC %s: healthy baseline %.1f MB/s "
                 "(%d backlogged windows of %lld ms); slow below %d %% of it",
-                (unsigned long long)c->nonce, lg_slot_name(i), p->nic, w->rate.base_Bps / 1e6,
+                (unsigned long long)e->nonce, lg_slot_name(i), lg_path_nic(p),
+                w->rate.base_Bps / 1e6,
                 LG_RATE_WARMUP, (long long)lg_params.gray_window_ms, (int)lg_params.gray_slow_pct);
     if (v == LG_RATE_SLOW)
         lg_gray_hold(c, i, now, &(struct lg_gray_found){.kind = LG_VERDICT_SLOW,
@@ -242,11 +243,12 @@ static void inner_goodput(struct lg_conn *c, uint64_t now)
 {
     if (!lg_params.gray_slow_pct)
         return;
+    struct lg_path *active = lg_conn_committed(c);
     for (int i = 0; i < LG_NPATHS; i++) {
-        struct lg_path *p = c->paths[i];
-        if (!lg_path_up(p))
+        struct lg_path *p = lg_conn_path(c, i);
+        if (!lg_path_is_up(p))
             continue;
-        if (p == c->active_path)
+        if (p == active)
             rate_look(c, i, p, now);
         else
             lg_gray_probe_standby(c, i, now);
@@ -259,13 +261,13 @@ static void inner_posted(struct lg_conn *c, const struct lg_req *r, struct lg_in
                          uint32_t wake)
 {
     (void)wake;
-    struct lg_inner_conn *e = lg_inner_ep(c->ep);
-    int n = c->kind == LG_CONN_SEND ? 1 : r->g_n;
-    for (int i = 0; i < n; i++)
-        __atomic_store_n(&e->req[(r->seq + (uint64_t)i) % LG_WINDOW].imr, mrs ? mrs[i] : NULL,
+    struct lg_inner_conn *e = lg_inner_ep(lg_conn_ep(c));
+    struct lg_req_info q = lg_req_info(r);
+    for (int i = 0; i < q.nmsgs; i++)
+        __atomic_store_n(&e->req[(q.seq + (uint64_t)i) % LG_WINDOW].imr, mrs ? mrs[i] : NULL,
                          __ATOMIC_RELEASE); /* deregMr may clear it (inner_endpoint.c) */
-    if (c->kind == LG_CONN_SEND)
-        account_send(c, e, r->seq);
+    if (e->send)
+        account_send(c, e, q.seq, q.size);
     lg_inner_ep_pump(c);
 }
 
@@ -279,12 +281,13 @@ static int inner_may_keep(const struct lg_conn *c, const struct lg_inner_mr *mr)
 
 static void inner_progress(struct lg_conn *c, struct lg_req *r)
 {
-    if (c->kind == LG_CONN_SEND) /* goodput health: the connection is not drained */
-        note_busy(c, lg_inner_ep(c->ep), coarse_ns());
+    struct lg_inner_conn *e = lg_inner_ep(lg_conn_ep(c));
+    if (e->send) /* goodput health: the connection is not drained */
+        note_busy(c, e, coarse_ns());
     lg_inner_ep_pump(c);
     /* A send waits for the inner completion, then for our ack: read the control channel
      * only once the inner is done with it (one syscall less per poll before that). */
-    if (c->kind == LG_CONN_SEND && __atomic_load_n(&r->writers, __ATOMIC_ACQUIRE) == 0)
+    if (e->send && lg_req_written(r))
         lg_conn_poll_ctrl(c);
 }
 
@@ -301,8 +304,8 @@ static int inner_carries(const struct lg_path *p) { return lg_inner_ep_carries(p
  * unfinished send seen for `idle_ns`, 0: at once, after a commit). */
 static void pump_kept(struct lg_conn *c, uint64_t idle_ns)
 {
-    struct lg_inner_conn *e = lg_inner_ep(c->ep);
-    if (__atomic_load_n(&c->kept_hi, __ATOMIC_ACQUIRE) <= __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE))
+    struct lg_inner_conn *e = lg_inner_ep(lg_conn_ep(c));
+    if (!lg_send_kept_unacked(c))
         return;
     if (idle_ns && coarse_ns() - __atomic_load_n(&e->busy_ns, __ATOMIC_RELAXED) < idle_ns)
         return;
@@ -311,19 +314,18 @@ static void pump_kept(struct lg_conn *c, uint64_t idle_ns)
 
 static void inner_watch(struct lg_conn *c, uint64_t now)
 {
-    struct lg_inner_conn *e = lg_inner_ep(c->ep);
-    struct lg_path *p = c->active_path;
-    if (c->kind == LG_CONN_SEND)
+    struct lg_inner_conn *e = lg_inner_ep(lg_conn_ep(c));
+    if (e->send) {
         pump_kept(c, LG_MS(lg_params.heartbeat_ms));
-    if (c->kind != LG_CONN_RECV || !lg_params.stall_ms || !lg_path_up(p) || !lg_inner_ep_carries(p))
         return;
-    uint64_t base = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE);
-    pthread_mutex_lock(&c->mb_mu);
-    uint64_t sent = c->mb.peer_posted;
-    pthread_mutex_unlock(&c->mb_mu);
-    int waiting = sent > base && base < __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE) &&
-                  lg_path_heard_recently(p, now);
-    if (__atomic_exchange_n(&c->polled, 0, __ATOMIC_RELAXED))
+    }
+    struct lg_path *p = lg_conn_committed(c);
+    if (!lg_params.stall_ms || !lg_path_is_up(p) || !lg_inner_ep_carries(p))
+        return;
+    uint64_t base = lg_conn_placed(c);
+    uint64_t sent = __atomic_load_n(&e->peer_posted, __ATOMIC_ACQUIRE);
+    int waiting = sent > base && base < lg_conn_posted(c) && lg_path_heard(p, now);
+    if (lg_conn_take_polled(c))
         e->polled_ns = now;
     if (now - e->polled_ns > LG_MS(lg_params.stall_ms) / 2)
         waiting = 0;
@@ -341,55 +343,48 @@ static void inner_watch(struct lg_conn *c, uint64_t now)
  * inner path from a quiet one. */
 static void inner_heartbeat(struct lg_conn *c, uint64_t now)
 {
-    struct lg_inner_conn *e = lg_inner_ep(c->ep);
-    struct lg_path *pa = c->active_path;
-    if (c->kind != LG_CONN_SEND || !lg_path_up(pa) ||
-        now - e->posted_told_ns < LG_MS(lg_params.heartbeat_ms))
+    struct lg_inner_conn *e = lg_inner_ep(lg_conn_ep(c));
+    if (!e->send || now - e->posted_told_ns < LG_MS(lg_params.heartbeat_ms))
+        return;
+    struct lg_path *pa = lg_conn_committed(c);
+    if (!lg_path_is_up(pa))
         return;
     e->posted_told_ns = now;
-    pthread_mutex_lock(&c->mu);
-    uint64_t sent = c->cursor_seq;
-    pthread_mutex_unlock(&c->mu);
-    if (sent > __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE)) {
+    uint64_t sent = lg_send_cursor(c);
+    if (sent > lg_conn_acked(c)) {
         struct lg_ctrl posted = {.type = LG_CTRL_POSTED, .value = sent};
-        lg_path_ctrl_send(pa, &posted);
+        lg_path_ctrl_out(pa, &posted);
     }
 }
 
 /* Its frames: INNER (sender: the receiver's inner handle), DELIVERED and POSTED (receiver). */
 static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 {
-    struct lg_conn *c = p->conn;
-    struct lg_mailbox *mb = &c->mb;
+    struct lg_conn *c = lg_path_conn(p);
+    struct lg_inner_conn *e = lg_inner_ep(lg_conn_ep(c));
     switch (f->type) {
     case LG_CTRL_INNER:
         return lg_inner_ep_on_frame(p, f);
     case LG_CTRL_DELIVERED:
-        if (f->value > __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE)) {
+        if (f->value > lg_conn_posted(c)) {
             lg_conn_peer_lied(c, "DELIVERED for %llu messages, but fewer receives were posted",
                               (unsigned long long)f->value);
             return -1;
         }
-        __atomic_store_n(&lg_inner_ep(c->ep)->peer_placed, 1, __ATOMIC_RELEASE);
-        pthread_mutex_lock(&c->mb_mu);
-        if (f->value > mb->delivered)
-            mb->delivered = f->value;
-        pthread_mutex_unlock(&c->mb_mu);
+        __atomic_store_n(&e->peer_placed, 1, __ATOMIC_RELEASE);
+        lg_atomic_raise(&e->peer_delivered, f->value);
         return 1;
     case LG_CTRL_POSTED:
         /* Not checkable (a sender may run ahead of the receives NCCL posted); a false one
          * can only make the watchdog fail a path over, or an ack come sooner, never complete
          * or replay anything. */
-        pthread_mutex_lock(&c->mb_mu);
-        if (f->value > mb->peer_posted)
-            mb->peer_posted = f->value;
-        pthread_mutex_unlock(&c->mb_mu);
+        lg_atomic_raise(&e->peer_posted, f->value);
         lg_inner_ep_ack_asked(p, f->value);
         return 1;
     case LG_CTRL_KEEPS:
         /* Any size is honest (a size only batches acks; POSTED asks for the rest), and
          * KEEPS(0) keeps nothing: every ack goes at once. */
-        __atomic_store_n(&lg_inner_ep(c->ep)->peer_keeps, f->value, __ATOMIC_RELEASE);
+        __atomic_store_n(&e->peer_keeps, f->value, __ATOMIC_RELEASE);
         return 1;
     default:
         return 0;
@@ -404,7 +399,7 @@ static void inner_resume(struct lg_path *p)
 static void inner_rebuilt(struct lg_path *p)
 {
     /* READY once the inner comm is accepted (inner_endpoint.c) */
-    lg_inner_tp(p->tp)->ready_owed = 1;
+    lg_inner_tp(lg_path_tp(p))->ready_owed = 1;
 }
 
 /* NCCL's thread posts inner requests on the committed path: it is held off (wmu) across the
@@ -412,29 +407,27 @@ static void inner_rebuilt(struct lg_path *p)
  * so that its RESYNC covers it. */
 static void inner_commit_begin(struct lg_conn *c, struct lg_path *from, struct lg_path *to)
 {
-    pthread_mutex_lock(&lg_inner_ep(c->ep)->wmu);
-    if (c->kind == LG_CONN_RECV && from != to) {
-        pthread_mutex_lock(&c->mb_mu);
-        uint64_t delivered = c->mb.delivered;
-        pthread_mutex_unlock(&c->mb_mu);
-        lg_inner_ep_rx_hold(c, from, delivered);
-    }
+    struct lg_inner_conn *e = lg_inner_ep(lg_conn_ep(c));
+    pthread_mutex_lock(&e->wmu);
+    if (!e->send && from != to)
+        lg_inner_ep_rx_hold(c, from, __atomic_load_n(&e->peer_delivered, __ATOMIC_ACQUIRE));
 }
 
 /* The inner requests posted on the path left are forgotten (the sender posts them again on
  * the new one); the receiver fences the comm it left before its RESYNC goes out. */
 static void inner_commit_end(struct lg_conn *c, struct lg_path *from, struct lg_path *to)
 {
+    struct lg_inner_conn *e = lg_inner_ep(lg_conn_ep(c));
     if (from != to) {
-        if (c->kind == LG_CONN_SEND)
+        if (e->send)
             lg_inner_ep_tx_forget(c);
         else
             lg_inner_ep_rx_forget(c);
     }
-    pthread_mutex_unlock(&lg_inner_ep(c->ep)->wmu);
-    if (c->kind == LG_CONN_RECV && from && from != to)
+    pthread_mutex_unlock(&e->wmu);
+    if (!e->send && from && from != to)
         lg_inner_ep_fence(from);
-    if (c->kind == LG_CONN_SEND && from != to)
+    if (e->send && from != to)
         pump_kept(c, 0); /* the replay starts now, not when NCCL next calls */
 }
 

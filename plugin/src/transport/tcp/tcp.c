@@ -157,10 +157,12 @@ static void tcp_posted(struct lg_conn *c, const struct lg_req *r, struct lg_inne
                        uint32_t wake)
 {
     (void)mrs; /* registers nothing (tcp_reg_mr) */
-    if (lg_tcp_ep(lg_conn_ep(c))->send)
-        lg_tcp_send_posted(c, r, wake);
-    else
+    if (lg_tcp_ep(lg_conn_ep(c))->send) {
+        if (wake) /* else no stream to wake */
+            lg_tcp_send_posted(c, lg_req_info(r).size, wake);
+    } else {
         lg_tcp_recv_posted(c);
+    }
 }
 
 /* NCCL's thread polls test() while requests are outstanding: let it do the socket work of

@@ -15,9 +15,9 @@ extern const struct lg_transport lg_tcp_transport;
 
 /* tcp_send.c */
 void lg_tcp_send_handler(struct lg_task *t, uint32_t events);
-void lg_tcp_send_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake);
+void lg_tcp_send_posted(struct lg_conn *c, size_t size, uint32_t wake);
 void lg_tcp_send_detached(struct lg_path *p);
-uint32_t lg_tcp_send_queued(struct lg_conn *c, const struct lg_req *r);
+uint32_t lg_tcp_send_queued(struct lg_conn *c, uint64_t seq, size_t size);
 int lg_tcp_send_mid_message(const struct lg_conn *c);
 int lg_tcp_send_to_boundary(struct lg_conn *c);
 void lg_tcp_send_resume(struct lg_conn *c);

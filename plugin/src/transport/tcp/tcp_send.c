@@ -6,7 +6,6 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
-#include "proto/conn.h"
 #include "proto/upcall.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -17,45 +16,49 @@
 
 #define LG_WORKER_RUN_CHUNKS 16
 
-/* Under mu: stream s may take a new chunk (its path carries the committed epoch and no
- * switch holds chunks back). */
-static int may_grab(struct lg_conn *c, const struct lg_tcp_conn *e, struct lg_stream *s)
+/* What a data stream asks of the cursor (lg_send_cut): its next chunk, or (peek) only
+ * whether one waits; either way it parks if none does. */
+struct cut {
+    struct lg_tcp_conn *e;
+    struct lg_tcp_stream *ts;
+    int index; /* the stream's, 1..nstreams */
+    int peek;
+    struct lg_chunk_hdr h;
+};
+
+/* Under the connection's lock (lg_send_cut). */
+static int cut_chunk(void *arg, const struct lg_out_cut *m)
 {
-    if (c->cursor_seq >= __atomic_load_n(&c->posted, __ATOMIC_RELAXED) ||
-        c->hold == LG_HOLD_ALL || (c->hold == LG_HOLD_BOUNDARY && e->cursor_chunk == 0))
-        return 0;
-    return s->path == c->active_path && c->paths[c->active] == s->path &&
-           lg_path_up(s->path);
+    struct cut *a = arg;
+    struct lg_tcp_conn *e = a->e;
+    if (!m) {
+        e->parked |= 1u << (a->index - 1);
+        return LG_CUT_PEEK;
+    }
+    if (a->peek)
+        return LG_CUT_PEEK;
+    uint64_t off = e->cursor_chunk * e->chunk_size;
+    uint64_t len = m->size - off < e->chunk_size ? m->size - off : e->chunk_size;
+    a->h = (struct lg_chunk_hdr){.epoch = (uint16_t)m->epoch, .len = (uint32_t)len,
+                                 .seq = m->seq, .offset = off, .total = m->size, .tag = m->tag,
+                                 .flags = m->kept ? LG_CHUNK_F_KEPT : 0};
+    a->ts->tx.payload = m->data + off;
+    a->ts->tx.req = m->req;
+    if (++e->cursor_chunk < lg_chunk_count(m->size, e->chunk_size))
+        return LG_CUT_MORE;
+    e->cursor_chunk = 0;
+    return LG_CUT_LAST;
 }
 
-/* Takes the next chunk for stream s, or parks the stream. Returns 1 if s has a chunk. */
-static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
+/* Takes the next chunk for stream `index` of path p, or parks the stream. Returns 1 if it
+ * has a chunk. */
+static int grab_chunk(struct lg_conn *c, struct lg_path *p, struct lg_tcp_stream *ts, int index)
 {
-    struct lg_tcp_stream *ts = lg_tcp_stream_at(s->path->tp, s->index);
-    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
-    pthread_mutex_lock(&c->mu);
-    if (!may_grab(c, e, s)) {
-        e->parked |= 1u << (s->index - 1);
-        pthread_mutex_unlock(&c->mu);
+    struct cut a = {.e = lg_tcp_ep(lg_conn_ep(c)), .ts = ts, .index = index};
+    if (!lg_send_cut(c, p, cut_chunk, &a))
         return 0;
-    }
-    struct lg_req *r = &c->reqs[c->cursor_seq % LG_WINDOW];
-    uint64_t off = e->cursor_chunk * e->chunk_size;
-    uint64_t len = r->size - off < e->chunk_size ? r->size - off : e->chunk_size;
-    struct lg_chunk_hdr h = {.epoch = (uint16_t)c->epoch, .len = (uint32_t)len,
-                             .seq = c->cursor_seq, .offset = off, .total = r->size,
-                             .tag = (uint32_t)r->tag, .flags = r->kept ? LG_CHUNK_F_KEPT : 0};
-    ts->tx.payload = r->data + off;
-    ts->tx.req = r;
-    /* Taken under mu, like a rewind: completion waits for this hold on the buffer. */
-    __atomic_add_fetch(&r->writers, 1, __ATOMIC_ACQ_REL);
-    if (++e->cursor_chunk == lg_chunk_count(r->size, e->chunk_size)) {
-        c->cursor_seq++;
-        e->cursor_chunk = 0;
-    }
-    pthread_mutex_unlock(&c->mu);
-    lg_chunk_encode(ts->tx.hdr, &h);
-    ts->tx.len = (uint32_t)len;
+    lg_chunk_encode(ts->tx.hdr, &a.h);
+    ts->tx.len = a.h.len;
     ts->tx.done = 0;
     __atomic_store_n(&ts->tx.active, 1, __ATOMIC_RELEASE);
     return 1;
@@ -63,36 +66,31 @@ static int grab_chunk(struct lg_conn *c, struct lg_stream *s)
 
 /* A run has written its share: a worker (again) takes over if more chunks wait, else the
  * stream parks (same lock as isend's look at `parked`: no lost wake-up). */
-static void hand_over(struct lg_conn *c, struct lg_stream *s)
+static void hand_over(struct lg_conn *c, struct lg_path *p, struct lg_task *t, int index)
 {
-    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
-    pthread_mutex_lock(&c->mu);
-    int more = may_grab(c, e, s);
-    if (!more)
-        e->parked |= 1u << (s->index - 1);
-    pthread_mutex_unlock(&c->mu);
-    if (more)
-        lg_task_kick(&s->task);
+    struct cut a = {.e = lg_tcp_ep(lg_conn_ep(c)), .index = index, .peek = 1};
+    if (lg_send_cut(c, p, cut_chunk, &a))
+        lg_task_kick(t);
 }
 
 /* Anything readable on a send-side data stream is EOF or an error: the peer never writes. */
-static int check_peer(struct lg_stream *s, uint32_t events)
+static int check_peer(struct lg_path *p, struct lg_task *t, uint32_t events)
 {
     if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
         return 0;
     char b[64];
     struct iovec iov = {b, sizeof(b)};
-    ssize_t n = lg_sock_readv(s->task.fd, &iov, 1);
+    ssize_t n = lg_sock_readv(t->fd, &iov, 1);
     if (n == 0) {
-        lg_conn_path_eof(s->path, "data stream closed by peer");
+        lg_conn_path_eof(p, "data stream closed by peer");
         return -1;
     }
     if (n > 0) {
-        lg_conn_path_failed(s->path, 0, "unexpected bytes on a send stream");
+        lg_conn_path_failed(p, 0, "unexpected bytes on a send stream");
         return -1;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        lg_conn_path_failed(s->path, errno, "data stream");
+        lg_conn_path_failed(p, errno, "data stream");
         return -1;
     }
     return 0;
@@ -100,16 +98,16 @@ static int check_peer(struct lg_stream *s, uint32_t events)
 
 void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
 {
-    struct lg_stream *s = lg_stream_of(t);
-    struct lg_tcp_stream *ts = lg_tcp_stream_at(s->path->tp, s->index);
-    struct lg_path *p = s->path;
-    struct lg_conn *c = p->conn;
-    if (check_peer(s, events) != 0)
+    int index;
+    struct lg_path *p = lg_stream_path(t, &index);
+    struct lg_tcp_stream *ts = lg_tcp_stream_at(lg_path_tp(p), index);
+    struct lg_conn *c = lg_path_conn(p);
+    if (check_peer(p, t, events) != 0)
         return;
     /* A failed path's chunk is given back when the monitor retires the path; a path that
      * stops being active still finishes the chunk it is writing (TCP framing), which the
      * receiver drops by its epoch. */
-    if (!lg_path_up(p))
+    if (!lg_path_is_up(p))
         return;
     /* From NCCL's thread (inline send) write one chunk at most, then hand over; a worker
      * yields too after a few (its other tasks, a detach waiting on it). */
@@ -117,10 +115,10 @@ void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
     for (;;) {
         if (!ts->tx.active) {
             if (chunks_left == 0) {
-                hand_over(c, s);
+                hand_over(c, p, t, index);
                 return;
             }
-            if (!grab_chunk(c, s))
+            if (!grab_chunk(c, p, ts, index))
                 return;
             chunks_left--;
         }
@@ -143,21 +141,21 @@ void lg_tcp_send_handler(struct lg_task *t, uint32_t events)
             /* A send completes only once no writer reads its buffer (test() checks this
              * count too): the ack alone can beat the writer's return. The slot cannot be
              * reused before this store, which completion waits for. */
-            __atomic_sub_fetch(&ts->tx.req->writers, 1, __ATOMIC_RELEASE);
+            lg_req_writer_done(ts->tx.req);
         }
     }
 }
 
-/* isend, under mu, r just took its window slot: wakes as many parked streams as the message
- * has chunks, from stream r->seq % nstreams on (busy streams take more chunks by themselves
- * when they finish their current one); none while a switch holds chunks back. */
-uint32_t lg_tcp_send_queued(struct lg_conn *c, const struct lg_req *r)
+/* isend, under mu, message seq just took its window slot: wakes as many parked streams as
+ * the message has chunks, from stream seq % nstreams on (busy streams take more chunks by
+ * themselves when they finish their current one). */
+uint32_t lg_tcp_send_queued(struct lg_conn *c, uint64_t seq, size_t size)
 {
-    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
-    uint64_t want = LG_MIN(lg_chunk_count(r->size, e->chunk_size), (uint64_t)c->nstreams);
+    struct lg_tcp_conn *e = lg_tcp_ep(lg_conn_ep(c));
+    uint64_t want = LG_MIN(lg_chunk_count(size, e->chunk_size), (uint64_t)e->nstreams);
     uint32_t wake = 0;
-    for (int i = 0; i < c->nstreams && want && c->hold == LG_HOLD_NONE; i++) {
-        int k = (int)((r->seq + (uint64_t)i) % (uint64_t)c->nstreams);
+    for (int i = 0; i < e->nstreams && want; i++) {
+        int k = (int)((seq + (uint64_t)i) % (uint64_t)e->nstreams);
         if (e->parked & (1u << k)) {
             wake |= 1u << k;
             want--;
@@ -170,11 +168,11 @@ uint32_t lg_tcp_send_queued(struct lg_conn *c, const struct lg_req *r)
 /* The cursor (under mu): inside a message, and back to its start (transport.h). */
 int lg_tcp_send_mid_message(const struct lg_conn *c)
 {
-    return lg_tcp_ep(c->ep)->cursor_chunk != 0;
+    return lg_tcp_ep(lg_conn_ep(c))->cursor_chunk != 0;
 }
 int lg_tcp_send_to_boundary(struct lg_conn *c)
 {
-    struct lg_tcp_conn *e = lg_tcp_ep(c->ep);
+    struct lg_tcp_conn *e = lg_tcp_ep(lg_conn_ep(c));
     int mid = e->cursor_chunk != 0;
     e->cursor_chunk = 0;
     return mid;
@@ -182,43 +180,47 @@ int lg_tcp_send_to_boundary(struct lg_conn *c)
 
 /* Data may move again (a commit, a hold lifted): every stream counts as parked, so the next
  * post wakes it even if it was busy on the path left (the resume kicks them all anyway). */
+static void park_all(void *arg)
+{
+    struct lg_tcp_conn *e = arg;
+    e->parked = (uint32_t)((1ull << e->nstreams) - 1);
+}
 void lg_tcp_send_resume(struct lg_conn *c)
 {
-    pthread_mutex_lock(&c->mu);
-    lg_tcp_ep(c->ep)->parked = (uint32_t)((1ull << c->nstreams) - 1);
-    pthread_mutex_unlock(&c->mu);
+    lg_conn_locked(c, park_all, lg_tcp_ep(lg_conn_ep(c)));
 }
 
 /* isend posted r and unparked the streams in `wake`: a small message is written from NCCL's
  * thread (saving a thread hand-off), the rest by the workers. */
-void lg_tcp_send_posted(struct lg_conn *c, const struct lg_req *r, uint32_t wake)
+void lg_tcp_send_posted(struct lg_conn *c, size_t size, uint32_t wake)
 {
-    uint32_t ph = lg_conn_enter(c);
-    struct lg_path *p = lg_conn_active_path(c);
-    int inline_ok = r->size <= (size_t)lg_params.inline_send && !lg_progress_on_worker();
-    for (int k = 0; p && k < c->nstreams; k++) {
+    uint32_t ph;
+    struct lg_path *p = lg_conn_enter_active(c, &ph);
+    int inline_ok = size <= (size_t)lg_params.inline_send && !lg_progress_on_worker();
+    for (int k = 0; p && k < lg_tcp_ep(lg_conn_ep(c))->nstreams; k++) {
         if (!(wake & (1u << k)))
             continue;
         if (inline_ok) {
             /* Small message: write it from NCCL's thread, saving a thread hand-off. */
-            lg_task_run(&p->data[k].task, 0);
+            lg_task_run(lg_path_stream(p, k), 0);
             inline_ok = 0;
         } else {
-            lg_task_kick(&p->data[k].task);
+            lg_task_kick(lg_path_stream(p, k));
         }
     }
-    lg_conn_exit(c, ph);
+    lg_conn_leave_active(c, ph);
 }
 
 /* A retired path's tasks are detached: a writer cut off mid-chunk gives its hold on the
  * message back (the replay on another path writes it whole). */
 void lg_tcp_send_detached(struct lg_path *p)
 {
-    for (int k = 1; k <= p->nstreams; k++) {
-        struct lg_tcp_stream *ts = lg_tcp_stream_at(p->tp, k);
+    int n = lg_tcp_ep(lg_conn_ep(lg_path_conn(p)))->nstreams;
+    for (int k = 1; k <= n; k++) {
+        struct lg_tcp_stream *ts = lg_tcp_stream_at(lg_path_tp(p), k);
         if (__atomic_load_n(&ts->tx.active, __ATOMIC_ACQUIRE)) {
             __atomic_store_n(&ts->tx.active, 0, __ATOMIC_RELAXED);
-            __atomic_sub_fetch(&ts->tx.req->writers, 1, __ATOMIC_RELEASE);
+            lg_req_writer_done(ts->tx.req);
         }
     }
 }
