@@ -3,7 +3,7 @@ arguments, the harness's arguments, the verdict and the result schema. No GPU, n
 root; the whole flow runs as a dry run in tests/lab/test_gpu_check_flow.py.
 
 The sample logs are built from NCCL's documented line shapes (see tests/gpu/nccl_log.py) and
-the plugin's own format strings (plugin/src/proto/failover.c, conn.h, core.c, health.c)."""
+the plugin's own format strings (plugin/src/proto/failover.c, upcall.h, core.c, health.c)."""
 
 from __future__ import annotations
 
@@ -152,8 +152,8 @@ def test_the_plugin_still_logs_the_switch_lines_the_parser_reads() -> None:
     """The parser follows plugin/src/proto/failover.c's format strings: keep them in step."""
     src = (REPO / "plugin" / "src" / "proto" / "failover.c").read_text()
     assert '"failover" : from == 1 && to == 0 ? "reintegrated" : "switched"' in src
-    conn_h = (REPO / "plugin" / "src" / "proto" / "conn.h").read_text()  # lg_slot_name, the slot words
-    assert 'slot ? "backup" : "primary"' in conn_h
+    upcall_h = (REPO / "plugin" / "src" / "proto" / "upcall.h").read_text()  # lg_slot_name
+    assert 'slot ? "backup" : "primary"' in upcall_h
     flat = re.sub(r'"\s*\n\s*"', "", src)  # join C's adjacent string literals
     assert '"send conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s (%s); ' in flat
     assert '"recv conn %016llx: %s: %s path on NIC %s -> %s path on NIC %s at epoch ' in flat
