@@ -80,12 +80,18 @@ struct lg_path *lg_conn_committed(struct lg_conn *c)
     return p;
 }
 
+/* Under mu: p is up and the committed path, the only one that carries data. */
+static int carries_committed(const struct lg_conn *c, const struct lg_path *p)
+{
+    return lg_path_up(p) && c->active_path == p && c->paths[c->active] == p;
+}
+
 int lg_send_unsent(struct lg_conn *c, struct lg_path *p, lg_send_put_fn put, void *arg)
 {
     int n = 0;
     pthread_mutex_lock(&c->mu);
-    /* Only the committed path carries data, and only while no hold (a switch) stops it. */
-    if (lg_path_up(p) && c->active_path == p && c->paths[c->active] == p) {
+    /* ... and only while no hold (a switch) stops it */
+    if (carries_committed(c, p)) {
         uint64_t posted = __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE);
         while (c->cursor_seq < posted &&
                __atomic_load_n(&c->hold, __ATOMIC_RELAXED) == LG_HOLD_NONE) {
@@ -129,7 +135,7 @@ int lg_send_cut(struct lg_conn *c, struct lg_path *p, lg_send_cut_fn cut, void *
     pthread_mutex_lock(&c->mu);
     int ok = c->cursor_seq < __atomic_load_n(&c->posted, __ATOMIC_RELAXED) &&
              c->hold != LG_HOLD_ALL && (c->hold != LG_HOLD_BOUNDARY || lg_conn_mid_message(c)) &&
-             p == c->active_path && c->paths[c->active] == p && lg_path_up(p);
+             carries_committed(c, p);
     if (!ok) {
         cut(arg, NULL);
         pthread_mutex_unlock(&c->mu);

@@ -200,9 +200,10 @@ static void tcp_resume(struct lg_path *p)
 {
     if (!p)
         return;
-    struct lg_tcp_conn *e = lg_tcp_ep(lg_conn_ep(lg_path_conn(p)));
+    struct lg_conn *c = lg_path_conn(p);
+    struct lg_tcp_conn *e = lg_tcp_ep(lg_conn_ep(c));
     if (e->send)
-        lg_tcp_send_resume(lg_path_conn(p));
+        lg_tcp_send_resume(c);
     for (int k = 0; lg_path_is_up(p) && k < e->nstreams; k++)
         lg_task_kick(lg_path_stream(p, k));
 }
