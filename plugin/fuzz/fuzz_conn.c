@@ -304,7 +304,8 @@ static void op_frame(struct input *in)
 {
     static const uint8_t types[] = {LG_CTRL_ACK, LG_CTRL_RESYNC, LG_CTRL_HB, LG_CTRL_SWITCH,
                                     LG_CTRL_READY, LG_CTRL_BYE, LG_CTRL_INNER,
-                                    LG_CTRL_STALLED, LG_CTRL_TAGS, LG_CTRL_GROUP, 0};
+                                    LG_CTRL_STALLED, LG_CTRL_TAGS, LG_CTRL_GROUP,
+                                    LG_CTRL_GROUPED, 0};
     uint8_t a = in_u8(in);
     int path = (a & 1) % st.pe.npaths;
     struct lg_ctrl f = {.type = types[(a >> 1) % sizeof(types)]};

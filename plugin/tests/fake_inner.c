@@ -70,7 +70,7 @@ static ncclResult_t f_props_v8(int dev, ncclNetProperties_v8_t *p)
     p->ptrSupport = NCCL_PTR_HOST | NCCL_PTR_CUDA;
     p->speed = 100000;
     p->maxComms = 1024;
-    p->maxRecvs = 4;
+    p->maxRecvs = is("loop") ? LOOP_MAXN : 4; /* the loop groups like NCCL's IB transport */
     p->netDeviceType = dev == 1 && is("offload") ? NCCL_NET_DEVICE_UNPACK : NCCL_NET_DEVICE_HOST;
     return ncclSuccess;
 }
@@ -157,13 +157,13 @@ static ncclResult_t f_dereg(void *c, void *mh)
 /* Comms of several threads post at once (the contract's 4-thread in-flight close). */
 static pthread_mutex_t stats_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static ncclResult_t f_isend(void *s, void *d, size_t size, void **r)
+static ncclResult_t f_isend(void *s, void *d, size_t size, int tag, void **r)
 {
     pthread_mutex_lock(&stats_mu);
     fake_inner_stats.last_send_size = size;
     pthread_mutex_unlock(&stats_mu);
     if (is("loop"))
-        return loop_post(s, LOOP_SEND, d, size, r);
+        return loop_post(s, LOOP_SEND, 1, &d, &size, &tag, r);
     *r = &req;
     return ncclSuccess;
 }
@@ -180,8 +180,8 @@ static ncclResult_t f_irecv(void *c, int n, void **d, const size_t *sz, const in
         fake_inner_stats.recv_tags[i] = tags ? tags[i] : -1;
     }
     pthread_mutex_unlock(&stats_mu);
-    if (is("loop")) /* single receives only */
-        return n == 1 ? loop_post(c, LOOP_RECV, d[0], sz[0], r) : ncclInternalError;
+    if (is("loop"))
+        return loop_post(c, LOOP_RECV, n, d, sz, tags, r);
     if (!is("keepmarker"))
         *r = &req;
     return ncclSuccess;
@@ -220,8 +220,8 @@ static ncclResult_t f_iflush(void *c, int n, void **d, int *sz, void **mh, void 
 static ncclResult_t f_init_v8(ncclDebugLogger_t log) { (void)log; return read_mode(); }
 static ncclResult_t f_isend_v8(void *s, void *d, int size, int tag, void *mh, void **r)
 {
-    (void)tag, (void)mh;
-    return f_isend(s, d, (size_t)size, r);
+    (void)mh;
+    return f_isend(s, d, (size_t)size, tag, r);
 }
 static ncclResult_t f_irecv_v8(void *c, int n, void **d, int *sz, int *tags, void **mh, void **r)
 {
@@ -254,8 +254,8 @@ static ncclResult_t f_connect_v10(int dev, ncclNetCommConfig_v10_t *cfg, void *h
 static ncclResult_t f_isend_ph(void *s, void *d, size_t size, int tag, void *mh, void *ph,
                                void **r)
 {
-    (void)tag, (void)mh, (void)ph;
-    return f_isend(s, d, size, r);
+    (void)mh, (void)ph;
+    return f_isend(s, d, size, tag, r);
 }
 static ncclResult_t f_irecv_ph(void *c, int n, void **d, size_t *sz, int *tags, void **mh,
                                void **ph, void **r)

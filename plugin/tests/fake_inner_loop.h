@@ -1,9 +1,13 @@
 /* The fake inner plugin's "loop" mode (tests/fake_inner.c): a real in-process transport, so
  * that wrap mode can run whole connections over it (tests/test_wrap.c). Listen, connect and
  * accept pair a send comm with a receive comm; messages match in posted order and are copied
- * into the posted buffer when both sides are there. A send completes only once its data is
- * copied, i.e. placed at the receiver, as RC queue pairs guarantee (unless a test asks for
- * early completion, fake_inner.h: early_send); closing either comm
+ * into the posted buffer when both sides are there. A grouped receive (n buffers) takes the
+ * sends in order by tag, as NCCL's IB transport does: a send goes to the free buffer of its
+ * tag in the oldest receive not yet filled, and waits (with every send behind it) while that
+ * receive has none; the receive completes once all its buffers are filled. A send completes
+ * only once its data is copied, i.e. placed at the receiver, as RC queue pairs guarantee (so
+ * a send can complete while the rest of its group is still to come), unless a test asks for
+ * early completion (fake_inner.h: early_send); closing either comm
  * fences the pair (nothing is copied afterwards) and drops its requests. One mutex guards
  * everything: the tests run both sides of every connection in one process. */
 #ifndef LG_FAKE_INNER_LOOP_H
@@ -21,6 +25,7 @@
 #define LOOP_REQS 2048
 #define LOOP_DEPTH 64
 #define LOOP_MAGIC 0x4c4f4f50u /* "LOOP" */
+#define LOOP_MAXN 8             /* buffers of a grouped receive */
 
 enum { LOOP_LISTEN = 1, LOOP_SEND, LOOP_RECV };
 
@@ -29,7 +34,14 @@ struct loop_req {
     int early, tested; /* an early send: buf is its own copy; test() saw it done */
     struct loop_comm *comm;
     void *buf;
-    size_t size; /* send: bytes; receive: capacity, then bytes placed */
+    size_t size; /* send: bytes */
+    int tag;     /* send */
+    /* receive: its n buffers, tags and capacities, then the bytes placed in each */
+    int n;
+    unsigned filled; /* bit i: buffer i holds a message */
+    void *bufs[LOOP_MAXN];
+    size_t sizes[LOOP_MAXN];
+    int tags[LOOP_MAXN];
 };
 
 struct loop_comm {
@@ -85,13 +97,24 @@ static void loop_match(struct loop_comm *s)
     if (s && __atomic_load_n(&loop_st->stall_dev, __ATOMIC_RELAXED) == s->dev + 1)
         return; /* hung */
     while (s && r && s->head < s->tail && r->head < r->tail) {
-        struct loop_req *a = s->q[s->head++ % LOOP_DEPTH], *b = r->q[r->head++ % LOOP_DEPTH];
-        size_t n = a->size <= b->size ? a->size : b->size;
-        memcpy(b->buf, a->buf, n);
-        b->size = n;
-        b->done = a->done = 1;
+        struct loop_req *a = s->q[s->head % LOOP_DEPTH], *b = r->q[r->head % LOOP_DEPTH];
+        int i = 0;
+        while (i < b->n && ((b->filled >> i & 1) || b->tags[i] != a->tag))
+            i++;
+        if (i == b->n)
+            return; /* no free buffer of its tag in the oldest receive: the send waits */
+        s->head++;
+        size_t n = a->size <= b->sizes[i] ? a->size : b->sizes[i];
+        memcpy(b->bufs[i], a->buf, n);
+        b->sizes[i] = n;
+        b->filled |= 1u << i;
+        a->done = 1;
         if (a->early)
             loop_req_free_early(a);
+        if (b->filled == (1u << b->n) - 1) {
+            b->done = 1;
+            r->head++;
+        }
         __atomic_store_n(&loop_st->placed_dev, r->dev, __ATOMIC_RELAXED);
     }
 }
@@ -162,20 +185,32 @@ static struct loop_req *loop_req_new(struct loop_comm *c, void *buf, size_t size
     return NULL;
 }
 
-static ncclResult_t loop_post(void *comm, int kind, void *buf, size_t size, void **request)
+/* One request of `kind`: a send of (buf[0], size[0], tag[0]), or a receive of n buffers. */
+static ncclResult_t loop_post(void *comm, int kind, int n, void **buf, const size_t *size,
+                              const int *tag, void **request)
 {
+    if (n < 1 || n > LOOP_MAXN || (kind == LOOP_SEND && n != 1))
+        return ncclInternalError;
     ncclResult_t rc = ncclSuccess;
     pthread_mutex_lock(&loop_mu);
     struct loop_comm *c = loop_comm_of(comm);
     *request = NULL;
     if (!c || c->kind != kind) {
         rc = ncclInternalError;
-    } else if (c->tail - c->head < LOOP_DEPTH && (*request = loop_req_new(c, buf, size))) {
+    } else if (c->tail - c->head < LOOP_DEPTH &&
+               (*request = loop_req_new(c, buf[0], size[0]))) {
         struct loop_req *q = *request;
+        q->tag = tag ? tag[0] : 0;
+        q->n = n;
+        for (int i = 0; kind == LOOP_RECV && i < n; i++) {
+            q->bufs[i] = buf[i];
+            q->sizes[i] = size[i];
+            q->tags[i] = tag ? tag[i] : 0;
+        }
         char *copy = kind == LOOP_SEND && __atomic_load_n(&loop_st->early_send, __ATOMIC_RELAXED)
-                         ? malloc(size ? size : 1) : NULL;
+                         ? malloc(size[0] ? size[0] : 1) : NULL;
         if (copy) { /* else (no memory) an ordinary send */
-            memcpy(copy, buf, size);
+            memcpy(copy, buf[0], size[0]);
             q->buf = copy;
             q->early = q->done = 1;
         }
@@ -195,8 +230,8 @@ static int loop_test(void *request, int *done, int *size)
     pthread_mutex_lock(&loop_mu);
     *done = q->used && q->done;
     if (*done) {
-        if (size)
-            *size = (int)q->size;
+        for (int i = 0; size && i < q->n; i++) /* a send's size is not asked for */
+            size[i] = (int)q->sizes[i];
         q->tested = 1;
         if (!q->early) /* an early send not placed yet stays queued */
             q->used = 0;

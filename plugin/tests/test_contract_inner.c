@@ -37,9 +37,9 @@ int main(void)
         lg_inner_devs->placed = placed;
         lg_contract_run(&(struct lg_contract){
             .transport = placed ? "inner (completion means placed)" : "inner",
-            /* the fake's loop mode takes single receives only; wrap mode hands a group to
-             * the inner plugin whole, which test_inner.c checks */
-            .break_path = contract_shutdown_path, .grouped = 0,
+            /* wrap mode hands a group to the inner plugin whole; the fake's loop mode
+             * fills it by tag, as NCCL's IB transport does */
+            .break_path = contract_shutdown_path, .grouped = 1,
             .sends_wait_for_receiver = !placed});
     }
     lg_inner_devs->placed = 0;

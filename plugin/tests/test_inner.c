@@ -444,7 +444,8 @@ static void wrap_rig_close(struct wrap_rig *g)
     lg_inner_close(g->in);
 }
 
-/* Wrap mode's grouped receive: one inner irecv of all its buffers, tags and sizes; test()
+/* Wrap mode's grouped receive: once the sender said it completes sends on acks, one inner
+ * irecv of all its buffers, tags and sizes; test()
  * reports the inner's sizes and counts every message of the group placed; after a switch
  * (the receives on the old comm forgotten) the group is posted again, whole. */
 static void check_wrap_grouped(void)
@@ -461,8 +462,14 @@ static void check_wrap_grouped(void)
     /* the message sizes[0] reports */
     CHECK_EQ(g.in->ops->isend(g.in, g.s, b[0], 50, 0, NULL, NULL, &sreq), ncclSuccess);
     int irecvs = fst->irecvs;
+    /* Not before the sender answered GROUPED (this rig has no sender: the answer is set
+     * here; test_wrap.c has the question and the answer). */
+    struct lg_inner_conn *e = lg_inner_ep(c->ep);
     CHECK_EQ(lg_conn_irecv(c, 3, data, caps, tags, NULL, &req), ncclSuccess);
-    CHECK(req != NULL && fst->irecvs == irecvs + 1 && fst->recv_n == 3);
+    CHECK(req != NULL && fst->irecvs == irecvs && e->grouped == LG_GROUPED_ASKED);
+    e->grouped = LG_GROUPED_ANSWERED;
+    CHECK_EQ(lg_req_test(req, &done, sizes), ncclSuccess);
+    CHECK(fst->irecvs == irecvs + 1 && fst->recv_n == 3);
     CHECK(fst->recv_tags[0] == 4 && fst->recv_tags[1] == 9 && fst->recv_tags[2] == 4);
     CHECK(fst->recv_sizes[0] == 64 && fst->recv_sizes[1] == 40 && fst->recv_sizes[2] == 30);
     CHECK_EQ(lg_req_test(req, &done, sizes), ncclSuccess);

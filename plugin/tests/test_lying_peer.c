@@ -278,7 +278,8 @@ static void test_forged_switch(void)
     free(buf);
 }
 
-/* 5c. A DELIVERED frame (wrap mode's placed completion) or a KEEPS (its kept sends) to a
+/* 5c. A DELIVERED frame (wrap mode's placed completion), a KEEPS (its kept sends) or a
+ * GROUPED answer (its grouped receives) to a
  * receiver of linkguard's own transport: no honest sender sends them there. */
 static void test_wrap_frame_outside_wrap_mode(uint8_t type)
 {
@@ -578,6 +579,7 @@ int main(void)
     test_forged_switch();
     test_wrap_frame_outside_wrap_mode(LG_CTRL_DELIVERED);
     test_wrap_frame_outside_wrap_mode(LG_CTRL_KEEPS);
+    test_wrap_frame_outside_wrap_mode(LG_CTRL_GROUPED);
     test_honest_switch();
     test_goodbye_carries_the_final_count();
     test_unprotected_silent_peer();

@@ -104,10 +104,14 @@ static void test_ctrl(void)
     lg_ctrl_encode(buf, &s);
     CHECK_EQ(lg_ctrl_decode(buf, &d), 0);
     CHECK(d.type == LG_CTRL_STALLED && d.value == 41);
-    s = (struct lg_ctrl){.type = LG_CTRL_KEEPS, .value = 16384}; /* the newest (version 5) */
+    s = (struct lg_ctrl){.type = LG_CTRL_KEEPS, .value = 16384}; /* version 5 */
     lg_ctrl_encode(buf, &s);
     CHECK_EQ(lg_ctrl_decode(buf, &d), 0);
     CHECK(d.type == LG_CTRL_KEEPS && d.value == 16384);
+    s = (struct lg_ctrl){.type = LG_CTRL_GROUPED, .value = 16384}; /* the newest (version 8) */
+    lg_ctrl_encode(buf, &s);
+    CHECK_EQ(lg_ctrl_decode(buf, &d), 0);
+    CHECK(d.type == LG_CTRL_GROUPED && d.value == 16384);
     lg_ctrl_encode(buf, &c);
     buf[2] = 1; /* reserved must be zero */
     CHECK(lg_ctrl_decode(buf, &d) != 0);

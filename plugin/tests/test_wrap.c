@@ -13,7 +13,8 @@
  *  - with LINKGUARD_INNER_PLACED a send completes on the inner completion alone (no ack
  *    yet, and its receiver acks only when due), and sends completed that way whose receives were not yet seen complete are held
  *    by the receiver across a failover on either side, never sent again from the reused
- *    buffers; without it a send waits for the ack;
+ *    buffers; without it a send waits for the ack; a send into a grouped receive completes
+ *    on the ack even so (a group completes whole: GROUPED);
  *  - traffic across a kill and the move back loses, repeats or corrupts nothing, both ways. */
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -100,17 +101,19 @@ static void *post_recv(struct pair *p, int k)
     return req;
 }
 
-static void *post_send(struct pair *p, int k, uint64_t msg)
+static void *post_send_tag(struct pair *p, int k, uint64_t msg, int tag)
 {
     void *req = NULL;
     for (size_t i = 0; i < size_of(msg); i++)
         p->sb[k][i] = pattern(msg, i);
     uint64_t t0 = lg_now_ns();
     while (!req && lg_now_ns() - t0 < 2000000000ull)
-        if (lg_core_isend(p->s, p->sb[k], size_of(msg), 0, p->smh[k], &req) != ncclSuccess)
+        if (lg_core_isend(p->s, p->sb[k], size_of(msg), tag, p->smh[k], &req) != ncclSuccess)
             return NULL;
     return req;
 }
+
+static void *post_send(struct pair *p, int k, uint64_t msg) { return post_send_tag(p, k, msg, 0); }
 
 /* Polls `req` until done (1), an error (-1) or max_s seconds (0); *size gets the size. */
 static int wait_done(void *req, int *size, double max_s)
@@ -405,6 +408,55 @@ static void test_placed_resync(int kill_receiver)
     lg_inner_devs->placed = 0;
 }
 
+/* A grouped receive (tags 1 and 2) and the send of tag 1 only: the inner plugin places it
+ * and could complete its send, but the group completes whole and only once the other
+ * message is in, so the receiver could not hold that message across a switch. The
+ * receiver's GROUPED before its first group makes the sender complete on the ack instead:
+ * no ack, no completion, so after a kill its buffer is still NCCL's untouched one and
+ * the replay brings it; the group then completes with both messages. */
+static void test_placed_group_switch(int kill_receiver)
+{
+    struct pair p;
+    lg_inner_devs->placed = 1;
+    CHECK_EQ(pair_open(&p, NULL), 0);
+    uint64_t t0 = lg_now_ns();
+    int *peer_placed = &lg_inner_ep(C(p.r)->ep)->peer_placed;
+    while (!__atomic_load_n(peer_placed, __ATOMIC_ACQUIRE) && lg_now_ns() - t0 < 5000000000ull)
+        usleep(1000);
+    CHECK_EQ(__atomic_load_n(peer_placed, __ATOMIC_ACQUIRE), 1); /* a placed sender */
+    void *bufs[2] = {p.rb[0], p.rb[1]}, *mhs[2] = {p.rmh[0], p.rmh[1]}, *rreq = NULL;
+    size_t caps[2] = {BUFSZ, BUFSZ};
+    int tags[2] = {1, 2}, sizes[2] = {-1, -1}, done = 0, sdone = 0, size = -1;
+    memset(p.rb[0], 0xee, BUFSZ);
+    memset(p.rb[1], 0xee, BUFSZ);
+    CHECK(lg_core_irecv(p.r, 2, bufs, caps, tags, mhs, &rreq) == ncclSuccess && rreq);
+    void *s0 = post_send_tag(&p, 0, 53, 1); /* 70000 bytes: too big to keep in a copy */
+    CHECK(s0 != NULL);
+    /* The group goes to the inner plugin once the sender answered; message 53 lands then. */
+    int in = 0;
+    t0 = lg_now_ns();
+    while (s0 && !in && lg_now_ns() - t0 < 5000000000ull) {
+        CHECK(lg_core_test(rreq, &done, sizes) == ncclSuccess && !done);
+        CHECK(lg_core_test(s0, &sdone, &size) == ncclSuccess);
+        in = received_ok(&p, 0, 53, (int)size_of(53));
+        usleep(100);
+    }
+    CHECK(in);
+    CHECK_EQ(__atomic_load_n(&lg_inner_ep(C(p.s)->ep)->grouped, __ATOMIC_ACQUIRE),
+             LG_GROUPED_SENDER);
+    for (int i = 0; i < 3; i++) /* its inner send is complete: test() sees that */
+        CHECK(lg_core_test(s0, &sdone, &size) == ncclSuccess && !sdone);
+    CHECK_EQ(__atomic_load_n(&C(p.s)->acked, __ATOMIC_ACQUIRE), 0);
+    CHECK(fail_and_return(&p, kill_receiver));
+    void *s1 = post_send_tag(&p, 1, 54, 2);
+    CHECK(s1 && wait_done(rreq, sizes, 10) == 1);
+    CHECK(received_ok(&p, 0, 53, sizes[0]) && received_ok(&p, 1, 54, sizes[1]));
+    CHECK(wait_done(s0, &size, 10) == 1 && wait_done(s1, &size, 10) == 1);
+    CHECK(roundtrip(&p, 2, 55)); /* and on from there */
+    pair_close(&p);
+    lg_inner_devs->placed = 0;
+}
+
 /* ---- sends kept in a copy (acknowledged completion) ---------------------------------------- */
 
 /* Over an inner plugin whose send completes before placement (the fake's early completion),
@@ -596,6 +648,8 @@ int main(void)
     test_placed_completion(1);
     test_placed_resync(0);
     test_placed_resync(1);
+    test_placed_group_switch(0);
+    test_placed_group_switch(1);
     test_inner_stall();
     test_kept_sends();
     test_traffic(0, 0);

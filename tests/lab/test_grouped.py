@@ -71,7 +71,8 @@ def _wait(pair: StreamPair, pred, timeout_s: float, what: str) -> None:
             # timing fact, not a loss); one that ended with errors names them.
             outcome = [(r.returncode, {k: r.report.get(k) for k in _OUTCOME})
                        for r in pair.wait(timeout=10)]
-            raise AssertionError(f"drivers ended while waiting for {what}: {outcome}")
+            tail = "\n".join(ln.text for ln in pair.stderr_lines()[-60:])
+            raise AssertionError(f"drivers ended while waiting for {what}: {outcome}\n{tail}")
         if time.monotonic() > deadline:
             tail = "\n".join(ln.text for ln in pair.stderr_lines()[-60:])
             raise AssertionError(f"timed out waiting for {what}:\n{tail}")

@@ -94,6 +94,8 @@ static const char *frame_name(uint8_t type)
         return "TAGS";
     case LG_CTRL_GROUP:
         return "GROUP";
+    case LG_CTRL_GROUPED:
+        return "GROUPED";
     case LG_CTRL_STALLED:
         return "STALLED";
     default:
@@ -176,6 +178,8 @@ int lg_proto_on_frame(struct lg_path *p, const struct lg_ctrl *f)
     case LG_CTRL_KEEPS:
         if (send)
             break;
+        return transport_frame(p, f);
+    case LG_CTRL_GROUPED: /* the transport's: the question, the answer */
         return transport_frame(p, f);
     default:
         break;

@@ -8,8 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LG_WIRE_VERSION 7 /* 2: failover frames, rejoin hellos; 3: control sessions; 4: STALLED;
-                           * 5: KEEPS; 6: TAGS, GROUP; 7: the hello's transport id and word */
+#define LG_WIRE_VERSION 8 /* 2: failover frames, rejoin hellos; 3: control sessions; 4: STALLED;
+                           * 5: KEEPS; 6: TAGS, GROUP; 7: the hello's transport id and word;
+                           * 8: GROUPED */
 
 /* ---- hello: first bytes the connector writes on each socket -------------------------- */
 #define LG_HELLO_MAGIC 0x4548474cu /* "LGHE" */
@@ -84,6 +85,14 @@ enum lg_ctrl_type {
     LG_CTRL_GROUP = 13, /* recv->send: buffer flags & 7 of a group of (flags >> 3 & 7) + 1 at
                          * head value & (2^48 - 1) (gen: value >> 48), its tag in `epoch`, flags
                          * & 0x40 when a message is bound to it; one per buffer of each group */
+    LG_CTRL_GROUPED = 14, /* recv->send, wrap mode, before its first grouped inner receive: an
+                           * inner send into a group may complete (placed) while the rest of
+                           * the group is still to come, and a group completes whole, so the
+                           * receiver could not hold such a send across a switch: "complete
+                           * sends on my acks, never on the inner completion alone". The
+                           * sender answers GROUPED (send->recv, value = the size up to which
+                           * it keeps sends in a copy, as KEEPS); the receiver posts no group
+                           * before the answer */
     LG_CTRL_TYPE_MAX
 };
 #define LG_BYE_CLOSE 0 /* the connection is being closed */

@@ -61,6 +61,11 @@ struct lg_inner_rate {
     uint64_t bytes0, idle0;     /* bytes completed and drained time at its start */
 };
 
+/* lg_inner_conn.grouped. Sender: the receiver posts grouped receives, so a send completes on
+ * the ack (or kept), never on its inner completion alone. Receiver: it asked, the sender
+ * answered (its groups may go to the inner plugin from then). */
+enum { LG_GROUPED_NONE = 0, LG_GROUPED_SENDER, LG_GROUPED_ASKED, LG_GROUPED_ANSWERED };
+
 /* A connection's endpoint (c->ep). */
 struct lg_inner_conn {
     /* what the connection is (upcall.h, lg_conn_facts), copied at open */
@@ -78,6 +83,10 @@ struct lg_inner_conn {
                               * (a DELIVERED came), so acks may wait (atomic) */
     uint64_t peer_keeps;     /* receiver: the sender keeps sends up to this size and waits
                               * for no ack of them (a KEEPS came), so acks may wait (atomic) */
+    int grouped;             /* LG_GROUPED_*: receives of n > 1 buffers and what the sender
+                              * made of them (wire.h, GROUPED) (atomic) */
+    uint64_t grouped_asked_ns; /* receiver: when it last asked (under wmu) ... */
+    int grouped_ask;           /* ... and that the question goes once wmu is released */
     uint64_t peer_delivered; /* receiver: newest DELIVERED: its commit holds at least these */
     uint64_t peer_posted;    /* receiver: newest POSTED (messages the sender handed to its
                               * inner plugin), for the watchdog (both atomic, raised only) */

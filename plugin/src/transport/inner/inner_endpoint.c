@@ -181,7 +181,9 @@ static int tx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_pat
             tx_released(c, e->test_seq);
         }
     }
-    if (lg_inner_devs->placed) {
+    /* Read after the tests: a completion seen before a GROUPED was taken was of a single
+     * receive (the receiver posts its groups only once our answer, sent after, is in). */
+    if (lg_inner_ep_placed(e)) {
         pthread_mutex_lock(&c->mu);
         if (e->test_seq > __atomic_load_n(&c->acked, __ATOMIC_RELAXED))
             __atomic_store_n(&c->acked, e->test_seq, __ATOMIC_RELEASE);
@@ -192,9 +194,9 @@ static int tx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_pat
 
 void lg_inner_ep_tx_switching(struct lg_conn *c, struct lg_path *target)
 {
-    if (!lg_inner_devs->placed)
-        return;
     struct lg_inner_conn *e = lg_inner_ep(c->ep);
+    if (!lg_inner_ep_placed(e))
+        return;
     pthread_mutex_lock(&e->wmu);
     pthread_mutex_lock(&c->mu);
     e->frozen = 1;
@@ -319,8 +321,9 @@ static int rx_complete(struct lg_conn *c, struct lg_inner_conn *e, struct lg_pat
             __atomic_store_n(&m->total, (uint64_t)sizes[i], __ATOMIC_RELAXED);
             __atomic_store_n(&m->placed, (uint64_t)sizes[i], __ATOMIC_RELAXED);
             uint64_t keeps = __atomic_load_n(&e->peer_keeps, __ATOMIC_ACQUIRE);
-            int lazy = __atomic_load_n(&e->peer_placed, __ATOMIC_ACQUIRE) ||
-                       (keeps && (uint64_t)sizes[i] <= keeps); /* its sender waits for no ack */
+            int placed = __atomic_load_n(&e->peer_placed, __ATOMIC_ACQUIRE) &&
+                         __atomic_load_n(&e->grouped, __ATOMIC_ACQUIRE) != LG_GROUPED_ANSWERED;
+            int lazy = placed || (keeps && (uint64_t)sizes[i] <= keeps); /* waits for no ack */
             if (lg_recv_complete(p, m, (uint64_t)sizes[i], lazy) != 0)
                 return -1;
         }
@@ -385,6 +388,25 @@ void lg_inner_ep_drain_delivered(struct lg_conn *c, uint64_t delivered)
     }
 }
 
+/* Under wmu, a group to post: 1 once the sender answered GROUPED (wire.h); else asks (again
+ * each heartbeat period: a question or answer may be lost with a path), and the group, with
+ * every receive behind it, waits. */
+static int group_may_go(struct lg_inner_conn *e)
+{
+    int st = LG_GROUPED_NONE;
+    if (__atomic_compare_exchange_n(&e->grouped, &st, LG_GROUPED_ASKED, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        e->grouped_asked_ns = 0;
+    else if (st == LG_GROUPED_ANSWERED)
+        return 1;
+    uint64_t now = lg_now_ns();
+    if (now - e->grouped_asked_ns >= LG_MS(lg_params.heartbeat_ms)) {
+        e->grouped_asked_ns = now;
+        e->grouped_ask = 1;
+    }
+    return 0;
+}
+
 static void rx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *p)
 {
     struct lg_inner *in = lg_inner_devs->in;
@@ -395,6 +417,8 @@ static void rx_pump(struct lg_conn *c, struct lg_inner_conn *e, struct lg_path *
         struct lg_req *r = &c->reqs[e->post_seq % LG_WINDOW];
         uint32_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
         if (r->seq != e->post_seq || !(st & LG_REQ_POSTED) || (st & LG_REQ_DONE) || r->g_n < 1)
+            break;
+        if (r->g_n > 1 && !group_may_go(e))
             break;
         void *bufs[LG_MAX_RECVS], *mhs[LG_MAX_RECVS], *ireq = NULL;
         size_t caps[LG_MAX_RECVS];
@@ -450,10 +474,20 @@ void lg_inner_ep_pump(struct lg_conn *c)
     }
     lg_conn_exit(c, ph);
     uint64_t ask = e->ask_upto;
+    int ask_grouped = e->grouped_ask;
     e->ask_upto = 0;
+    e->grouped_ask = 0;
     pthread_mutex_unlock(&e->wmu);
     if (ask)
         lg_send_ask_ack_upto(c, ask);
+    if (ask_grouped) {
+        struct lg_ctrl f = {.type = LG_CTRL_GROUPED};
+        ph = lg_conn_enter(c);
+        p = lg_conn_active_path(c);
+        if (lg_path_up(p))
+            lg_path_ctrl_send(p, &f);
+        lg_conn_exit(c, ph);
+    }
 }
 
 /* ---- switches (monitor) ------------------------------------------------------------------ */
@@ -593,7 +627,7 @@ static void comm_ready(struct lg_conn *c, struct lg_path *p, int dev, void *comm
         struct lg_ctrl ready = {.type = LG_CTRL_READY, .value = p->gen};
         lg_path_ctrl_send(p, &ready);
     }
-    if (c->kind == LG_CONN_SEND && lg_inner_devs->placed) {
+    if (c->kind == LG_CONN_SEND && lg_inner_ep_placed(e)) {
         /* Tells the receiver that our sends complete on placement: it then acks only now and
          * then (an ack is a syscall on its way to NCCL's completion), never making us wait. */
         struct lg_ctrl f = {.type = LG_CTRL_DELIVERED,

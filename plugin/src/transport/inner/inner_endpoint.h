@@ -52,6 +52,13 @@ struct lg_ctrl;
 
 /* A path carries data: its inner comm is there and not fenced (any thread). */
 int lg_inner_ep_carries(const struct lg_path *p);
+/* Sender: its sends complete on the inner completion alone (LINKGUARD_INNER_PLACED, and its
+ * receiver posts no groups: wire.h, GROUPED). */
+static inline int lg_inner_ep_placed(const struct lg_inner_conn *e)
+{
+    return lg_inner_devs->placed &&
+           __atomic_load_n(&e->grouped, __ATOMIC_SEQ_CST) == LG_GROUPED_NONE;
+}
 /* NCCL's thread: post and complete inner sends/receives on the committed path. */
 void lg_inner_ep_pump(struct lg_conn *c);
 /* Receiver, a POSTED(n): a sender that keeps sends (KEEPS) asks for the acks up to n, of

@@ -275,8 +275,7 @@ static void inner_posted(struct lg_conn *c, const struct lg_req *r, struct lg_in
  * placement already, and the CPU can read only host memory. */
 static int inner_may_keep(const struct lg_conn *c, const struct lg_inner_mr *mr)
 {
-    (void)c;
-    return !lg_inner_devs->placed && mr && mr->type == NCCL_PTR_HOST;
+    return !lg_inner_ep_placed(lg_inner_ep(lg_conn_ep(c))) && mr && mr->type == NCCL_PTR_HOST;
 }
 
 static void inner_progress(struct lg_conn *c, struct lg_req *r)
@@ -357,7 +356,34 @@ static void inner_heartbeat(struct lg_conn *c, uint64_t now)
     }
 }
 
-/* Its frames: INNER (sender: the receiver's inner handle), DELIVERED and POSTED (receiver). */
+/* GROUPED (wire.h): the receiver's question (we are the sender), or the sender's answer. */
+static int inner_on_grouped(struct lg_path *p, struct lg_inner_conn *e, const struct lg_ctrl *f)
+{
+    if (e->send) {
+        /* Stored before the answer goes (seq_cst): tx_complete reads it after its tests. */
+        __atomic_store_n(&e->grouped, LG_GROUPED_SENDER, __ATOMIC_SEQ_CST);
+        if (lg_params.send_copy) /* a small send we cannot keep asks for its ack */
+            __atomic_store_n(&e->keeps_told, 1, __ATOMIC_RELEASE);
+        struct lg_ctrl answer = {.type = LG_CTRL_GROUPED, .value = (uint64_t)lg_params.send_copy};
+        lg_path_ctrl_out(p, &answer);
+        return 1;
+    }
+    int st = LG_GROUPED_ASKED;
+    if (!__atomic_compare_exchange_n(&e->grouped, &st, LG_GROUPED_ANSWERED, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE) &&
+        st != LG_GROUPED_ANSWERED) {
+        lg_conn_peer_lied(lg_path_conn(p), "GROUPED answer, but nothing was asked");
+        return -1;
+    }
+    /* As KEEPS: any size is honest. Acks batched for a placed sender go now: it waits for
+     * them from here on. */
+    __atomic_store_n(&e->peer_keeps, f->value, __ATOMIC_RELEASE);
+    lg_recv_flush_ack(p);
+    return 1;
+}
+
+/* Its frames: INNER (sender: the receiver's inner handle), DELIVERED and POSTED (receiver),
+ * GROUPED (both). */
 static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
 {
     struct lg_conn *c = lg_path_conn(p);
@@ -381,6 +407,8 @@ static int inner_on_frame(struct lg_path *p, const struct lg_ctrl *f)
         lg_atomic_raise(&e->peer_posted, f->value);
         lg_inner_ep_ack_asked(p, f->value);
         return 1;
+    case LG_CTRL_GROUPED:
+        return inner_on_grouped(p, e, f);
     case LG_CTRL_KEEPS:
         /* Any size is honest (a size only batches acks; POSTED asks for the rest), and
          * KEEPS(0) keeps nothing: every ack goes at once. */
