@@ -35,8 +35,7 @@ struct loop_req {
     struct loop_comm *comm;
     void *buf;
     size_t size; /* send: bytes */
-    int tag;     /* send */
-    /* receive: its n buffers, tags and capacities, then the bytes placed in each */
+    /* its n buffers (a send: 1), tags and sizes (a receive's: capacities, then bytes placed) */
     int n;
     unsigned filled; /* bit i: buffer i holds a message */
     void *bufs[LOOP_MAXN];
@@ -99,7 +98,7 @@ static void loop_match(struct loop_comm *s)
     while (s && r && s->head < s->tail && r->head < r->tail) {
         struct loop_req *a = s->q[s->head % LOOP_DEPTH], *b = r->q[r->head % LOOP_DEPTH];
         int i = 0;
-        while (i < b->n && ((b->filled >> i & 1) || b->tags[i] != a->tag))
+        while (i < b->n && ((b->filled >> i & 1) || b->tags[i] != a->tags[0]))
             i++;
         if (i == b->n)
             return; /* no free buffer of its tag in the oldest receive: the send waits */
@@ -200,9 +199,8 @@ static ncclResult_t loop_post(void *comm, int kind, int n, void **buf, const siz
     } else if (c->tail - c->head < LOOP_DEPTH &&
                (*request = loop_req_new(c, buf[0], size[0]))) {
         struct loop_req *q = *request;
-        q->tag = tag ? tag[0] : 0;
         q->n = n;
-        for (int i = 0; kind == LOOP_RECV && i < n; i++) {
+        for (int i = 0; i < n; i++) {
             q->bufs[i] = buf[i];
             q->sizes[i] = size[i];
             q->tags[i] = tag ? tag[i] : 0;
@@ -230,7 +228,7 @@ static int loop_test(void *request, int *done, int *size)
     pthread_mutex_lock(&loop_mu);
     *done = q->used && q->done;
     if (*done) {
-        for (int i = 0; size && i < q->n; i++) /* a send's size is not asked for */
+        for (int i = 0; size && i < q->n; i++)
             size[i] = (int)q->sizes[i];
         q->tested = 1;
         if (!q->early) /* an early send not placed yet stays queued */

@@ -25,6 +25,14 @@ const char *lg_path_nic(const struct lg_path *p) { return p->nic; }
 struct lg_task *lg_path_stream(struct lg_path *p, int k) { return &p->data[k].task; }
 int lg_path_heard(const struct lg_path *p, uint64_t now) { return lg_path_heard_recently(p, now); }
 void lg_path_ctrl_out(struct lg_path *p, const struct lg_ctrl *f) { lg_path_ctrl_send(p, f); }
+void lg_conn_ctrl_out(struct lg_conn *c, const struct lg_ctrl *f)
+{
+    uint32_t ph = lg_conn_enter(c);
+    struct lg_path *p = lg_conn_active_path(c);
+    if (lg_path_up(p))
+        lg_path_ctrl_send(p, f);
+    lg_conn_exit(c, ph);
+}
 void lg_conn_wake(struct lg_conn *c) { lg_monitor_wake(c); }
 uint64_t lg_conn_posted(struct lg_conn *c) { return __atomic_load_n(&c->posted, __ATOMIC_ACQUIRE); }
 uint64_t lg_conn_acked(struct lg_conn *c) { return __atomic_load_n(&c->acked, __ATOMIC_ACQUIRE); }

@@ -74,6 +74,9 @@ struct lg_task *lg_path_stream(struct lg_path *p, int k);
 int lg_path_heard(const struct lg_path *p, uint64_t now);
 /* A control frame out on p's channel (any thread). */
 void lg_path_ctrl_out(struct lg_path *p, const struct lg_ctrl *f);
+/* A control frame out on c's active path, if that path is up (any thread but under none of
+ * c's locks). */
+void lg_conn_ctrl_out(struct lg_conn *c, const struct lg_ctrl *f);
 /* Any thread: the monitor looks at c soon (a transport's state changed for its next run). */
 void lg_conn_wake(struct lg_conn *c);
 /* How many messages NCCL posted; and, sender, how many the receiver acknowledged. */

@@ -206,11 +206,7 @@ void lg_send_ask_ack_upto(struct lg_conn *c, uint64_t n)
     } while (!__atomic_compare_exchange_n(&c->ack_asked, &asked, n, 0, __ATOMIC_ACQ_REL,
                                           __ATOMIC_ACQUIRE));
     struct lg_ctrl ask = {.type = LG_CTRL_POSTED, .value = n};
-    uint32_t ph = lg_conn_enter(c);
-    struct lg_path *p = lg_conn_active_path(c);
-    if (lg_path_up(p))
-        lg_path_ctrl_send(p, &ask);
-    lg_conn_exit(c, ph);
+    lg_conn_ctrl_out(c, &ask);
 }
 
 /* How often a closing sender looks for the acks of its kept sends. */

@@ -480,14 +480,8 @@ void lg_inner_ep_pump(struct lg_conn *c)
     pthread_mutex_unlock(&e->wmu);
     if (ask)
         lg_send_ask_ack_upto(c, ask);
-    if (ask_grouped) {
-        struct lg_ctrl f = {.type = LG_CTRL_GROUPED};
-        ph = lg_conn_enter(c);
-        p = lg_conn_active_path(c);
-        if (lg_path_up(p))
-            lg_path_ctrl_send(p, &f);
-        lg_conn_exit(c, ph);
-    }
+    if (ask_grouped)
+        lg_conn_ctrl_out(c, &(struct lg_ctrl){.type = LG_CTRL_GROUPED});
 }
 
 /* ---- switches (monitor) ------------------------------------------------------------------ */
